@@ -1,0 +1,388 @@
+//! The tomus client library: the blob API over a cluster (used by the CLI, the Python package
+//! and the S3 gateway).
+//!
+//! A write stores its chunks in parallel on providers chosen by the manager, then gets a
+//! version, builds and stores that version's metadata nodes in the DHT, and reports completion;
+//! it returns once the version is published. Reads walk the tree of a published version and
+//! fetch chunk pieces in parallel, failing over between replicas.
+
+pub mod chunks;
+pub mod cluster;
+pub mod dht;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt, TryStreamExt};
+use tomus_metadata::{
+    build_version, resolve_range, BlobId, ChunkPiece, InFlight, NodeRef, PublishedTree, Segment,
+    Span, StoredChunk, Version, WritePlan,
+};
+use tomus_wire::{
+    unexpected, Assignment, BlobInfo, ClusterSecret, Error, Placement, Pool,
+    ProviderInfo, Request, Response, Result, RpcConfig, VersionInfo, VersionList, WriteOp,
+};
+
+use crate::cluster::Cluster;
+use crate::dht::DhtSource;
+
+pub use tomus_wire;
+
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    pub secret: Option<ClusterSecret>,
+    pub placement: Placement,
+    /// Chunk transfers in flight per read or write call.
+    pub parallelism: usize,
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            secret: None,
+            placement: Placement::Balanced,
+            parallelism: 16,
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// A connection to a tomus cluster. Cheap to clone; share one per process.
+#[derive(Clone)]
+pub struct Client {
+    cluster: Arc<Cluster>,
+    options: Arc<ClientOptions>,
+    host: Option<String>,
+}
+
+/// Where a range of a blob version is stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub offset: u64,
+    pub size: u64,
+    /// Provider addresses holding the range (empty: a hole, reads as zeros).
+    pub providers: Vec<String>,
+}
+
+impl Client {
+    /// Connects to the manager at `addr` (checks that it answers).
+    pub async fn connect(addr: &str, options: ClientOptions) -> Result<Client> {
+        let pool = Pool::new(RpcConfig {
+            connect_timeout: options.connect_timeout,
+            request_timeout: options.request_timeout,
+            secret: options.secret.clone(),
+        });
+        let cluster = Arc::new(Cluster::new(addr.to_string(), pool));
+        match cluster.manager_call(&Request::Ping).await? {
+            Response::Ok => {}
+            other => return Err(unexpected(&other)),
+        }
+        Ok(Client {
+            host: local_host_towards(addr),
+            cluster,
+            options: Arc::new(options),
+        })
+    }
+
+    pub fn manager_addr(&self) -> &str {
+        &self.cluster.manager
+    }
+
+    pub async fn create_blob(&self, chunk_size: u64, replication: u32) -> Result<Blob> {
+        let req = Request::CreateBlob {
+            chunk_size,
+            replication,
+        };
+        match self.cluster.manager_call(&req).await? {
+            Response::Blob(info) => Ok(self.blob_handle(info)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn open_blob(&self, id: BlobId) -> Result<Blob> {
+        Ok(self.blob_handle(self.blob_info(id).await?))
+    }
+
+    pub async fn blob_info(&self, id: BlobId) -> Result<BlobInfo> {
+        match self.cluster.manager_call(&Request::BlobInfo { blob: id }).await? {
+            Response::Blob(info) => Ok(info),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn list_blobs(&self) -> Result<Vec<BlobInfo>> {
+        match self.cluster.manager_call(&Request::ListBlobs).await? {
+            Response::Blobs(b) => Ok(b),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn providers(&self) -> Result<Vec<ProviderInfo>> {
+        self.cluster.providers().await
+    }
+
+    fn blob_handle(&self, info: BlobInfo) -> Blob {
+        Blob {
+            client: self.clone(),
+            id: info.id,
+            chunk_size: info.chunk_size,
+            replication: info.replication,
+        }
+    }
+}
+
+/// The local address the OS would use to reach `addr`: the writer's host for local placement.
+fn local_host_towards(addr: &str) -> Option<String> {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    sock.connect(addr).ok()?;
+    Some(sock.local_addr().ok()?.ip().to_string())
+}
+
+/// A handle on one blob. Cheap to clone.
+#[derive(Clone)]
+pub struct Blob {
+    client: Client,
+    id: BlobId,
+    chunk_size: u64,
+    replication: u32,
+}
+
+impl Blob {
+    pub fn id(&self) -> BlobId {
+        self.id
+    }
+    pub fn chunk_size(&self) -> u64 {
+        self.chunk_size
+    }
+    pub fn replication(&self) -> u32 {
+        self.replication
+    }
+
+    fn cluster(&self) -> &Cluster {
+        &self.client.cluster
+    }
+
+    /// Writes `data` at `offset` (any offset, any size > 0; past the end leaves a hole of zeros)
+    /// and returns the new, published version.
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<Version> {
+        let op = WriteOp::Write {
+            offset,
+            size: data.len() as u64,
+        };
+        Ok(self.commit(op, data).await?.version)
+    }
+
+    /// Appends `data` and returns the new, published version and the offset it landed at.
+    pub async fn append(&self, data: &[u8]) -> Result<(Version, u64)> {
+        let op = WriteOp::Append {
+            size: data.len() as u64,
+        };
+        let info = self.commit(op, data).await?;
+        Ok((info.version, info.span.offset))
+    }
+
+    async fn commit(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
+        if data.is_empty() {
+            return Err(Error::invalid(match op {
+                WriteOp::Append { .. } => "zero-length append",
+                WriteOp::Write { .. } => "empty write",
+            }));
+        }
+        let chunks = self.store_chunks(data).await?;
+        let assignment = match self.cluster().manager_call(&Request::Assign { blob: self.id, op }).await? {
+            Response::Assigned(a) => a,
+            other => return Err(unexpected(&other)),
+        };
+        self.store_metadata(&assignment, &chunks).await?;
+        let complete = Request::Complete {
+            blob: self.id,
+            version: assignment.version,
+        };
+        match self.cluster().manager_call(&complete).await? {
+            Response::Version(info) => Ok(info),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Cuts `data` into chunk-size pieces and stores each on its replica set, in parallel.
+    async fn store_chunks(&self, data: &[u8]) -> Result<Vec<StoredChunk>> {
+        let cs = self.chunk_size as usize;
+        let count = data.len().div_ceil(cs);
+        let req = Request::Allocate {
+            blob: self.id,
+            chunks: u32::try_from(count).map_err(|_| Error::invalid("write too large"))?,
+            placement: self.client.options.placement,
+            client_host: self.client.host.clone(),
+        };
+        let placements = match self.cluster().manager_call(&req).await? {
+            Response::Placements(p) if p.len() == count => p,
+            other => return Err(unexpected(&other)),
+        };
+        let cluster = self.cluster();
+        stream::iter(data.chunks(cs).zip(placements))
+            .map(|(piece, replicas)| async move { chunks::put_chunk(cluster, piece, &replicas).await })
+            .buffered(self.client.options.parallelism)
+            .try_collect()
+            .await
+    }
+
+    async fn store_metadata(&self, a: &Assignment, chunks: &[StoredChunk]) -> Result<()> {
+        let in_flight: Vec<InFlight> = a
+            .in_flight
+            .iter()
+            .map(|&(version, span, capacity)| InFlight {
+                version,
+                span,
+                capacity,
+            })
+            .collect();
+        let plan = WritePlan {
+            chunk_size: self.chunk_size,
+            version: a.version,
+            span: a.span,
+            capacity: a.capacity,
+            chunks,
+            published: a.published.map(|(version, capacity)| PublishedTree { version, capacity }),
+            in_flight: &in_flight,
+        };
+        let source = DhtSource {
+            cluster: self.cluster(),
+            blob: self.id,
+        };
+        let nodes = build_version(&plan, &source).await?;
+        dht::put_nodes(self.cluster(), self.id, self.replication, nodes).await
+    }
+
+    /// The record of `version` (`None`: latest published).
+    pub async fn stat(&self, version: Option<Version>) -> Result<VersionInfo> {
+        let req = Request::Version {
+            blob: self.id,
+            version,
+        };
+        match self.cluster().manager_call(&req).await? {
+            Response::Version(v) => Ok(v),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn latest(&self) -> Result<Version> {
+        Ok(self.stat(None).await?.version)
+    }
+
+    pub async fn size(&self, version: Option<Version>) -> Result<u64> {
+        Ok(self.stat(version).await?.size)
+    }
+
+    pub async fn versions(&self) -> Result<VersionList> {
+        match self.cluster().manager_call(&Request::Versions { blob: self.id }).await? {
+            Response::Versions(v) => Ok(v),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Segments of `[offset, offset + size)` at `version`, after checking the range.
+    async fn segments(&self, offset: u64, size: u64, version: Option<Version>) -> Result<(VersionInfo, Vec<Segment>)> {
+        let info = self.stat(version).await?;
+        let end = offset.checked_add(size).ok_or_else(|| Error::out_of_range("offset + size overflows"))?;
+        if end > info.size {
+            return Err(Error::out_of_range(format!(
+                "range {offset}..{end} is past the end of blob {} at version {} (size {})",
+                self.id, info.version, info.size
+            )));
+        }
+        if size == 0 {
+            return Ok((info, Vec::new()));
+        }
+        let root = NodeRef {
+            version: info.version,
+            offset: 0,
+            size: info.capacity,
+        };
+        let source = DhtSource {
+            cluster: self.cluster(),
+            blob: self.id,
+        };
+        let segments = resolve_range(root, Span::new(offset, size), &source).await?;
+        Ok((info, coalesce(segments)))
+    }
+
+    /// Reads `size` bytes at `offset` of `version` (`None`: latest published).
+    pub async fn read(&self, offset: u64, size: u64, version: Option<Version>) -> Result<Vec<u8>> {
+        let len = usize::try_from(size).map_err(|_| Error::invalid("read too large for memory"))?;
+        let mut buf = vec![0u8; len];
+        self.read_into(offset, &mut buf, version).await?;
+        Ok(buf)
+    }
+
+    /// Fills `buf` with the bytes at `offset` of `version`; returns the version read.
+    pub async fn read_into(&self, offset: u64, buf: &mut [u8], version: Option<Version>) -> Result<Version> {
+        let (info, segments) = self.segments(offset, buf.len() as u64, version).await?;
+        let mut jobs: Vec<(ChunkPiece, &mut [u8])> = Vec::new();
+        let mut rest = buf;
+        for seg in segments {
+            let (head, tail) = rest.split_at_mut(seg.span().size as usize);
+            rest = tail;
+            match seg {
+                Segment::Zeros(_) => head.fill(0),
+                Segment::Data(piece) => jobs.push((piece, head)),
+            }
+        }
+        let cluster = self.cluster();
+        stream::iter(jobs)
+            .map(|(piece, out)| async move { chunks::read_piece(cluster, &piece, out).await })
+            .buffer_unordered(self.client.options.parallelism)
+            .try_collect::<()>()
+            .await?;
+        Ok(info.version)
+    }
+
+    /// Which providers hold each part of `[offset, offset + size)` at `version`.
+    pub async fn locations(&self, offset: u64, size: u64, version: Option<Version>) -> Result<Vec<Location>> {
+        let (_, segments) = self.segments(offset, size, version).await?;
+        let mut out: Vec<Location> = Vec::new();
+        for seg in segments {
+            let span = seg.span();
+            let mut providers = Vec::new();
+            if let Segment::Data(p) = &seg {
+                for id in &p.replicas {
+                    providers.push(self.cluster().addr_of(*id).await?);
+                }
+            }
+            match out.last_mut() {
+                Some(last) if last.providers == providers && last.offset + last.size == span.offset => {
+                    last.size += span.size
+                }
+                _ => out.push(Location {
+                    offset: span.offset,
+                    size: span.size,
+                    providers,
+                }),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Joins segments that continue each other in the same chunk (a chunk that spans two leaf
+/// slots), so it is fetched with one request.
+fn coalesce(segments: Vec<Segment>) -> Vec<Segment> {
+    let mut out: Vec<Segment> = Vec::with_capacity(segments.len());
+    for s in segments {
+        match (out.last_mut(), &s) {
+            (Some(Segment::Data(a)), Segment::Data(b))
+                if a.chunk == b.chunk
+                    && a.start + a.len == b.start
+                    && a.chunk_offset + a.len == b.chunk_offset =>
+            {
+                a.len += b.len
+            }
+            (Some(Segment::Zeros(a)), Segment::Zeros(b)) if a.end() == b.offset => a.size += b.size,
+            _ => out.push(s),
+        }
+    }
+    out
+}
+

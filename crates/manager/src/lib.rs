@@ -1,0 +1,49 @@
+//! The tomus manager: version manager, namespace of blobs, provider registry and placement in
+//! one process (BlobSeer's version manager and provider manager). Its state is durable.
+
+pub mod placement;
+pub mod registry;
+pub mod service;
+pub mod store;
+pub mod versions;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tomus_wire::{check_bind, ClusterSecret, Error, LoadGauge, Result};
+
+pub use versions::VersionManager;
+
+#[derive(Clone, Debug)]
+pub struct ManagerConfig {
+    pub data_dir: PathBuf,
+    /// `host:port` to listen on (port 0: any free port).
+    pub listen: String,
+    pub secret: Option<ClusterSecret>,
+    /// A provider silent for this long counts as down.
+    pub provider_timeout: Duration,
+}
+
+/// Runs the manager until the process ends. Sends the bound address on `ready` once serving.
+pub async fn run(
+    config: ManagerConfig,
+    ready: Option<tokio::sync::oneshot::Sender<String>>,
+) -> Result<()> {
+    let store = Arc::new(store::Store::open(&config.data_dir)?);
+    let versions = VersionManager::open(store.clone())?;
+    let registry = Arc::new(registry::Registry::open(store, config.provider_timeout)?);
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| Error::invalid(format!("cannot listen on {}: {e}", config.listen)))?;
+    let local = listener.local_addr()?;
+    check_bind(&local, config.secret.as_ref())?;
+    tracing::info!("manager listening on {local}, state in {}", config.data_dir.display());
+    if let Some(tx) = ready {
+        let _ = tx.send(local.to_string());
+    }
+    let service = Arc::new(service::ManagerService { versions, registry });
+    tomus_wire::serve(listener, config.secret, service, Arc::new(LoadGauge::default())).await;
+    Ok(())
+}

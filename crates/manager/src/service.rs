@@ -1,0 +1,93 @@
+//! The manager's RPC service: dispatches requests to the version manager and the registry.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tomus_wire::{Error, Handler, Request, Response, Result};
+
+use crate::placement::place;
+use crate::registry::Registry;
+use crate::versions::VersionManager;
+
+pub struct ManagerService {
+    pub versions: Arc<VersionManager>,
+    pub registry: Arc<Registry>,
+}
+
+impl ManagerService {
+    async fn dispatch(&self, req: Request) -> Result<Response> {
+        Ok(match req {
+            Request::Ping => Response::Ok,
+            Request::CreateBlob {
+                chunk_size,
+                replication,
+            } => {
+                let providers = self.registry.list().len();
+                if replication as usize > providers.max(1) {
+                    return Err(Error::invalid(format!(
+                        "replication {replication} needs at least {replication} providers; \
+                         {providers} registered"
+                    )));
+                }
+                Response::Blob(self.versions.create_blob(chunk_size, replication)?)
+            }
+            Request::BlobInfo { blob } => Response::Blob(self.versions.blob_info(blob)?),
+            Request::ListBlobs => Response::Blobs(self.versions.list_blobs()),
+            Request::Allocate {
+                blob,
+                chunks,
+                placement,
+                client_host,
+            } => {
+                let (chunk_size, replication) = self.versions.chunk_size(blob)?;
+                let mut candidates = self.registry.candidates();
+                let placed = place(
+                    &mut candidates,
+                    chunk_size,
+                    chunks,
+                    replication,
+                    placement,
+                    client_host.as_deref(),
+                )?;
+                let charged: Vec<_> = placed
+                    .iter()
+                    .flatten()
+                    .map(|p| (p.id, chunk_size))
+                    .collect();
+                self.registry.charge(&charged);
+                Response::Placements(placed)
+            }
+            Request::Assign { blob, op } => Response::Assigned(self.versions.assign(blob, op)?),
+            Request::Complete { blob, version } => {
+                Response::Version(self.versions.complete(blob, version).await?)
+            }
+            Request::Version { blob, version } => {
+                Response::Version(self.versions.version(blob, version)?)
+            }
+            Request::Versions { blob } => Response::Versions(self.versions.versions(blob)?),
+            Request::Register { id, addr, report } => {
+                Response::Registered(self.registry.register(id, addr, report)?)
+            }
+            Request::Heartbeat { id, report } => {
+                self.registry.heartbeat(id, report)?;
+                Response::Ok
+            }
+            Request::Providers => Response::Providers(self.registry.list()),
+            Request::PutChunk { .. }
+            | Request::GetChunk { .. }
+            | Request::PutNodes { .. }
+            | Request::GetNodes { .. } => {
+                return Err(Error::invalid(
+                    "this is the manager; chunk and metadata requests go to providers",
+                ))
+            }
+        })
+    }
+}
+
+impl Handler for ManagerService {
+    async fn handle(&self, req: Request, _body: Bytes) -> (Response, Bytes) {
+        let resp = self.dispatch(req).await.unwrap_or_else(Response::Err);
+        (resp, Bytes::new())
+    }
+}

@@ -1,0 +1,452 @@
+//! The version manager: the only serialization point of the write protocol.
+//!
+//! It assigns version numbers (fixing append offsets at assignment time), hands each writer the
+//! lower versions still in flight and the latest published tree, and publishes versions strictly
+//! in assignment order once each of them and every lower one completed. Publications are group
+//! committed (one fsynced transaction for all that completed meanwhile) before anyone is told.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tomus_metadata::{capacity_for, BlobId, Span, Version};
+use tomus_wire::{
+    Assignment, BlobInfo, Error, ErrorKind, Result, VersionInfo, VersionList, VersionState,
+    WriteOp, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
+};
+
+use crate::store::{BlobRecord, Publication, Store};
+
+/// Version numbers reserved durably at a time; a restarted manager skips the unused rest.
+const RESERVE_BLOCK: u64 = 4096;
+/// Largest blob size: keeps every offset computation far from overflow.
+pub const MAX_BLOB_SIZE: u64 = 1 << 60;
+pub const MAX_REPLICATION: u32 = 16;
+/// How long `complete` waits for lower versions before telling the writer to ask again.
+const COMPLETE_WAIT: Duration = Duration::from_secs(120);
+
+struct Pending {
+    info: VersionInfo,
+    completed: bool,
+}
+
+struct BlobState {
+    /// Durable, published state.
+    record: BlobRecord,
+    latest: VersionInfo,
+    /// Version numbers below this are durably reserved.
+    reserved: Version,
+    next_version: Version,
+    /// Size and capacity after the latest assigned version (published or not).
+    assigned_size: u64,
+    assigned_capacity: u64,
+    /// Every assigned version above the durable published one.
+    pending: BTreeMap<Version, Pending>,
+    /// Highest version handed to the committer.
+    sent_upto: Version,
+}
+
+struct BlobSlot {
+    state: Mutex<BlobState>,
+    published: watch::Sender<Version>,
+}
+
+impl BlobSlot {
+    fn lock(&self) -> MutexGuard<'_, BlobState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub struct VersionManager {
+    store: Arc<Store>,
+    blobs: RwLock<HashMap<BlobId, Arc<BlobSlot>>>,
+    commits: mpsc::UnboundedSender<Publication>,
+}
+
+fn version_zero(blob: BlobId) -> VersionInfo {
+    VersionInfo {
+        blob,
+        version: 0,
+        span: Span::new(0, 0),
+        size: 0,
+        capacity: 0,
+        state: VersionState::Published,
+        append: false,
+    }
+}
+
+fn blob_info(s: &BlobState) -> BlobInfo {
+    BlobInfo {
+        id: s.record.id,
+        chunk_size: s.record.chunk_size,
+        replication: s.record.replication,
+        latest: s.record.published,
+        size: s.record.size,
+    }
+}
+
+impl VersionManager {
+    /// Loads every blob from the store. Versions assigned but unpublished before a restart are
+    /// recorded as aborted and numbering continues after the reserved block.
+    pub fn open(store: Arc<Store>) -> Result<Arc<Self>> {
+        let mut blobs = HashMap::new();
+        for record in store.blobs()? {
+            let reserved = store.reserved(record.id)?.unwrap_or(record.published + 1);
+            let next_version = reserved.max(record.published + 1);
+            if next_version > record.published + 1 {
+                let from = record.published + 1;
+                if !store.aborted_ranges(record.id)?.contains(&(from, next_version)) {
+                    store.put_aborted(record.id, from, next_version)?;
+                    tracing::info!(
+                        "blob {}: versions {from}..{next_version} were not published before restart; marked aborted",
+                        record.id
+                    );
+                }
+            }
+            let latest = match record.published {
+                0 => version_zero(record.id),
+                v => store.version(record.id, v)?.ok_or_else(|| {
+                    Error::internal(format!("blob {}: published version {v} missing", record.id))
+                })?,
+            };
+            let (tx, _) = watch::channel(record.published);
+            let state = BlobState {
+                latest,
+                reserved: next_version,
+                next_version,
+                assigned_size: record.size,
+                assigned_capacity: record.capacity,
+                pending: BTreeMap::new(),
+                sent_upto: record.published,
+                record,
+            };
+            blobs.insert(
+                state.record.id,
+                Arc::new(BlobSlot {
+                    state: Mutex::new(state),
+                    published: tx,
+                }),
+            );
+        }
+        let (commits, rx) = mpsc::unbounded_channel();
+        let vm = Arc::new(VersionManager {
+            store,
+            blobs: RwLock::new(blobs),
+            commits,
+        });
+        tokio::spawn(committer(Arc::downgrade(&vm), rx));
+        Ok(vm)
+    }
+
+    fn slot(&self, blob: BlobId) -> Result<Arc<BlobSlot>> {
+        let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
+        blobs
+            .get(&blob)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("blob {blob} does not exist")))
+    }
+
+    pub fn create_blob(&self, chunk_size: u64, replication: u32) -> Result<BlobInfo> {
+        if !chunk_size.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&chunk_size)
+        {
+            return Err(Error::invalid(format!(
+                "chunk size {chunk_size} must be a power of two from 4 KiB to 256 MiB"
+            )));
+        }
+        if !(1..=MAX_REPLICATION).contains(&replication) {
+            return Err(Error::invalid(format!(
+                "replication {replication} must be between 1 and {MAX_REPLICATION}"
+            )));
+        }
+        let id = self.store.next_id("blob")?;
+        let record = BlobRecord {
+            id,
+            chunk_size,
+            replication,
+            published: 0,
+            size: 0,
+            capacity: 0,
+        };
+        self.store.put_blob(&record)?;
+        let (tx, _) = watch::channel(0);
+        let state = BlobState {
+            latest: version_zero(id),
+            reserved: 1,
+            next_version: 1,
+            assigned_size: 0,
+            assigned_capacity: 0,
+            pending: BTreeMap::new(),
+            sent_upto: 0,
+            record,
+        };
+        let info = blob_info(&state);
+        let mut blobs = self.blobs.write().unwrap_or_else(|p| p.into_inner());
+        blobs.insert(
+            id,
+            Arc::new(BlobSlot {
+                state: Mutex::new(state),
+                published: tx,
+            }),
+        );
+        Ok(info)
+    }
+
+    pub fn blob_info(&self, blob: BlobId) -> Result<BlobInfo> {
+        Ok(blob_info(&self.slot(blob)?.lock()))
+    }
+
+    pub fn list_blobs(&self) -> Vec<BlobInfo> {
+        let slots: Vec<Arc<BlobSlot>> = {
+            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
+            blobs.values().cloned().collect()
+        };
+        let mut out: Vec<BlobInfo> = slots.iter().map(|s| blob_info(&s.lock())).collect();
+        out.sort_by_key(|b| b.id);
+        out
+    }
+
+    pub fn chunk_size(&self, blob: BlobId) -> Result<(u64, u32)> {
+        let slot = self.slot(blob)?;
+        let s = slot.lock();
+        Ok((s.record.chunk_size, s.record.replication))
+    }
+
+    /// Assigns the next version of `blob` for `op`.
+    pub fn assign(&self, blob: BlobId, op: WriteOp) -> Result<Assignment> {
+        let slot = self.slot(blob)?;
+        let mut s = slot.lock();
+        let (offset, size, append) = match op {
+            WriteOp::Write { size: 0, .. } => return Err(Error::invalid("empty write")),
+            WriteOp::Append { size: 0 } => return Err(Error::invalid("zero-length append")),
+            WriteOp::Write { offset, size } => (offset, size, false),
+            WriteOp::Append { size } => (s.assigned_size, size, true),
+        };
+        let end = offset
+            .checked_add(size)
+            .filter(|e| *e <= MAX_BLOB_SIZE)
+            .ok_or_else(|| {
+                Error::out_of_range(format!(
+                    "write of {size} bytes at offset {offset} passes the {MAX_BLOB_SIZE} byte limit"
+                ))
+            })?;
+        let version = s.next_version;
+        if version >= s.reserved {
+            let upto = version + RESERVE_BLOCK;
+            self.store.reserve(blob, upto)?;
+            s.reserved = upto;
+        }
+        let new_size = s.assigned_size.max(end);
+        let capacity = s
+            .assigned_capacity
+            .max(capacity_for(s.record.chunk_size, new_size));
+        let in_flight = s
+            .pending
+            .values()
+            .map(|p| (p.info.version, p.info.span, p.info.capacity))
+            .collect();
+        let published = (s.record.published > 0).then_some((s.record.published, s.record.capacity));
+        let span = Span::new(offset, size);
+        s.pending.insert(
+            version,
+            Pending {
+                info: VersionInfo {
+                    blob,
+                    version,
+                    span,
+                    size: new_size,
+                    capacity,
+                    state: VersionState::Pending,
+                    append,
+                },
+                completed: false,
+            },
+        );
+        s.next_version += 1;
+        s.assigned_size = new_size;
+        s.assigned_capacity = capacity;
+        Ok(Assignment {
+            version,
+            span,
+            capacity,
+            published,
+            in_flight,
+        })
+    }
+
+    /// Marks `version` complete and waits until it is published (durably).
+    pub async fn complete(&self, blob: BlobId, version: Version) -> Result<VersionInfo> {
+        let slot = self.slot(blob)?;
+        let mut published = slot.published.subscribe();
+        {
+            let mut s = slot.lock();
+            if version > s.record.published {
+                let next_version = s.next_version;
+                match s.pending.get_mut(&version) {
+                    Some(p) => p.completed = true,
+                    None if version < next_version => {
+                        return Err(Error::new(
+                            ErrorKind::VersionAborted,
+                            format!("version {version} of blob {blob} was aborted"),
+                        ))
+                    }
+                    None => {
+                        return Err(Error::not_found(format!(
+                            "version {version} of blob {blob} was never assigned"
+                        )))
+                    }
+                }
+                self.send_completed_prefix(&mut s);
+            }
+        }
+        let waited = tokio::time::timeout(COMPLETE_WAIT, published.wait_for(|p| *p >= version))
+            .await
+            .map(|r| r.map(|_| ()));
+        match waited {
+            Ok(Ok(())) => self.version(blob, Some(version)),
+            Ok(Err(_)) => Err(Error::internal("version manager shut down")),
+            Err(_) => Err(Error::unavailable(format!(
+                "version {version} of blob {blob} is complete but waits for lower versions \
+                 still in flight; it will be published once they finish"
+            ))),
+        }
+    }
+
+    /// Hands the completed versions right above the last sent one to the committer.
+    fn send_completed_prefix(&self, s: &mut BlobState) {
+        let mut batch = Vec::new();
+        let mut next = s.sent_upto + 1;
+        while let Some(p) = s.pending.get(&next).filter(|p| p.completed) {
+            let mut info = p.info.clone();
+            info.state = VersionState::Published;
+            batch.push(info);
+            next += 1;
+        }
+        let Some(last) = batch.last() else { return };
+        s.sent_upto = last.version;
+        let record = BlobRecord {
+            published: last.version,
+            size: last.size,
+            capacity: last.capacity,
+            ..s.record.clone()
+        };
+        // The committer lives as long as the manager; a send failure means shutdown.
+        let _ = self.commits.send(Publication {
+            blob: record,
+            versions: batch,
+        });
+    }
+
+    /// Applies a durable publication to the in-memory state and wakes the waiting writers.
+    fn published(&self, p: Publication) {
+        let Ok(slot) = self.slot(p.blob.id) else { return };
+        let mut s = slot.lock();
+        if p.blob.published <= s.record.published {
+            return;
+        }
+        for v in &p.versions {
+            s.pending.remove(&v.version);
+        }
+        if let Some(last) = p.versions.last() {
+            s.latest = last.clone();
+        }
+        s.record = p.blob;
+        let v = s.record.published;
+        drop(s);
+        slot.published.send_replace(v);
+    }
+
+    /// A version's record; `None` asks for the latest published.
+    pub fn version(&self, blob: BlobId, version: Option<Version>) -> Result<VersionInfo> {
+        let slot = self.slot(blob)?;
+        let (published, latest, next_version, pending) = {
+            let s = slot.lock();
+            let pending = version.and_then(|v| s.pending.get(&v).map(|p| p.info.clone()));
+            (s.record.published, s.latest.clone(), s.next_version, pending)
+        };
+        let v = match version {
+            None => return Ok(latest),
+            Some(v) => v,
+        };
+        if v == 0 {
+            return Ok(version_zero(blob));
+        }
+        if v == latest.version {
+            return Ok(latest);
+        }
+        if let Some(p) = pending {
+            return Err(Error::new(
+                ErrorKind::VersionNotPublished,
+                format!(
+                    "version {} of blob {blob} is not published yet (latest published: {published})",
+                    p.version
+                ),
+            ));
+        }
+        if v >= next_version {
+            return Err(Error::not_found(format!(
+                "version {v} of blob {blob} does not exist (latest published: {published})"
+            )));
+        }
+        if let Some(info) = self.store.version(blob, v)? {
+            return Ok(info);
+        }
+        Err(Error::new(
+            ErrorKind::VersionAborted,
+            format!("version {v} of blob {blob} was aborted and holds no data"),
+        ))
+    }
+
+    pub fn versions(&self, blob: BlobId) -> Result<VersionList> {
+        self.slot(blob)?;
+        Ok(VersionList {
+            versions: self.store.versions(blob)?,
+            aborted: self.store.aborted_ranges(blob)?,
+        })
+    }
+}
+
+/// Commits publications in batches: everything queued while the previous commit ran goes into
+/// the next fsynced transaction.
+async fn committer(vm: std::sync::Weak<VersionManager>, mut rx: mpsc::UnboundedReceiver<Publication>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        let Some(manager) = vm.upgrade() else { return };
+        let store = manager.store.clone();
+        drop(manager);
+        loop {
+            let attempt = {
+                let store = store.clone();
+                // Moves the batch to the blocking pool and back so a failed commit can retry.
+                let b = std::mem::take(&mut batch);
+                tokio::task::spawn_blocking(move || {
+                    let r = store.publish(&b);
+                    (r, b)
+                })
+                .await
+            };
+            match attempt {
+                Ok((Ok(()), b)) => {
+                    batch = b;
+                    break;
+                }
+                Ok((Err(e), b)) => {
+                    batch = b;
+                    tracing::error!("publishing {} versions failed, retrying: {e}", batch.len());
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => {
+                    tracing::error!("publication task failed: {e}");
+                    return;
+                }
+            }
+        }
+        let Some(manager) = vm.upgrade() else { return };
+        for p in batch {
+            manager.published(p);
+        }
+    }
+}

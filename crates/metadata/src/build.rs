@@ -1,0 +1,337 @@
+//! Building the nodes of a new version without waiting for concurrent writers.
+//!
+//! The node of version v covering range C is labelled with the highest version <= v that wrote
+//! inside C. For a child C that the write does not touch, that label is the larger of C's label
+//! in the latest published tree (found by walking the published tree along the write's borders)
+//! and the highest lower in-flight version whose range intersects C (handed out by the manager
+//! with the version number). No writer waits for another.
+
+use std::sync::Arc;
+
+use crate::types::*;
+use crate::{MetaError, NodeSource, MAX_LEAF_CHAIN};
+
+/// The latest published version when the write's version was assigned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PublishedTree {
+    pub version: Version,
+    pub capacity: u64,
+}
+
+impl PublishedTree {
+    pub fn root(&self) -> NodeRef {
+        NodeRef {
+            version: self.version,
+            offset: 0,
+            size: self.capacity,
+        }
+    }
+}
+
+/// A lower version that was assigned but not yet published when this write got its version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    pub version: Version,
+    pub span: Span,
+    pub capacity: u64,
+}
+
+/// Everything needed to build a version's metadata.
+#[derive(Clone, Debug)]
+pub struct WritePlan<'a> {
+    pub chunk_size: u64,
+    pub version: Version,
+    /// The range the write covers (offset fixed by the manager for appends).
+    pub span: Span,
+    /// Tree capacity of this version.
+    pub capacity: u64,
+    /// The write's data as stored, in order; lengths sum to `span.size`.
+    pub chunks: &'a [StoredChunk],
+    pub published: Option<PublishedTree>,
+    /// Lower in-flight versions (any order).
+    pub in_flight: &'a [InFlight],
+}
+
+impl WritePlan<'_> {
+    fn validate(&self) -> Result<(), MetaError> {
+        let total: u64 = self.chunks.iter().map(|c| c.len).sum();
+        let bad = |m: String| Err(MetaError::Inconsistent(m));
+        if self.span.size == 0 {
+            return bad("empty write".into());
+        }
+        if total != self.span.size {
+            return bad(format!("chunks hold {total} bytes, write spans {}", self.span.size));
+        }
+        if self.capacity < self.span.end() || !self.chunk_size.is_power_of_two() {
+            return bad(format!("capacity {} below write end {}", self.capacity, self.span.end()));
+        }
+        if let Some(p) = self.published {
+            if p.version >= self.version || p.capacity > self.capacity {
+                return bad(format!("published tree {p:?} is not below version {}", self.version));
+            }
+        }
+        if self.in_flight.iter().any(|f| f.version >= self.version) {
+            return bad("in-flight version not below the new version".into());
+        }
+        Ok(())
+    }
+
+    /// The highest in-flight version whose range intersects `slot`, as a reference to its node
+    /// for `slot` (or to its whole tree when that tree is smaller than `slot`).
+    fn in_flight_label(&self, slot: Span) -> Option<NodeRef> {
+        let u = self
+            .in_flight
+            .iter()
+            .filter(|f| f.span.intersects(&slot))
+            .max_by_key(|f| f.version)?;
+        Some(label_ref(u.version, u.capacity, slot))
+    }
+
+    fn in_flight_count(&self, slot: Span) -> u32 {
+        self.in_flight.iter().filter(|f| f.span.intersects(&slot)).count() as u32
+    }
+
+    /// This write's data inside `slot`, as chunk pieces.
+    fn pieces_in(&self, slot: Span) -> Vec<ChunkPiece> {
+        let mut pieces = Vec::new();
+        let mut start = self.span.offset;
+        for c in self.chunks {
+            let piece = ChunkPiece {
+                start,
+                len: c.len,
+                chunk: c.chunk,
+                chunk_offset: 0,
+                replicas: c.replicas.clone(),
+            };
+            if let Some(p) = piece.clip(&slot) {
+                pieces.push(p);
+            }
+            start += c.len;
+        }
+        pieces
+    }
+}
+
+/// Reference to version `version`'s node for `slot`, given that version's tree capacity.
+fn label_ref(version: Version, capacity: u64, slot: Span) -> NodeRef {
+    if capacity >= slot.end() {
+        NodeRef {
+            version,
+            offset: slot.offset,
+            size: slot.size,
+        }
+    } else {
+        // A version whose whole tree is smaller than the slot (left spine of a grown tree).
+        NodeRef {
+            version,
+            offset: 0,
+            size: capacity,
+        }
+    }
+}
+
+fn newer(a: Option<NodeRef>, b: Option<NodeRef>) -> Option<NodeRef> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if y.version > x.version { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// A slot of the new tree that the write intersects, with the published tree's reference for it.
+struct Frontier {
+    slot: Span,
+    published: Option<NodeRef>,
+}
+
+/// Nodes (keyed by their reference) that version `plan.version` adds. O(log n) inner nodes plus
+/// one leaf per chunk slot the write touches.
+pub async fn build_version<S: NodeSource>(
+    plan: &WritePlan<'_>,
+    source: &S,
+) -> Result<Vec<(NodeRef, Node)>, S::Error> {
+    plan.validate()?;
+    let cs = plan.chunk_size;
+    let mut out = Vec::new();
+    let mut frontier = vec![Frontier {
+        slot: Span::new(0, plan.capacity),
+        published: plan.published.map(|p| p.root()),
+    }];
+    while !frontier.is_empty() {
+        // Fetch, in one batch, the published nodes whose children this level needs.
+        let wanted: Vec<NodeRef> = frontier
+            .iter()
+            .filter_map(|f| f.published.filter(|p| p.size == f.slot.size))
+            .collect();
+        let fetched = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            source.fetch(&wanted).await?
+        };
+        let mut fetched = wanted.into_iter().zip(fetched).collect::<Vec<_>>().into_iter();
+        let mut next = Vec::new();
+        for f in frontier {
+            let published_node = match f.published {
+                Some(p) if p.size == f.slot.size => fetched.next().map(|(_, n)| n),
+                _ => None,
+            };
+            let me = NodeRef {
+                version: plan.version,
+                offset: f.slot.offset,
+                size: f.slot.size,
+            };
+            if f.slot.size == cs {
+                let leaf = build_leaf(plan, f.slot, f.published, published_node, source).await?;
+                out.push((me, leaf));
+                continue;
+            }
+            let (pub_left, pub_right) = published_children(f.slot, f.published, published_node)?;
+            let half = f.slot.size / 2;
+            let halves = [
+                (Span::new(f.slot.offset, half), pub_left),
+                (Span::new(f.slot.offset + half, half), pub_right),
+            ];
+            let mut refs = [None, None];
+            for (i, (slot, published)) in halves.into_iter().enumerate() {
+                if slot.intersects(&plan.span) {
+                    refs[i] = Some(NodeRef {
+                        version: plan.version,
+                        offset: slot.offset,
+                        size: slot.size,
+                    });
+                    next.push(Frontier { slot, published });
+                } else {
+                    refs[i] = newer(published, plan.in_flight_label(slot));
+                }
+            }
+            out.push((
+                me,
+                Node::Inner {
+                    left: refs[0],
+                    right: refs[1],
+                },
+            ));
+        }
+        frontier = next;
+    }
+    Ok(out)
+}
+
+/// The published tree's references for the two halves of `slot`.
+fn published_children(
+    slot: Span,
+    published: Option<NodeRef>,
+    node: Option<Arc<Node>>,
+) -> Result<(Option<NodeRef>, Option<NodeRef>), MetaError> {
+    let Some(p) = published else {
+        return Ok((None, None));
+    };
+    if p.size < slot.size {
+        // The published tree is smaller than this slot: it all lies in the left half.
+        return Ok((Some(p), None));
+    }
+    match node.as_deref() {
+        Some(Node::Inner { left, right }) => Ok((*left, *right)),
+        Some(Node::Leaf { .. }) => Err(MetaError::Inconsistent(format!(
+            "leaf found where inner node {p:?} expected"
+        ))),
+        None => Err(MetaError::Missing(p)),
+    }
+}
+
+async fn build_leaf<S: NodeSource>(
+    plan: &WritePlan<'_>,
+    slot: Span,
+    published: Option<NodeRef>,
+    published_leaf: Option<Arc<Node>>,
+    source: &S,
+) -> Result<Node, S::Error> {
+    let own = plan.pieces_in(slot);
+    let covered: u64 = own.iter().map(|p| p.len).sum();
+    if covered == slot.size {
+        return Ok(Node::Leaf {
+            pieces: own,
+            base: None,
+            depth: 0,
+        });
+    }
+    let published_depth = match published_leaf.as_deref() {
+        Some(Node::Leaf { depth, .. }) => *depth,
+        Some(Node::Inner { .. }) => {
+            return Err(MetaError::Inconsistent(format!(
+                "inner node found where leaf {published:?} expected"
+            ))
+            .into())
+        }
+        None => 0,
+    };
+    let in_flight = plan.in_flight_label(slot);
+    let base = newer(published, in_flight);
+    let Some(base) = base else {
+        return Ok(Node::Leaf {
+            pieces: own,
+            base: None,
+            depth: 0,
+        });
+    };
+    let from_published = Some(base) == published;
+    let depth = published_depth + plan.in_flight_count(slot) + 1;
+    if from_published && depth > MAX_LEAF_CHAIN {
+        // Flatten: inherit the published leaf's resolved pieces for the bytes we do not write.
+        let mut pieces = own;
+        for gap in gaps(slot, &pieces) {
+            for seg in crate::resolve::resolve_leaf_chain(base, gap, source).await? {
+                if let Segment::Data(p) = seg {
+                    pieces.push(p);
+                }
+            }
+        }
+        pieces.sort_by_key(|p| p.start);
+        return Ok(Node::Leaf {
+            pieces: merge_adjacent(pieces),
+            base: None,
+            depth: 0,
+        });
+    }
+    Ok(Node::Leaf {
+        pieces: own,
+        base: Some(base),
+        depth,
+    })
+}
+
+/// Parts of `slot` not covered by `pieces` (which lie inside `slot`).
+pub(crate) fn gaps(slot: Span, pieces: &[ChunkPiece]) -> Vec<Span> {
+    let mut sorted: Vec<Span> = pieces.iter().map(|p| p.span()).collect();
+    sorted.sort_by_key(|s| s.offset);
+    let mut out = Vec::new();
+    let mut at = slot.offset;
+    for s in sorted {
+        if s.offset > at {
+            out.push(Span::new(at, s.offset - at));
+        }
+        at = at.max(s.end());
+    }
+    if at < slot.end() {
+        out.push(Span::new(at, slot.end() - at));
+    }
+    out
+}
+
+/// Joins pieces that continue each other inside the same chunk.
+fn merge_adjacent(pieces: Vec<ChunkPiece>) -> Vec<ChunkPiece> {
+    let mut out: Vec<ChunkPiece> = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        if let Some(last) = out.last_mut() {
+            if last.chunk == p.chunk
+                && last.start + last.len == p.start
+                && last.chunk_offset + last.len == p.chunk_offset
+            {
+                last.len += p.len;
+                continue;
+            }
+        }
+        out.push(p);
+    }
+    out
+}

@@ -1,0 +1,42 @@
+//! The versioned metadata of a BLOB: one segment tree per version, sharing unchanged subtrees
+//! with earlier versions (BlobSeer, section III).
+//!
+//! This crate is pure logic over a [`NodeSource`] (where nodes are fetched from): the client
+//! plugs in the metadata DHT, tests plug in a map. [`build::build_version`] creates the nodes a
+//! write adds; [`resolve::resolve_range`] maps a byte range of a version to chunk pieces.
+
+pub mod build;
+pub mod resolve;
+pub mod types;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use build::{build_version, InFlight, PublishedTree, WritePlan};
+pub use resolve::resolve_range;
+pub use types::*;
+
+/// Writers flatten a leaf's base chain into one piece list once it is this long, so readers
+/// never follow long chains (small appends would otherwise chain one leaf per append).
+pub const MAX_LEAF_CHAIN: u32 = 8;
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum MetaError {
+    #[error("metadata node {0:?} not found")]
+    Missing(NodeRef),
+    #[error("inconsistent metadata: {0}")]
+    Inconsistent(String),
+}
+
+/// Where tree nodes of one blob are fetched from. Implementations should fetch the batch in
+/// parallel and may cache: nodes are immutable.
+pub trait NodeSource: Sync {
+    /// The source's own error (network errors keep their kind through tree walks).
+    type Error: From<MetaError> + Send;
+
+    /// Nodes for `refs`, in the same order; a missing node is an error.
+    fn fetch(
+        &self,
+        refs: &[NodeRef],
+    ) -> impl Future<Output = Result<Vec<Arc<Node>>, Self::Error>> + Send;
+}

@@ -1,0 +1,149 @@
+//! The immutable records of the metadata tree and the ranges they cover.
+
+use serde::{Deserialize, Serialize};
+
+pub type BlobId = u64;
+pub type Version = u64;
+pub type ProviderId = u32;
+
+/// Identifier of an immutable chunk. Clients draw them at random (128 bits), so chunks can be
+/// stored before the version that will reference them is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ChunkId(pub u128);
+
+impl std::fmt::Display for ChunkId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// A half-open byte range `[offset, offset + size)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Span {
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl Span {
+    pub fn new(offset: u64, size: u64) -> Self {
+        Span { offset, size }
+    }
+    pub fn end(&self) -> u64 {
+        self.offset + self.size
+    }
+    pub fn intersects(&self, other: &Span) -> bool {
+        self.offset < other.end() && other.offset < self.end()
+    }
+    pub fn intersection(&self, other: &Span) -> Option<Span> {
+        let start = self.offset.max(other.offset);
+        let end = self.end().min(other.end());
+        (start < end).then(|| Span::new(start, end - start))
+    }
+    pub fn contains(&self, other: &Span) -> bool {
+        self.offset <= other.offset && other.end() <= self.end()
+    }
+}
+
+/// Reference to a tree node: the node of version `version` covering `[offset, offset + size)`.
+///
+/// A parent refers to a child covering less than the child's slot only on the left spine of a
+/// grown tree (the old root of a smaller tree); the uncovered rest of the slot is a hole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeRef {
+    pub version: Version,
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl NodeRef {
+    pub fn span(&self) -> Span {
+        Span::new(self.offset, self.size)
+    }
+}
+
+/// Global key of a node in the metadata DHT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeKey {
+    pub blob: BlobId,
+    pub node: NodeRef,
+}
+
+/// A piece of a stored chunk mapped into the blob: bytes `[start, start + len)` of the blob are
+/// bytes `[chunk_offset, chunk_offset + len)` of `chunk`, which lives on `replicas`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkPiece {
+    pub start: u64,
+    pub len: u64,
+    pub chunk: ChunkId,
+    pub chunk_offset: u64,
+    pub replicas: Vec<ProviderId>,
+}
+
+impl ChunkPiece {
+    pub fn span(&self) -> Span {
+        Span::new(self.start, self.len)
+    }
+
+    /// The part of this piece that falls inside `span`, if any.
+    pub fn clip(&self, span: &Span) -> Option<ChunkPiece> {
+        let cut = self.span().intersection(span)?;
+        Some(ChunkPiece {
+            start: cut.offset,
+            len: cut.size,
+            chunk: self.chunk,
+            chunk_offset: self.chunk_offset + (cut.offset - self.start),
+            replicas: self.replicas.clone(),
+        })
+    }
+}
+
+/// A node of a version's segment tree. Immutable once stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Node {
+    /// Covers twice the size of each child. `None` is a hole (reads as zeros).
+    Inner {
+        left: Option<NodeRef>,
+        right: Option<NodeRef>,
+    },
+    /// Covers one chunk-sized slot of the blob. Bytes of the slot not covered by `pieces` come
+    /// from `base` (an earlier leaf of the same slot) or, without a base, are zeros.
+    Leaf {
+        pieces: Vec<ChunkPiece>,
+        base: Option<NodeRef>,
+        /// Upper bound of the length of the base chain below this leaf; writers flatten the
+        /// chain when it grows past [`crate::MAX_LEAF_CHAIN`].
+        depth: u32,
+    },
+}
+
+/// A physical chunk of a write's data, in data order: the write's bytes
+/// `[data_offset, data_offset + len)` were stored as chunk `chunk` on `replicas`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredChunk {
+    pub chunk: ChunkId,
+    pub len: u64,
+    pub replicas: Vec<ProviderId>,
+}
+
+/// What a reader gets for a range: data from a chunk, or zeros.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Segment {
+    Zeros(Span),
+    Data(ChunkPiece),
+}
+
+impl Segment {
+    pub fn span(&self) -> Span {
+        match self {
+            Segment::Zeros(s) => *s,
+            Segment::Data(p) => p.span(),
+        }
+    }
+}
+
+/// Capacity (tree size) a blob of `size` bytes needs: the chunk size times the smallest power of
+/// two whose multiple covers `size`, at least one chunk.
+pub fn capacity_for(chunk_size: u64, size: u64) -> u64 {
+    let chunks = size.div_ceil(chunk_size).max(1);
+    chunk_size.saturating_mul(chunks.next_power_of_two())
+}

@@ -1,0 +1,218 @@
+//! Registration with the manager and periodic heartbeats carrying the provider's state.
+//!
+//! The id the manager assigns is kept in `provider.id`, so a restarted provider registers
+//! under its old id and the replicas it holds stay reachable under that id.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tomus_metadata::ProviderId;
+use tomus_wire::{
+    unexpected, Error, ErrorKind, LoadGauge, Pool, ProviderReport, Request, Response, Result,
+};
+
+use crate::chunk_store::ChunkStore;
+use crate::{blocking, disk_space, io_error};
+
+const ID_FILE: &str = "provider.id";
+/// Minimum time between repeated warnings about the same ongoing problem.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(2);
+/// Guards against a zero interval, which would spin.
+const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+pub(crate) struct Heartbeat {
+    pub pool: Arc<Pool>,
+    pub manager: String,
+    pub advertise: String,
+    pub data_dir: PathBuf,
+    pub chunks: ChunkStore,
+    pub load: Arc<LoadGauge>,
+    pub interval: Duration,
+    pub fsync: bool,
+}
+
+/// Lets a warning through at most once per [`WARN_EVERY`].
+#[derive(Default)]
+struct WarnLimiter(Option<Instant>);
+
+impl WarnLimiter {
+    fn allow(&mut self) -> bool {
+        let now = Instant::now();
+        match self.0 {
+            Some(last) if now.duration_since(last) < WARN_EVERY => false,
+            _ => {
+                self.0 = Some(now);
+                true
+            }
+        }
+    }
+}
+
+impl Heartbeat {
+    /// Registers with the manager, retrying with backoff until it answers (it may start after
+    /// the provider). Fails only if the stored id cannot be read or the new one not saved.
+    pub async fn register(&self) -> Result<ProviderId> {
+        let id_path = self.data_dir.join(ID_FILE);
+        let stored = {
+            let path = id_path.clone();
+            blocking(move || read_id(&path)).await?
+        };
+        let mut delay = FIRST_RETRY;
+        let mut warn = WarnLimiter::default();
+        loop {
+            let req = Request::Register {
+                id: stored,
+                addr: self.advertise.clone(),
+                report: self.report().await,
+            };
+            let outcome = match self.pool.call(&self.manager, &req, &[]).await {
+                Ok((Response::Registered(id), _)) => Ok(id),
+                Ok((other, _)) => Err(unexpected(&other)),
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(id) => {
+                    if stored != Some(id) {
+                        let path = id_path.clone();
+                        let fsync = self.fsync;
+                        blocking(move || write_id(&path, id, fsync)).await?;
+                    }
+                    return Ok(id);
+                }
+                Err(e) => {
+                    if warn.allow() {
+                        tracing::warn!(
+                            "cannot register with the manager at {}: {e} (retrying)",
+                            self.manager
+                        );
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(MAX_RETRY);
+                }
+            }
+        }
+    }
+
+    /// Sends a heartbeat every interval, forever. Registers again when the manager no longer
+    /// knows this provider (its registry was reset).
+    pub async fn run(&self, mut id: ProviderId) {
+        let mut ticker = tokio::time::interval(self.interval.max(MIN_INTERVAL));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick fires at once; registration has just reported the state.
+        ticker.tick().await;
+        let mut warn = WarnLimiter::default();
+        let mut failing = false;
+        loop {
+            ticker.tick().await;
+            let req = Request::Heartbeat {
+                id,
+                report: self.report().await,
+            };
+            let error = match self.pool.call(&self.manager, &req, &[]).await {
+                Ok((Response::Ok, _)) => None,
+                Ok((other, _)) => Some(unexpected(&other)),
+                Err(e) if e.kind == ErrorKind::NotFound => {
+                    tracing::info!("the manager does not know provider {id}; registering again");
+                    match self.register().await {
+                        Ok(new_id) => {
+                            if new_id != id {
+                                tracing::info!("registered as provider {new_id} (was {id})");
+                            }
+                            id = new_id;
+                            None
+                        }
+                        Err(e) => Some(e),
+                    }
+                }
+                Err(e) => Some(e),
+            };
+            match error {
+                None if failing => {
+                    tracing::info!("heartbeats to the manager at {} work again", self.manager);
+                    failing = false;
+                }
+                None => {}
+                Some(e) => {
+                    failing = true;
+                    if warn.allow() {
+                        tracing::warn!("heartbeat to the manager at {} failed: {e}", self.manager);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn report(&self) -> ProviderReport {
+        let dir = self.data_dir.clone();
+        let (capacity, free) = blocking(move || Ok(disk_space(&dir)))
+            .await
+            .unwrap_or((0, 0));
+        ProviderReport {
+            capacity,
+            free,
+            chunks: self.chunks.stats().chunks,
+            load: self.load.current(),
+        }
+    }
+}
+
+/// The id saved by an earlier run, if any. A damaged file is an error rather than a reason to
+/// register as a new provider, which would orphan the chunks stored under the old id.
+fn read_id(path: &Path) -> Result<Option<ProviderId>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+            Error::internal(format!(
+                "{} does not hold a provider id: {:?}",
+                path.display(),
+                text.trim()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error(format_args!("reading {}", path.display()), e)),
+    }
+}
+
+/// Saves the id atomically (temp file and rename), so a crash never leaves a damaged file.
+fn write_id(path: &Path, id: ProviderId, fsync: bool) -> Result<()> {
+    let tmp = path.with_extension("id.tmp");
+    let write = || -> std::io::Result<()> {
+        let file = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut &file, format!("{id}\n").as_bytes())?;
+        if fsync {
+            file.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)?;
+        if fsync {
+            if let Some(dir) = path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+        }
+        Ok(())
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_error(format_args!("saving provider id to {}", path.display()), e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    #[test]
+    fn id_file_round_trip_and_damage() {
+        let dir = TempDir::new("id");
+        let path = dir.path().join(ID_FILE);
+        assert_eq!(read_id(&path).unwrap(), None);
+        write_id(&path, 42, true).unwrap();
+        assert_eq!(read_id(&path).unwrap(), Some(42));
+        write_id(&path, 43, false).unwrap();
+        assert_eq!(read_id(&path).unwrap(), Some(43));
+        std::fs::write(&path, "forty-two").unwrap();
+        assert_eq!(read_id(&path).unwrap_err().kind, ErrorKind::Internal);
+    }
+}

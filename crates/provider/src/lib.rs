@@ -1,0 +1,409 @@
+//! The tomus provider: stores immutable, checksummed chunks on local disk (optionally cached in
+//! a memory tier) and one shard of the metadata DHT, and reports itself to the manager.
+
+pub mod chunk_store;
+mod heartbeat;
+pub mod memory_tier;
+pub mod meta_store;
+pub mod service;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tomus_wire::{check_bind, ClusterSecret, Error, LoadGauge, Pool, Result, RpcConfig};
+
+use crate::chunk_store::ChunkStore;
+use crate::heartbeat::Heartbeat;
+use crate::memory_tier::MemoryTier;
+use crate::meta_store::MetaStore;
+use crate::service::ProviderService;
+
+/// Requests to the manager must fail fast: a stuck heartbeat would hide the provider's state.
+const MANAGER_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Debug)]
+pub struct ProviderConfig {
+    /// Holds the chunk files, the metadata log and the provider id.
+    pub data_dir: PathBuf,
+    /// `host:port` to listen on (port 0: any free port).
+    pub listen: String,
+    /// Address to register with (default: the bound address).
+    pub advertise: Option<String>,
+    /// `host:port` of the manager.
+    pub manager: String,
+    pub secret: Option<ClusterSecret>,
+    /// Bytes of recently written chunks kept in memory (0: no memory tier).
+    pub memory_tier_bytes: u64,
+    pub heartbeat_interval: Duration,
+    /// Sync chunk files and metadata log records to disk before acknowledging them.
+    pub fsync: bool,
+}
+
+/// Runs the provider until the process ends. Sends the advertised address on `ready` once it
+/// is serving and registered with the manager.
+pub async fn run(
+    config: ProviderConfig,
+    ready: Option<tokio::sync::oneshot::Sender<String>>,
+) -> Result<()> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        io_error(
+            format_args!("cannot create data dir {}", config.data_dir.display()),
+            e,
+        )
+    })?;
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| Error::invalid(format!("cannot listen on {}: {e}", config.listen)))?;
+    let local = listener.local_addr()?;
+    check_bind(&local, config.secret.as_ref())?;
+    let advertise = config
+        .advertise
+        .clone()
+        .unwrap_or_else(|| local.to_string());
+    if local.ip().is_unspecified() && config.advertise.is_none() {
+        tracing::warn!("advertising the wildcard address {advertise}; set an advertise address");
+    }
+
+    let chunks = ChunkStore::open(config.data_dir.join("chunks"), config.fsync).await?;
+    let meta = MetaStore::open(config.data_dir.join("meta.log"), config.fsync).await?;
+    let tier = (config.memory_tier_bytes > 0).then(|| MemoryTier::new(config.memory_tier_bytes));
+    let stats = chunks.stats();
+    tracing::info!(
+        "provider listening on {local}, {} chunks ({} bytes) in {}",
+        stats.chunks,
+        stats.bytes,
+        config.data_dir.display()
+    );
+    let service = Arc::new(ProviderService::new(chunks.clone(), tier, meta));
+    let load = Arc::new(LoadGauge::default());
+    let pool = Pool::new(RpcConfig {
+        connect_timeout: MANAGER_TIMEOUT,
+        request_timeout: MANAGER_TIMEOUT,
+        secret: config.secret.clone(),
+    });
+    let heartbeat = Heartbeat {
+        pool,
+        manager: config.manager.clone(),
+        advertise: advertise.clone(),
+        data_dir: config.data_dir.clone(),
+        chunks,
+        load: load.clone(),
+        interval: config.heartbeat_interval,
+        fsync: config.fsync,
+    };
+
+    // Serve while registering: the manager may contact the provider before it answers, and
+    // clients that still know this provider from before a restart can read from it at once.
+    let serving = tomus_wire::serve(listener, config.secret.clone(), service, load);
+    tokio::pin!(serving);
+    let id = tokio::select! {
+        _ = &mut serving => return Err(Error::internal("provider accept loop ended")),
+        id = heartbeat.register() => id?,
+    };
+    tracing::info!("registered with the manager as provider {id} at {advertise}");
+    if let Some(tx) = ready {
+        let _ = tx.send(advertise);
+    }
+    tokio::select! {
+        _ = serving => Err(Error::internal("provider accept loop ended")),
+        _ = heartbeat.run(id) => Err(Error::internal("provider heartbeat loop ended")),
+    }
+}
+
+/// Capacity and free space (available to unprivileged users) of the file system holding
+/// `path`, in bytes. Reports `(0, 0)` when the file system cannot be queried, so the manager
+/// places nothing on a provider whose disk state is unknown.
+pub fn disk_space(path: &Path) -> (u64, u64) {
+    let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+        return (0, 0);
+    };
+    // SAFETY: statvfs is plain old data, all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c_path is a valid NUL-terminated string and st a writable statvfs.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut st) };
+    if rc != 0 {
+        tracing::warn!(
+            "statvfs {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+        return (0, 0);
+    }
+    // The field types differ between platforms (u32 or u64), so the casts are needed somewhere.
+    #[allow(clippy::unnecessary_cast)]
+    let (blocks, avail, frsize) = (st.f_blocks as u64, st.f_bavail as u64, st.f_frsize as u64);
+    (blocks.saturating_mul(frsize), avail.saturating_mul(frsize))
+}
+
+/// An I/O error with what was being done; keeps the kind the wire crate derives (ENOSPC is
+/// `NoSpace`).
+pub(crate) fn io_error(context: impl std::fmt::Display, e: std::io::Error) -> Error {
+    let base = Error::from(e);
+    Error::new(base.kind, format!("{context}: {}", base.message))
+}
+
+/// Runs blocking file I/O off the async worker threads.
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::internal(format!("blocking I/O task failed: {e}")))?
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new(tag: &str) -> Self {
+            static COUNTER: AtomicU64 = AtomicU64::new(0);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            let path = std::env::temp_dir().join(format!(
+                "tomus-provider-{tag}-{}-{nanos}-{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&path).expect("create temp dir");
+            TempDir(path)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use bytes::Bytes;
+    use tomus_metadata::{ChunkId, Node, NodeKey, NodeRef};
+    use tomus_wire::{ErrorKind, Handler, Request, Response};
+
+    use super::*;
+    use crate::testutil::TempDir;
+
+    /// Answers registrations with id 7 (or the id the provider already has) and counts
+    /// heartbeats; with `forget`, it answers heartbeats as if it had lost the registration.
+    struct FakeManager {
+        registers: AtomicU32,
+        heartbeats: AtomicU32,
+        last_register_id: std::sync::Mutex<Option<Option<u32>>>,
+        forget: bool,
+    }
+
+    impl FakeManager {
+        fn new(forget: bool) -> Arc<Self> {
+            Arc::new(FakeManager {
+                registers: AtomicU32::new(0),
+                heartbeats: AtomicU32::new(0),
+                last_register_id: std::sync::Mutex::new(None),
+                forget,
+            })
+        }
+    }
+
+    impl Handler for FakeManager {
+        async fn handle(&self, req: Request, _body: Bytes) -> (Response, Bytes) {
+            let resp = match req {
+                Request::Register { id, .. } => {
+                    self.registers.fetch_add(1, Ordering::SeqCst);
+                    *self.last_register_id.lock().unwrap() = Some(id);
+                    Response::Registered(id.unwrap_or(7))
+                }
+                Request::Heartbeat { id, report } => {
+                    assert_eq!(id, 7);
+                    assert!(report.capacity > 0);
+                    self.heartbeats.fetch_add(1, Ordering::SeqCst);
+                    if self.forget {
+                        Response::Err(Error::not_found("unknown provider"))
+                    } else {
+                        Response::Ok
+                    }
+                }
+                _ => Response::Err(Error::invalid("not a manager request")),
+            };
+            (resp, Bytes::new())
+        }
+    }
+
+    async fn start_manager(manager: Arc<FakeManager>, listener: TcpListener) {
+        tokio::spawn(tomus_wire::serve(
+            listener,
+            None,
+            manager,
+            Arc::new(LoadGauge::default()),
+        ));
+    }
+
+    fn config(dir: &Path, manager: String) -> ProviderConfig {
+        ProviderConfig {
+            data_dir: dir.join("data"),
+            listen: "127.0.0.1:0".into(),
+            advertise: None,
+            manager,
+            secret: None,
+            memory_tier_bytes: 1 << 20,
+            heartbeat_interval: Duration::from_millis(30),
+            fsync: true,
+        }
+    }
+
+    async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if cond() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn serves_chunks_and_nodes_and_heartbeats() {
+        let dir = TempDir::new("run");
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let manager_addr = listener.local_addr().unwrap().to_string();
+        let manager = FakeManager::new(false);
+        start_manager(manager.clone(), listener).await;
+
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let provider = tokio::spawn(run(config(dir.path(), manager_addr), Some(tx)));
+        let addr = tokio::time::timeout(Duration::from_secs(10), rx)
+            .await
+            .unwrap()
+            .unwrap();
+        let stored = std::fs::read_to_string(dir.path().join("data/provider.id")).unwrap();
+        assert_eq!(stored.trim(), "7");
+
+        let pool = Pool::new(RpcConfig::default());
+        let id = ChunkId(0xabcdef);
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let (resp, _) = pool
+            .call(&addr, &Request::PutChunk { id }, &data)
+            .await
+            .unwrap();
+        assert_eq!(resp, Response::Ok);
+        let get = Request::GetChunk {
+            id,
+            offset: 65_000,
+            len: 70_000,
+        };
+        let (resp, body) = pool.call(&addr, &get, &[]).await.unwrap();
+        assert_eq!(resp, Response::Chunk);
+        assert_eq!(&body[..], &data[65_000..135_000]);
+        let missing = Request::GetChunk {
+            id: ChunkId(1),
+            offset: 0,
+            len: 1,
+        };
+        let err = pool.call(&addr, &missing, &[]).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound);
+
+        let key = NodeKey {
+            blob: 3,
+            node: NodeRef {
+                version: 1,
+                offset: 0,
+                size: 4096,
+            },
+        };
+        let node = Node::Inner {
+            left: None,
+            right: None,
+        };
+        let put = Request::PutNodes {
+            nodes: vec![(key, node.clone())],
+        };
+        assert_eq!(pool.call(&addr, &put, &[]).await.unwrap().0, Response::Ok);
+        let get = Request::GetNodes { keys: vec![key] };
+        assert_eq!(
+            pool.call(&addr, &get, &[]).await.unwrap().0,
+            Response::Nodes(vec![Some(node)])
+        );
+        assert_eq!(
+            pool.call(&addr, &Request::Ping, &[]).await.unwrap().0,
+            Response::Ok
+        );
+        let err = pool
+            .call(&addr, &Request::ListBlobs, &[])
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidArgument);
+
+        wait_for("heartbeats", || {
+            manager.heartbeats.load(Ordering::SeqCst) >= 3
+        })
+        .await;
+        assert_eq!(manager.registers.load(Ordering::SeqCst), 1);
+        provider.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn reregisters_when_manager_forgets_and_waits_for_late_manager() {
+        let dir = TempDir::new("rereg");
+        // Reserve a port for a manager that starts only after the provider.
+        let probe = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let manager_addr = probe.local_addr().unwrap().to_string();
+        drop(probe);
+
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let provider = tokio::spawn(run(config(dir.path(), manager_addr.clone()), Some(tx)));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let manager = FakeManager::new(true);
+        start_manager(
+            manager.clone(),
+            TcpListener::bind(&manager_addr).await.unwrap(),
+        )
+        .await;
+        tokio::time::timeout(Duration::from_secs(10), rx)
+            .await
+            .unwrap()
+            .unwrap();
+        wait_for("re-registration", || {
+            manager.registers.load(Ordering::SeqCst) >= 3
+        })
+        .await;
+        // Re-registrations present the id the provider was given.
+        assert_eq!(*manager.last_register_id.lock().unwrap(), Some(Some(7)));
+        provider.abort();
+    }
+
+    #[tokio::test]
+    async fn refuses_public_address_without_secret() {
+        let dir = TempDir::new("bind");
+        let mut cfg = config(dir.path(), "127.0.0.1:1".into());
+        cfg.listen = "0.0.0.0:0".into();
+        let err = run(cfg, None).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::AuthFailed);
+    }
+
+    #[test]
+    fn disk_space_of_temp_dir() {
+        let (capacity, free) = disk_space(&std::env::temp_dir());
+        assert!(capacity > 0);
+        assert!(free <= capacity);
+        assert_eq!(disk_space(Path::new("/nonexistent/tomus")), (0, 0));
+    }
+}

@@ -1,0 +1,110 @@
+//! The provider's RPC service: chunk reads and writes and the metadata shard.
+
+use bytes::Bytes;
+use tomus_metadata::ChunkId;
+use tomus_wire::{Error, ErrorKind, Handler, Request, Response, Result};
+
+use crate::chunk_store::{check_range, ChunkStore};
+use crate::memory_tier::MemoryTier;
+use crate::meta_store::MetaStore;
+
+pub struct ProviderService {
+    chunks: ChunkStore,
+    tier: Option<MemoryTier>,
+    meta: MetaStore,
+}
+
+impl ProviderService {
+    pub fn new(chunks: ChunkStore, tier: Option<MemoryTier>, meta: MetaStore) -> Self {
+        ProviderService { chunks, tier, meta }
+    }
+
+    /// Writes through: the chunk is on disk before it is cached or acknowledged.
+    async fn put_chunk(&self, id: ChunkId, data: Bytes) -> Result<()> {
+        self.chunks.put(id, data.clone()).await?;
+        if let Some(tier) = &self.tier {
+            tier.insert(id, data);
+        }
+        Ok(())
+    }
+
+    async fn get_chunk(&self, id: ChunkId, offset: u64, len: u64) -> Result<Bytes> {
+        if let Some(data) = self.tier.as_ref().and_then(|tier| tier.get(id)) {
+            let range = check_range(id, offset, len, data.len() as u64)?;
+            return Ok(data.slice(range));
+        }
+        self.chunks.get(id, offset, len).await
+    }
+
+    async fn dispatch(&self, req: Request, body: Bytes) -> Result<(Response, Bytes)> {
+        let ok = (Response::Ok, Bytes::new());
+        match req {
+            Request::PutChunk { id } => self.put_chunk(id, body).await.map(|()| ok),
+            Request::GetChunk { id, offset, len } => self
+                .get_chunk(id, offset, len)
+                .await
+                .map(|data| (Response::Chunk, data)),
+            Request::PutNodes { nodes } => self.meta.put_nodes(nodes).await.map(|()| ok),
+            Request::GetNodes { keys } => {
+                Ok((Response::Nodes(self.meta.get_nodes(&keys)), Bytes::new()))
+            }
+            Request::Ping => Ok(ok),
+            _ => Err(Error::invalid("not a provider request")),
+        }
+    }
+}
+
+impl Handler for ProviderService {
+    async fn handle(&self, req: Request, body: Bytes) -> (Response, Bytes) {
+        match self.dispatch(req, body).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                // Damaged data and failing disks need an operator; the rest is the caller's
+                // business.
+                match e.kind {
+                    ErrorKind::Corrupt | ErrorKind::Internal | ErrorKind::NoSpace => {
+                        tracing::warn!("{e}")
+                    }
+                    _ => tracing::debug!("{e}"),
+                }
+                (Response::Err(e), Bytes::new())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    #[tokio::test]
+    async fn memory_tier_serves_ranges_and_checks_bounds() {
+        let dir = TempDir::new("service");
+        let chunks = ChunkStore::open(dir.path().join("chunks"), false)
+            .await
+            .unwrap();
+        let meta = MetaStore::open(dir.path().join("meta.log"), false)
+            .await
+            .unwrap();
+        let service = ProviderService::new(chunks, Some(MemoryTier::new(1 << 20)), meta);
+        let id = ChunkId(99);
+        let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let (resp, _) = service
+            .handle(Request::PutChunk { id }, Bytes::from(data.clone()))
+            .await;
+        assert_eq!(resp, Response::Ok);
+
+        // Remove the file: reads must come from memory now.
+        let name = id.to_string();
+        std::fs::remove_file(dir.path().join("chunks").join(&name[..2]).join(&name)).unwrap();
+        let get = |offset, len| Request::GetChunk { id, offset, len };
+        let (resp, body) = service.handle(get(10, 20), Bytes::new()).await;
+        assert_eq!(resp, Response::Chunk);
+        assert_eq!(&body[..], &data[10..30]);
+        let (resp, _) = service.handle(get(990, 11), Bytes::new()).await;
+        assert!(matches!(resp, Response::Err(e) if e.kind == ErrorKind::OutOfRange));
+        let (resp, _) = service.handle(Request::Providers, Bytes::new()).await;
+        assert!(matches!(resp, Response::Err(e) if e.kind == ErrorKind::InvalidArgument));
+    }
+}

@@ -1,0 +1,176 @@
+//! Cluster secret and the mutual HMAC handshake every connection starts with.
+//!
+//! Server -> client: magic, protocol version, "auth required" flag, 32-byte nonce.
+//! Client -> server: HMAC(secret, "client" || server nonce), 32-byte client nonce.
+//! Server -> client: status byte, HMAC(secret, "server" || client nonce).
+//! Without a secret (loopback-only servers) the MACs are zeros and not checked.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::Sha256;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::error::{Error, ErrorKind, Result};
+
+const MAGIC: &[u8; 4] = b"TOMS";
+const PROTOCOL_VERSION: u8 = 1;
+const STATUS_OK: u8 = 0;
+const STATUS_REFUSED: u8 = 1;
+
+/// Shared secret proving cluster membership.
+#[derive(Clone)]
+pub struct ClusterSecret(Vec<u8>);
+
+impl std::fmt::Debug for ClusterSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterSecret(..)")
+    }
+}
+
+impl ClusterSecret {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self> {
+        let bytes = bytes.into();
+        if bytes.len() < 16 {
+            return Err(Error::invalid("cluster secret must be at least 16 bytes"));
+        }
+        Ok(ClusterSecret(bytes))
+    }
+
+    /// The secret from `file` if given, else from `TOMUS_CLUSTER_SECRET`, else none.
+    pub fn load(file: Option<&Path>) -> Result<Option<Self>> {
+        if let Some(path) = file {
+            let text = std::fs::read(path).map_err(|e| {
+                Error::invalid(format!("cannot read secret file {}: {e}", path.display()))
+            })?;
+            let trimmed = String::from_utf8_lossy(&text).trim().as_bytes().to_vec();
+            return Self::new(trimmed).map(Some);
+        }
+        match std::env::var("TOMUS_CLUSTER_SECRET") {
+            Ok(s) if !s.is_empty() => Self::new(s.into_bytes()).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn mac(&self, label: &[u8], nonce: &[u8]) -> [u8; 32] {
+        // HMAC accepts keys of any length, so this cannot fail.
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("hmac key");
+        mac.update(label);
+        mac.update(nonce);
+        mac.finalize().into_bytes().into()
+    }
+
+    fn verify(&self, label: &[u8], nonce: &[u8], tag: &[u8]) -> bool {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("hmac key");
+        mac.update(label);
+        mac.update(nonce);
+        mac.verify_slice(tag).is_ok()
+    }
+}
+
+/// Refuses to serve on a non-loopback address without a cluster secret.
+pub fn check_bind(addr: &SocketAddr, secret: Option<&ClusterSecret>) -> Result<()> {
+    if !addr.ip().is_loopback() && secret.is_none() {
+        return Err(Error::new(
+            ErrorKind::AuthFailed,
+            format!(
+                "refusing to listen on non-loopback address {addr} without a cluster secret \
+                 (set TOMUS_CLUSTER_SECRET or pass --secret-file)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn nonce() -> [u8; 32] {
+    let mut n = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut n);
+    n
+}
+
+fn io_err(e: std::io::Error) -> Error {
+    Error::unavailable(format!("handshake failed: {e}"))
+}
+
+/// Server side of the handshake. `Err` means the peer is refused (the reason is logged by the
+/// caller).
+pub async fn accept(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> Result<()> {
+    let server_nonce = nonce();
+    let mut hello = Vec::with_capacity(38);
+    hello.extend_from_slice(MAGIC);
+    hello.push(PROTOCOL_VERSION);
+    hello.push(secret.is_some() as u8);
+    hello.extend_from_slice(&server_nonce);
+    stream.write_all(&hello).await.map_err(io_err)?;
+
+    let mut reply = [0u8; 64];
+    stream.read_exact(&mut reply).await.map_err(io_err)?;
+    let (tag, client_nonce) = reply.split_at(32);
+    let mut answer = [0u8; 33];
+    if let Some(s) = secret {
+        if !s.verify(b"client", &server_nonce, tag) {
+            answer[0] = STATUS_REFUSED;
+            let _ = stream.write_all(&answer).await;
+            return Err(Error::new(
+                ErrorKind::AuthFailed,
+                "client did not prove the cluster secret",
+            ));
+        }
+        answer[1..].copy_from_slice(&s.mac(b"server", client_nonce));
+    }
+    answer[0] = STATUS_OK;
+    stream.write_all(&answer).await.map_err(io_err)
+}
+
+/// Client side of the handshake.
+pub async fn connect(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> Result<()> {
+    let mut hello = [0u8; 38];
+    stream.read_exact(&mut hello).await.map_err(io_err)?;
+    if &hello[..4] != MAGIC {
+        return Err(Error::protocol("peer is not a tomus server"));
+    }
+    if hello[4] != PROTOCOL_VERSION {
+        return Err(Error::protocol(format!(
+            "peer speaks protocol version {}, this client {}",
+            hello[4], PROTOCOL_VERSION
+        )));
+    }
+    let auth = hello[5] == 1;
+    let server_nonce = &hello[6..];
+    let client_nonce = nonce();
+    let mut reply = [0u8; 64];
+    match (auth, secret) {
+        (true, None) => {
+            return Err(Error::new(
+                ErrorKind::AuthFailed,
+                "server requires a cluster secret (set TOMUS_CLUSTER_SECRET or --secret-file)",
+            ))
+        }
+        (true, Some(s)) => reply[..32].copy_from_slice(&s.mac(b"client", server_nonce)),
+        (false, _) => {}
+    }
+    reply[32..].copy_from_slice(&client_nonce);
+    stream.write_all(&reply).await.map_err(io_err)?;
+    let mut answer = [0u8; 33];
+    stream.read_exact(&mut answer).await.map_err(|e| {
+        Error::new(
+            ErrorKind::AuthFailed,
+            format!("server closed the handshake (wrong cluster secret?): {e}"),
+        )
+    })?;
+    if answer[0] != STATUS_OK {
+        return Err(Error::new(ErrorKind::AuthFailed, "server refused the cluster secret"));
+    }
+    if let (true, Some(s)) = (auth, secret) {
+        if !s.verify(b"server", &client_nonce, &answer[1..]) {
+            return Err(Error::new(
+                ErrorKind::AuthFailed,
+                "server did not prove the cluster secret",
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! Requests and responses of the manager and provider RPC services.
+//!
+//! Bulk data (chunk contents) never goes through these enums: it travels as the frame's raw body
+//! next to the encoded header, so it is read straight into its final buffer.
+
+use serde::{Deserialize, Serialize};
+use tomus_metadata::{BlobId, ChunkId, Node, NodeKey, ProviderId, Span, Version};
+
+use crate::error::Error;
+
+/// Chunk sizes a blob may be created with: any power of two in this range.
+pub const MIN_CHUNK_SIZE: u64 = 4 << 10;
+pub const MAX_CHUNK_SIZE: u64 = 256 << 20;
+pub const DEFAULT_CHUNK_SIZE: u64 = 4 << 20;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobInfo {
+    pub id: BlobId,
+    pub chunk_size: u64,
+    pub replication: u32,
+    /// Latest published version (0: nothing written yet).
+    pub latest: Version,
+    /// Size at the latest published version.
+    pub size: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VersionState {
+    /// Assigned, not yet published.
+    Pending,
+    Published,
+    /// Given up: its writer's lease expired or the manager restarted before publication.
+    Aborted,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionInfo {
+    pub blob: BlobId,
+    pub version: Version,
+    /// The range this version wrote (empty for version 0).
+    pub span: Span,
+    /// Blob size at this version.
+    pub size: u64,
+    /// Tree capacity at this version (0 for version 0: no tree).
+    pub capacity: u64,
+    pub state: VersionState,
+    /// Whether it was an append.
+    pub append: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WriteOp {
+    Write { offset: u64, size: u64 },
+    Append { size: u64 },
+}
+
+/// The versions of a blob: every published version, and the ranges of version numbers that
+/// were given up (`[from, to)`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionList {
+    pub versions: Vec<VersionInfo>,
+    pub aborted: Vec<(Version, Version)>,
+}
+
+/// What a writer gets with its version number.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub version: Version,
+    /// Where the write lands (the append offset is fixed here) and the tree capacity it uses.
+    pub span: Span,
+    pub capacity: u64,
+    /// Latest published version at assignment time, with its capacity (`None`: empty blob).
+    pub published: Option<(Version, u64)>,
+    /// Lower versions still in flight: (version, range, capacity).
+    pub in_flight: Vec<(Version, Span, u64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderInfo {
+    pub id: ProviderId,
+    pub addr: String,
+    /// Host part of the address, used by the "local" placement policy.
+    pub host: String,
+    pub capacity: u64,
+    pub free: u64,
+    pub chunks: u64,
+    /// Requests in progress when it last reported.
+    pub load: u32,
+    pub alive: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Placement {
+    /// Spread chunks over the providers with the most free space and least load.
+    #[default]
+    Balanced,
+    /// Put the first replica on the writer's own host when a provider runs there.
+    Local,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderReport {
+    pub capacity: u64,
+    pub free: u64,
+    pub chunks: u64,
+    pub load: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    Ping,
+
+    // ---- manager: blobs and versions
+    CreateBlob {
+        chunk_size: u64,
+        replication: u32,
+    },
+    BlobInfo {
+        blob: BlobId,
+    },
+    ListBlobs,
+    /// Choose providers for `chunks` new chunks of `blob` (one replica set each).
+    Allocate {
+        blob: BlobId,
+        chunks: u32,
+        placement: Placement,
+        /// The writer's host, for the local policy.
+        client_host: Option<String>,
+    },
+    Assign {
+        blob: BlobId,
+        op: WriteOp,
+    },
+    /// The writer stored its chunks and metadata; answered once the version is published.
+    Complete {
+        blob: BlobId,
+        version: Version,
+    },
+    /// A version's record (`None`: the latest published).
+    Version {
+        blob: BlobId,
+        version: Option<Version>,
+    },
+    Versions {
+        blob: BlobId,
+    },
+
+    // ---- manager: provider registry
+    Register {
+        id: Option<ProviderId>,
+        addr: String,
+        report: ProviderReport,
+    },
+    Heartbeat {
+        id: ProviderId,
+        report: ProviderReport,
+    },
+    Providers,
+
+    // ---- provider: chunks (data in the frame body)
+    PutChunk {
+        id: ChunkId,
+    },
+    GetChunk {
+        id: ChunkId,
+        offset: u64,
+        len: u64,
+    },
+
+    // ---- provider: metadata DHT shard
+    PutNodes {
+        nodes: Vec<(NodeKey, Node)>,
+    },
+    GetNodes {
+        keys: Vec<NodeKey>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Ok,
+    Err(Error),
+    Blob(BlobInfo),
+    Blobs(Vec<BlobInfo>),
+    Placements(Vec<Vec<ProviderInfo>>),
+    Assigned(Assignment),
+    Version(VersionInfo),
+    Versions(VersionList),
+    Registered(ProviderId),
+    Providers(Vec<ProviderInfo>),
+    /// Chunk bytes are in the frame body.
+    Chunk,
+    Nodes(Vec<Option<Node>>),
+}
+
+impl Response {
+    /// Turns an error response into `Err`.
+    pub fn into_result(self) -> Result<Response, Error> {
+        match self {
+            Response::Err(e) => Err(e),
+            other => Ok(other),
+        }
+    }
+}
+
+/// Builds the "unexpected response" error clients return when a peer answers out of protocol.
+pub fn unexpected(resp: &Response) -> Error {
+    let name = format!("{resp:?}");
+    let short: String = name.chars().take(60).collect();
+    Error::protocol(format!("unexpected response: {short}"))
+}

@@ -1,0 +1,233 @@
+//! Client connection pool and server accept loop.
+//!
+//! One request at a time per connection; concurrency comes from pooling several connections per
+//! peer. Every socket has TCP_NODELAY (small requests must not wait for Nagle + delayed ACK).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::auth::{self, ClusterSecret};
+use crate::error::{Error, ErrorKind, Result};
+use crate::frame::{read_frame, write_frame};
+use crate::messages::{Request, Response};
+
+/// Idle connections kept per peer.
+const MAX_IDLE_PER_PEER: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct RpcConfig {
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub secret: Option<ClusterSecret>,
+}
+
+impl Default for RpcConfig {
+    fn default() -> Self {
+        RpcConfig {
+            connect_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(30),
+            secret: None,
+        }
+    }
+}
+
+/// A pool of authenticated connections to any number of peers.
+pub struct Pool {
+    config: RpcConfig,
+    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+}
+
+impl Pool {
+    pub fn new(config: RpcConfig) -> Arc<Self> {
+        Arc::new(Pool {
+            config,
+            idle: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn config(&self) -> &RpcConfig {
+        &self.config
+    }
+
+    /// Sends `req` (with `body`) to `addr` and returns the response and its body. Error
+    /// responses come back as `Err` with the server's kind.
+    pub async fn call(&self, addr: &str, req: &Request, body: &[u8]) -> Result<(Response, Bytes)> {
+        self.call_timeout(addr, req, body, self.config.request_timeout)
+            .await
+    }
+
+    pub async fn call_timeout(
+        &self,
+        addr: &str,
+        req: &Request,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<(Response, Bytes)> {
+        let pooled = self.take_idle(addr);
+        let reused = pooled.is_some();
+        let stream = match pooled {
+            Some(s) => s,
+            None => self.connect(addr).await?,
+        };
+        match self.exchange(addr, stream, req, body, timeout).await {
+            // A pooled connection may have been closed by the peer while idle (restart, idle
+            // timeout): retry once on a fresh one when repeating the request is harmless.
+            Err(e) if reused && e.kind == ErrorKind::Unavailable && is_idempotent(req) => {
+                let stream = self.connect(addr).await?;
+                self.exchange(addr, stream, req, body, timeout).await
+            }
+            other => other,
+        }
+    }
+
+    async fn exchange(
+        &self,
+        addr: &str,
+        mut stream: TcpStream,
+        req: &Request,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<(Response, Bytes)> {
+        let work = async {
+            write_frame(&mut stream, req, body).await?;
+            read_frame::<_, Response>(&mut stream).await
+        };
+        let outcome = tokio::time::timeout(timeout, work).await;
+        match outcome {
+            Err(_) => Err(Error::unavailable(format!(
+                "{addr} did not answer within {:.1}s",
+                timeout.as_secs_f64()
+            ))),
+            Ok(Err(e)) => Err(match e.kind {
+                ErrorKind::Internal => Error::unavailable(format!("connection to {addr}: {e}")),
+                _ => e,
+            }),
+            Ok(Ok(None)) => Err(Error::unavailable(format!("{addr} closed the connection"))),
+            Ok(Ok(Some((resp, resp_body)))) => {
+                self.put_idle(addr, stream);
+                Ok((resp.into_result()?, resp_body))
+            }
+        }
+    }
+
+    async fn connect(&self, addr: &str) -> Result<TcpStream> {
+        let attempt = async {
+            let s = TcpStream::connect(addr).await?;
+            s.set_nodelay(true)?;
+            Ok::<_, std::io::Error>(s)
+        };
+        let mut stream = match tokio::time::timeout(self.config.connect_timeout, attempt).await {
+            Err(_) => {
+                return Err(Error::unavailable(format!(
+                    "connecting to {addr} timed out after {:.1}s",
+                    self.config.connect_timeout.as_secs_f64()
+                )))
+            }
+            Ok(Err(e)) => return Err(Error::unavailable(format!("cannot reach {addr}: {e}"))),
+            Ok(Ok(s)) => s,
+        };
+        let handshake = auth::connect(&mut stream, self.config.secret.as_ref());
+        match tokio::time::timeout(self.config.connect_timeout, handshake).await {
+            Err(_) => Err(Error::unavailable(format!("handshake with {addr} timed out"))),
+            Ok(r) => r.map(|_| stream),
+        }
+    }
+
+    fn take_idle(&self, addr: &str) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.get_mut(addr).and_then(|v| v.pop())
+    }
+
+    fn put_idle(&self, addr: &str, stream: TcpStream) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.entry(addr.to_string()).or_default();
+        if list.len() < MAX_IDLE_PER_PEER {
+            list.push(stream);
+        }
+    }
+}
+
+/// Requests that may be sent twice without changing the outcome.
+fn is_idempotent(req: &Request) -> bool {
+    !matches!(req, Request::CreateBlob { .. } | Request::Assign { .. })
+}
+
+/// A service answering requests. Implemented by the manager and the provider.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, req: Request, body: Bytes) -> impl Future<Output = (Response, Bytes)> + Send;
+}
+
+/// Counts requests in progress, reported as load in heartbeats.
+#[derive(Default)]
+pub struct LoadGauge(AtomicU32);
+
+impl LoadGauge {
+    pub fn current(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Accepts connections until the listener fails; each connection gets its own task.
+pub async fn serve<H: Handler>(
+    listener: TcpListener,
+    secret: Option<ClusterSecret>,
+    handler: Arc<H>,
+    load: Arc<LoadGauge>,
+) {
+    let secret = secret.map(Arc::new);
+    loop {
+        let (mut stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let handler = handler.clone();
+        let secret = secret.clone();
+        let load = load.clone();
+        tokio::spawn(async move {
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!("set_nodelay for {peer}: {e}");
+            }
+            let handshake = auth::accept(&mut stream, secret.as_deref());
+            match tokio::time::timeout(Duration::from_secs(5), handshake).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!("refused connection from {peer}: {e}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!("refused connection from {peer}: handshake timed out");
+                    return;
+                }
+            }
+            loop {
+                let frame = match read_frame::<_, Request>(&mut stream).await {
+                    Ok(Some(f)) => f,
+                    Ok(None) => return,
+                    Err(e) => {
+                        // Tell the peer why before dropping it (malformed frame, too large).
+                        tracing::debug!("bad frame from {peer}: {e}");
+                        let _ = write_frame(&mut stream, &Response::Err(e), &[]).await;
+                        return;
+                    }
+                };
+                load.0.fetch_add(1, Ordering::Relaxed);
+                let (resp, body) = handler.handle(frame.0, frame.1).await;
+                load.0.fetch_sub(1, Ordering::Relaxed);
+                if let Err(e) = write_frame(&mut stream, &resp, &body).await {
+                    tracing::debug!("write to {peer} failed: {e}");
+                    return;
+                }
+            }
+        });
+    }
+}
