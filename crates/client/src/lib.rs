@@ -222,8 +222,14 @@ impl Blob {
             other => return Err(unexpected(&other)),
         };
         let cluster = self.cluster();
-        stream::iter(data.chunks(cs).zip(placements))
+        // Futures are built eagerly (not inside a Stream::map closure) so the borrowed slices
+        // keep concrete lifetimes and callers can spawn these calls.
+        let puts: Vec<_> = data
+            .chunks(cs)
+            .zip(placements)
             .map(|(piece, replicas)| async move { chunks::put_chunk(cluster, piece, &replicas).await })
+            .collect();
+        stream::iter(puts)
             .buffered(self.client.options.parallelism)
             .try_collect()
             .await
@@ -331,8 +337,11 @@ impl Blob {
             }
         }
         let cluster = self.cluster();
-        stream::iter(jobs)
+        let reads: Vec<_> = jobs
+            .into_iter()
             .map(|(piece, out)| async move { chunks::read_piece(cluster, &piece, out).await })
+            .collect();
+        stream::iter(reads)
             .buffer_unordered(self.client.options.parallelism)
             .try_collect::<()>()
             .await?;

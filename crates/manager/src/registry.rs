@@ -12,6 +12,8 @@ use crate::store::{ProviderRecord, Store};
 struct Entry {
     info: ProviderInfo,
     last_seen: Option<Instant>,
+    /// Whether it reported its space since the manager started.
+    reported: bool,
     /// Bytes placed on it since its last report (so placement does not pile onto one provider
     /// between heartbeats).
     placed_since_report: u64,
@@ -24,8 +26,11 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Loads known providers; they count as down until they heartbeat again.
+    /// Loads known providers. A restarted manager trusts them for one timeout period (they
+    /// keep running while it restarts) so writes need not wait for their next heartbeat; one
+    /// that does not report within that period counts as down.
     pub fn open(store: Arc<Store>, timeout: Duration) -> Result<Self> {
+        let now = Instant::now();
         let mut entries = HashMap::new();
         for r in store.providers()? {
             entries.insert(
@@ -39,9 +44,10 @@ impl Registry {
                         free: 0,
                         chunks: 0,
                         load: 0,
-                        alive: false,
+                        alive: true,
                     },
-                    last_seen: None,
+                    last_seen: Some(now),
+                    reported: false,
                     placed_since_report: 0,
                 },
             );
@@ -90,6 +96,7 @@ impl Registry {
                     alive: true,
                 },
                 last_seen: Some(Instant::now()),
+                reported: true,
                 placed_since_report: 0,
             },
         );
@@ -107,6 +114,7 @@ impl Registry {
         e.info.chunks = report.chunks;
         e.info.load = report.load;
         e.last_seen = Some(Instant::now());
+        e.reported = true;
         e.placed_since_report = 0;
         Ok(())
     }
@@ -135,7 +143,11 @@ impl Registry {
         let mut out: Vec<(ProviderInfo, u64)> = entries
             .values()
             .filter(|e| e.last_seen.is_some_and(|t| now.duration_since(t) < self.timeout))
-            .map(|e| (e.info.clone(), e.info.free.saturating_sub(e.placed_since_report)))
+            .map(|e| {
+                // Until a provider reports, its space is unknown: place as if it had room.
+                let free = if e.reported { e.info.free } else { u64::MAX / 2 };
+                (e.info.clone(), free.saturating_sub(e.placed_since_report))
+            })
             .collect();
         out.sort_by_key(|(p, _)| p.id);
         out

@@ -314,13 +314,17 @@ impl VersionManager {
 
     /// Hands the completed versions right above the last sent one to the committer.
     fn send_completed_prefix(&self, s: &mut BlobState) {
+        // Pending holds every assigned version above the published one, in order; numbers
+        // skipped by a restart were never assigned, so the next pending entry is the next
+        // version to publish.
         let mut batch = Vec::new();
-        let mut next = s.sent_upto + 1;
-        while let Some(p) = s.pending.get(&next).filter(|p| p.completed) {
+        for p in s.pending.range(s.sent_upto + 1..).map(|(_, p)| p) {
+            if !p.completed {
+                break;
+            }
             let mut info = p.info.clone();
             info.state = VersionState::Published;
             batch.push(info);
-            next += 1;
         }
         let Some(last) = batch.last() else { return };
         s.sent_upto = last.version;

@@ -1,0 +1,478 @@
+//! `tomus bench`: the BlobSeer paper's scenarios against the native client on an embedded
+//! cluster, the manager alone, and the machine's loopback TCP limit, all in one run, as JSON.
+//!
+//! S1 one writer, growing blob · S2 N readers of distinct 64 MiB ranges of one shared blob ·
+//! S3 N writers each to its own blob, then read back · S4 N appenders to one shared blob ·
+//! S5 4 KiB appends and reads from N clients. Each point is the median of `--runs` runs.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rand::Rng;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tomus_client::{Client, ClientOptions};
+use tomus_wire::{Pool, Request, Response, RpcConfig, WriteOp};
+
+use crate::embedded::{ClusterSpec, EmbeddedCluster};
+use crate::pattern;
+use crate::size::parse_size;
+
+const MIB: f64 = (1 << 20) as f64;
+const BLOCK: u64 = 4 << 20;
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Providers in the embedded cluster.
+    #[arg(long, default_value_t = 4)]
+    pub providers: usize,
+    /// Client counts to measure.
+    #[arg(long, default_value = "1,2,4,8,16", value_delimiter = ',')]
+    pub clients: Vec<usize>,
+    /// Runs per point (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Scenarios: loopback, s1, s2, s3, s4, s5, manager.
+    #[arg(long, default_value = "loopback,s1,s2,s3,s4,s5,manager", value_delimiter = ',')]
+    pub scenarios: Vec<String>,
+    /// Bytes each client moves in S2-S4 (S2 reads distinct ranges of this size).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub per_client: u64,
+    /// Total size of the S1 blob.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    pub s1_size: u64,
+    /// 4 KiB operations per client in S5.
+    #[arg(long, default_value_t = 1000)]
+    pub small_ops: u64,
+    /// Write the JSON here as well as to stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Providers acknowledge from the page cache (default: after fdatasync).
+    #[arg(long)]
+    pub no_fsync: bool,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    const KNOWN: [&str; 7] = ["loopback", "s1", "s2", "s3", "s4", "s5", "manager"];
+    if let Some(bad) = args.scenarios.iter().find(|s| !KNOWN.contains(&s.as_str())) {
+        bail!("unknown scenario {bad:?} (known: {})", KNOWN.join(", "));
+    }
+    if args.clients.is_empty() || args.clients.contains(&0) || args.runs == 0 {
+        bail!("--clients must list positive counts and --runs must be at least 1");
+    }
+    let exe = std::env::current_exe().context("cannot find the tomus executable")?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut results = serde_json::Map::new();
+    results.insert(
+        "config".into(),
+        json!({"providers": args.providers, "clients": args.clients, "runs": args.runs,
+               "per_client_bytes": args.per_client, "fsync": !args.no_fsync,
+               "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)}),
+    );
+    for scenario in &args.scenarios {
+        eprintln!("bench: {scenario}");
+        let value = if scenario == "loopback" {
+            rt.block_on(loopback())?
+        } else {
+            let dir = crate::scratch_dir(&format!("bench-{scenario}"));
+            let mut spec = ClusterSpec::new(&dir, args.providers);
+            spec.fsync = !args.no_fsync;
+            let cluster = EmbeddedCluster::start(&exe, spec)?;
+            let out = rt.block_on(scenario_run(scenario, &cluster.addr, &args, &dir));
+            drop(cluster);
+            let _ = std::fs::remove_dir_all(&dir);
+            out?
+        };
+        results.insert(scenario.clone(), value);
+    }
+    let text = serde_json::to_string_pretty(&Value::Object(results))?;
+    if let Some(path) = &args.out {
+        std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    println!("{text}");
+    Ok(())
+}
+
+async fn scenario_run(name: &str, addr: &str, args: &BenchArgs, dir: &std::path::Path) -> Result<Value> {
+    let client = Client::connect(addr, ClientOptions::default()).await?;
+    match name {
+        "s1" => s1(&client, args).await,
+        "s2" => s2(&client, args).await,
+        "s3" => s3(&client, args).await,
+        "s4" => s4(&client, args).await,
+        "s5" => s5(&client, args).await,
+        "manager" => manager(addr, dir).await,
+        _ => unreachable!("checked in run"),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn point(clients: usize, runs: Vec<f64>, unit: &str) -> Value {
+    json!({"clients": clients, "median": median(runs.clone()), "runs": runs, "unit": unit})
+}
+
+/// Loopback TCP throughput with 1, 2, 4 and 8 parallel streams; the best is the limit.
+async fn loopback() -> Result<Value> {
+    let mut points = Vec::new();
+    let mut best: f64 = 0.0;
+    for streams in [1usize, 2, 4, 8] {
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            runs.push(loopback_once(streams, 2 << 30).await?);
+        }
+        let m = median(runs.clone());
+        best = best.max(m);
+        points.push(json!({"streams": streams, "median": m, "runs": runs, "unit": "MiB/s"}));
+    }
+    Ok(json!({"points": points, "limit_mib_s": best}))
+}
+
+async fn loopback_once(streams: usize, total: u64) -> Result<f64> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let per = total / streams as u64;
+    let server = tokio::spawn(async move {
+        let mut readers = Vec::new();
+        for _ in 0..streams {
+            let (mut s, _) = listener.accept().await?;
+            s.set_nodelay(true)?;
+            readers.push(tokio::spawn(async move {
+                let mut buf = vec![0u8; 4 << 20];
+                let mut got = 0u64;
+                while got < per {
+                    let n = s.read(&mut buf).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    got += n as u64;
+                }
+                Ok::<_, std::io::Error>(got)
+            }));
+        }
+        let mut total = 0;
+        for r in readers {
+            total += r.await.map_err(std::io::Error::other)??;
+        }
+        Ok::<_, std::io::Error>(total)
+    });
+    let start = Instant::now();
+    let writers: Vec<_> = (0..streams)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut s = tokio::net::TcpStream::connect(addr).await?;
+                s.set_nodelay(true)?;
+                let buf = vec![7u8; 4 << 20];
+                let mut sent = 0u64;
+                while sent < per {
+                    let n = (buf.len() as u64).min(per - sent) as usize;
+                    s.write_all(&buf[..n]).await?;
+                    sent += n as u64;
+                }
+                Ok::<_, std::io::Error>(())
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await??;
+    }
+    let received = server.await??;
+    Ok(received as f64 / MIB / start.elapsed().as_secs_f64())
+}
+
+/// S1: one writer appends 4 MiB blocks to one blob up to `s1_size`; throughput per eighth of the
+/// way shows whether the blob's growth slows writes down.
+async fn s1(client: &Client, args: &BenchArgs) -> Result<Value> {
+    let mut runs = Vec::new();
+    let mut curve = Vec::new();
+    let data = pattern::generate(1, BLOCK as usize);
+    for _ in 0..args.runs {
+        let blob = client.create_blob(BLOCK, 1).await?;
+        let segment = (args.s1_size / 8).max(BLOCK);
+        let start = Instant::now();
+        let mut seg_start = Instant::now();
+        let mut written = 0u64;
+        let mut this_curve = Vec::new();
+        while written < args.s1_size {
+            blob.append(&data).await?;
+            written += BLOCK;
+            if written % segment == 0 {
+                this_curve.push(json!({"blob_size": written, "mib_s": segment as f64 / MIB / seg_start.elapsed().as_secs_f64()}));
+                seg_start = Instant::now();
+            }
+        }
+        runs.push(written as f64 / MIB / start.elapsed().as_secs_f64());
+        curve = this_curve;
+    }
+    Ok(json!({"points": [point(1, runs, "MiB/s")], "growth_curve_last_run": curve}))
+}
+
+/// S2: one shared blob of `max(N) * per_client` bytes; N readers each read a distinct range.
+async fn s2(client: &Client, args: &BenchArgs) -> Result<Value> {
+    let max_n = *args.clients.iter().max().unwrap_or(&1) as u64;
+    let size = max_n * args.per_client;
+    let blob = client.create_blob(BLOCK, 1).await?;
+    let block = pattern::generate(2, (64u64 << 20).min(size) as usize);
+    let mut at = 0;
+    while at < size {
+        let n = (block.len() as u64).min(size - at);
+        blob.write(at, &block[..n as usize]).await?;
+        at += n;
+    }
+    let mut points = Vec::new();
+    for &n in &args.clients {
+        let mut runs = Vec::new();
+        for _ in 0..args.runs {
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..n as u64)
+                .map(|i| {
+                    let blob = blob.clone();
+                    let per = args.per_client;
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; (16u64 << 20).min(per) as usize];
+                        let mut off = 0;
+                        while off < per {
+                            let len = (buf.len() as u64).min(per - off) as usize;
+                            blob.read_into(i * per + off, &mut buf[..len], None).await?;
+                            off += len as u64;
+                        }
+                        Ok::<_, tomus_wire::Error>(())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await??;
+            }
+            runs.push((n as u64 * args.per_client) as f64 / MIB / start.elapsed().as_secs_f64());
+        }
+        points.push(point(n, runs, "MiB/s"));
+    }
+    Ok(json!({"points": points}))
+}
+
+/// S3: N writers, each to its own blob, then the same N read their blob back.
+async fn s3(client: &Client, args: &BenchArgs) -> Result<Value> {
+    let data = Arc::new(pattern::generate(3, BLOCK as usize));
+    let mut write_points = Vec::new();
+    let mut read_points = Vec::new();
+    for &n in &args.clients {
+        let (mut w_runs, mut r_runs) = (Vec::new(), Vec::new());
+        for _ in 0..args.runs {
+            let mut blobs = Vec::new();
+            for _ in 0..n {
+                blobs.push(client.create_blob(BLOCK, 1).await?);
+            }
+            let start = Instant::now();
+            let tasks: Vec<_> = blobs
+                .iter()
+                .map(|b| {
+                    let (b, data, per) = (b.clone(), data.clone(), args.per_client);
+                    tokio::spawn(async move {
+                        let mut at = 0;
+                        while at < per {
+                            let len = BLOCK.min(per - at) as usize;
+                            b.write(at, &data[..len]).await?;
+                            at += len as u64;
+                        }
+                        Ok::<_, tomus_wire::Error>(())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await??;
+            }
+            w_runs.push((n as u64 * args.per_client) as f64 / MIB / start.elapsed().as_secs_f64());
+            let start = Instant::now();
+            let tasks: Vec<_> = blobs
+                .iter()
+                .map(|b| {
+                    let (b, per) = (b.clone(), args.per_client);
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; BLOCK as usize];
+                        let mut at = 0;
+                        while at < per {
+                            let len = BLOCK.min(per - at) as usize;
+                            b.read_into(at, &mut buf[..len], None).await?;
+                            at += len as u64;
+                        }
+                        Ok::<_, tomus_wire::Error>(())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await??;
+            }
+            r_runs.push((n as u64 * args.per_client) as f64 / MIB / start.elapsed().as_secs_f64());
+        }
+        write_points.push(point(n, w_runs, "MiB/s"));
+        read_points.push(point(n, r_runs, "MiB/s"));
+    }
+    Ok(json!({"write": write_points, "read": read_points}))
+}
+
+/// S4: N appenders to one shared blob, 4 MiB appends each.
+async fn s4(client: &Client, args: &BenchArgs) -> Result<Value> {
+    let data = Arc::new(pattern::generate(4, BLOCK as usize));
+    let mut points = Vec::new();
+    for &n in &args.clients {
+        let mut runs = Vec::new();
+        for _ in 0..args.runs {
+            let blob = client.create_blob(BLOCK, 1).await?;
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..n)
+                .map(|_| {
+                    let (b, data, per) = (blob.clone(), data.clone(), args.per_client);
+                    tokio::spawn(async move {
+                        let mut done = 0;
+                        while done < per {
+                            let len = BLOCK.min(per - done) as usize;
+                            b.append(&data[..len]).await?;
+                            done += len as u64;
+                        }
+                        Ok::<_, tomus_wire::Error>(())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await??;
+            }
+            let secs = start.elapsed().as_secs_f64();
+            let size = blob.size(None).await?;
+            if size != n as u64 * args.per_client {
+                bail!("S4: blob size {size} after {n} appenders, expected {}", n as u64 * args.per_client);
+            }
+            runs.push(size as f64 / MIB / secs);
+        }
+        points.push(point(n, runs, "MiB/s"));
+    }
+    Ok(json!({"points": points}))
+}
+
+/// S5: 4 KiB appends to one shared blob from N clients, then 4 KiB reads at random offsets.
+async fn s5(client: &Client, args: &BenchArgs) -> Result<Value> {
+    let mut appends = Vec::new();
+    let mut reads = Vec::new();
+    for &n in &args.clients {
+        let (mut a_runs, mut r_runs) = (Vec::new(), Vec::new());
+        for _ in 0..args.runs {
+            let blob = client.create_blob(BLOCK, 1).await?;
+            let ops = args.small_ops;
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..n)
+                .map(|i| {
+                    let b = blob.clone();
+                    tokio::spawn(async move {
+                        let data = pattern::generate(i as u64, 4096);
+                        for _ in 0..ops {
+                            b.append(&data).await?;
+                        }
+                        Ok::<_, tomus_wire::Error>(())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await??;
+            }
+            a_runs.push((n as u64 * ops) as f64 / start.elapsed().as_secs_f64());
+            let size = blob.size(None).await?;
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..n)
+                .map(|_| {
+                    let b = blob.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 4096];
+                        for _ in 0..ops {
+                            let off = rand::thread_rng().gen_range(0..size / 4096) * 4096;
+                            b.read_into(off, &mut buf, None).await?;
+                        }
+                        Ok::<_, tomus_wire::Error>(())
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await??;
+            }
+            r_runs.push((n as u64 * ops) as f64 / start.elapsed().as_secs_f64());
+        }
+        appends.push(point(n, a_runs, "ops/s"));
+        reads.push(point(n, r_runs, "ops/s"));
+    }
+    Ok(json!({"append_4k": appends, "read_4k": reads}))
+}
+
+/// The manager alone: version assignment + publication with no data, in process (its own
+/// durable store, group commit included) and over RPC against the cluster's manager.
+async fn manager(addr: &str, dir: &std::path::Path) -> Result<Value> {
+    let duration = Duration::from_secs(3);
+    let store = Arc::new(tomus_manager::store::Store::open(&dir.join("micro-manager"))?);
+    let vm = tomus_manager::VersionManager::open(store)?;
+    let blob = vm.create_blob(BLOCK, 1)?.id;
+    let in_process = drive(256, duration, {
+        let vm = vm.clone();
+        move || {
+            let vm = vm.clone();
+            async move {
+                let a = vm.assign(blob, WriteOp::Append { size: 4096 })?;
+                vm.complete(blob, a.version).await?;
+                Ok(())
+            }
+        }
+    })
+    .await?;
+    let pool = Pool::new(RpcConfig::default());
+    let blob = match pool.call(addr, &Request::CreateBlob { chunk_size: BLOCK, replication: 1 }, &[]).await? {
+        (Response::Blob(b), _) => b.id,
+        (other, _) => bail!("unexpected {other:?}"),
+    };
+    let addr = addr.to_string();
+    let over_rpc = drive(64, duration, move || {
+        let (pool, addr) = (pool.clone(), addr.clone());
+        async move {
+            let assign = Request::Assign { blob, op: WriteOp::Append { size: 4096 } };
+            let version = match pool.call(&addr, &assign, &[]).await? {
+                (Response::Assigned(a), _) => a.version,
+                (other, _) => return Err(tomus_wire::unexpected(&other)),
+            };
+            pool.call(&addr, &Request::Complete { blob, version }, &[]).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(json!({"in_process_ops_s": in_process, "rpc_ops_s": over_rpc, "unit": "assign+publish per second"}))
+}
+
+/// Runs `op` from `tasks` concurrent loops for `duration`; returns operations per second.
+async fn drive<F, Fut>(tasks: usize, duration: Duration, op: F) -> Result<f64>
+where
+    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = tomus_wire::Result<()>> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (op, stop, count) = (op.clone(), stop.clone(), count.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    op().await?;
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<_, tomus_wire::Error>(())
+            })
+        })
+        .collect();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.await??;
+    }
+    Ok(count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+}

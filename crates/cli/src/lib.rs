@@ -1,0 +1,14 @@
+//! Library side of the `tomus` command: the embedded cluster launcher, the demo and the
+//! benchmarks (shared with the integration tests).
+
+pub mod bench;
+pub mod demo;
+pub mod embedded;
+pub mod pattern;
+pub mod size;
+
+/// A fresh directory under the system temp dir, for clusters that should not outlive a run.
+pub fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    let n: u64 = rand::random();
+    std::env::temp_dir().join(format!("tomus-{tag}-{}-{n:x}", std::process::id()))
+}

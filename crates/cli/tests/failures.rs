@@ -1,0 +1,197 @@
+//! Failure paths and bad input against real processes: manager SIGKILL and restart, provider
+//! restart, corrupt chunk files, unreachable servers, invalid requests, the cluster secret.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tomus_cli::pattern;
+use tomus_client::{Client, ClientOptions};
+use tomus_wire::{ClusterSecret, ErrorKind, Pool, Request, Response, RpcConfig, WriteOp};
+
+use common::{chunk_files, exe, TestCluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manager_sigkill_and_restart_keeps_published_versions() {
+    let mut tc = TestCluster::start(3);
+    let client = tc.client().await;
+    let blob = client.create_blob(64 << 10, 1).await.unwrap();
+    let mut contents = Vec::new();
+    let mut model = Vec::new();
+    for i in 0..12u64 {
+        let data = pattern::generate(i, 100_000 + i as usize * 777);
+        if i % 2 == 0 {
+            blob.append(&data).await.unwrap();
+            model.extend_from_slice(&data);
+        } else {
+            let off = i * 5000;
+            blob.write(off, &data).await.unwrap();
+            let end = off as usize + data.len();
+            model.resize(model.len().max(end), 0);
+            model[off as usize..end].copy_from_slice(&data);
+        }
+        contents.push(model.clone());
+    }
+    // A version assigned but never completed when the manager dies.
+    let pool = Pool::new(RpcConfig::default());
+    let assign = Request::Assign { blob: blob.id(), op: WriteOp::Append { size: 10 } };
+    match pool.call(&tc.addr(), &assign, &[]).await.unwrap().0 {
+        Response::Assigned(a) => assert_eq!(a.version, 13),
+        other => panic!("unexpected {other:?}"),
+    }
+    tc.cluster.kill_manager();
+    let down = client.open_blob(blob.id()).await.err().expect("manager is down");
+    assert_eq!(down.kind, ErrorKind::Unavailable);
+    tc.cluster.start_manager().unwrap();
+
+    let client = Client::connect(&tc.addr(), ClientOptions::default()).await.unwrap();
+    let blob = client.open_blob(blob.id()).await.unwrap();
+    assert_eq!(blob.latest().await.unwrap(), 12);
+    for (i, want) in contents.iter().enumerate() {
+        let v = i as u64 + 1;
+        let got = blob.read(0, want.len() as u64, Some(v)).await.unwrap();
+        assert!(got == *want, "version {v} after restart");
+    }
+    // Writing continues after the restart with a fresh version number.
+    let v = blob.append(b"after restart").await.unwrap().0;
+    assert!(v > 12, "new version {v} must not reuse a number handed out before the crash");
+    let size = contents.last().unwrap().len() as u64;
+    assert_eq!(blob.read(size, 13, None).await.unwrap(), b"after restart");
+    // Skipped numbers are reported as aborted, and reading them says so.
+    let list = blob.versions().await.unwrap();
+    assert_eq!(list.versions.len(), 13);
+    assert_eq!(list.aborted, vec![(13, v)]);
+    let e = blob.read(0, 1, Some(13)).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::VersionAborted);
+    // The writer of version 13 coming back late is told so.
+    let late = Request::Complete { blob: blob.id(), version: 13 };
+    let e = pool.call(&tc.addr(), &late, &[]).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::VersionAborted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_restart_keeps_chunks_and_metadata() {
+    let mut tc = TestCluster::start(2);
+    let client = tc.client().await;
+    let blob = client.create_blob(16 << 10, 1).await.unwrap();
+    let data = pattern::generate(7, 300_000);
+    blob.write(0, &data).await.unwrap();
+    for i in 0..2 {
+        tc.cluster.kill_provider(i);
+        tc.cluster.start_provider(i).unwrap();
+    }
+    let fresh = Client::connect(&tc.addr(), ClientOptions::default()).await.unwrap();
+    let blob = fresh.open_blob(blob.id()).await.unwrap();
+    assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gives_typed_errors_and_changes_nothing() {
+    let tc = TestCluster::start(2);
+    let client = tc.client().await;
+    let e = client.open_blob(4242).await.err().unwrap();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    for bad in [0u64, 1000, 2048, 512 << 20, (4 << 20) + 1] {
+        let e = client.create_blob(bad, 1).await.err().unwrap();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "chunk size {bad}");
+    }
+    let e = client.create_blob(4 << 10, 3).await.err().unwrap();
+    assert_eq!(e.kind, ErrorKind::InvalidArgument, "replication above provider count");
+
+    let blob = client.create_blob(4 << 10, 1).await.unwrap();
+    blob.write(0, b"0123456789").await.unwrap();
+    assert_eq!(blob.append(b"").await.unwrap_err().kind, ErrorKind::InvalidArgument);
+    assert_eq!(blob.write(3, b"").await.unwrap_err().kind, ErrorKind::InvalidArgument);
+    assert_eq!(blob.read(5, 6, None).await.unwrap_err().kind, ErrorKind::OutOfRange);
+    assert_eq!(blob.read(u64::MAX, 2, None).await.unwrap_err().kind, ErrorKind::OutOfRange);
+    assert_eq!(blob.read(0, 1, Some(2)).await.unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(blob.write(u64::MAX - 3, b"overflow").await.unwrap_err().kind, ErrorKind::OutOfRange);
+    // Nothing above changed the blob.
+    assert_eq!(blob.latest().await.unwrap(), 1);
+    assert_eq!(blob.read(0, 10, None).await.unwrap(), b"0123456789");
+    // Version 0 is the empty blob.
+    assert_eq!(blob.read(0, 0, Some(0)).await.unwrap(), b"");
+    assert_eq!(blob.read(0, 1, Some(0)).await.unwrap_err().kind, ErrorKind::OutOfRange);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_chunk_file_is_a_checksum_error_not_wrong_bytes() {
+    let tc = TestCluster::start(1);
+    let client = tc.client().await;
+    let blob = client.create_blob(64 << 10, 1).await.unwrap();
+    let data = pattern::generate(9, 64 << 10);
+    blob.write(0, &data).await.unwrap();
+    let files = chunk_files(&tc.cluster.provider_dir(0));
+    assert_eq!(files.len(), 1);
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let n = bytes.len();
+    bytes[n - 100] ^= 0xff;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let e = blob.read(0, data.len() as u64, None).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_servers_fail_fast() {
+    let mut tc = TestCluster::start(1);
+    let client = tc.client().await;
+    let blob = client.create_blob(64 << 10, 1).await.unwrap();
+    blob.write(0, &pattern::generate(1, 1000)).await.unwrap();
+    // Cache the tree first, then lose the only provider: the chunk read must fail, not hang.
+    blob.read(0, 1000, None).await.unwrap();
+    tc.cluster.kill_provider(0);
+    let start = Instant::now();
+    let e = blob.read(0, 1000, None).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    tc.cluster.kill_manager();
+    let start = Instant::now();
+    let e = blob.latest().await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let e = Client::connect("127.0.0.1:1", ClientOptions::default()).await.err().unwrap();
+    assert_eq!(e.kind, ErrorKind::Unavailable);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_secret_is_required_off_loopback_and_checked() {
+    // Refuses to listen on a non-loopback address without a secret.
+    let out = Command::new(exe())
+        .args(["manager", "--data", "/nonexistent-not-used", "--addr", "0.0.0.0:0"])
+        .env_remove("TOMUS_CLUSTER_SECRET")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cluster secret"));
+
+    // A manager with a secret refuses clients without it or with the wrong one.
+    let dir = tomus_cli::scratch_dir("secret");
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret_file = dir.join("secret");
+    std::fs::write(&secret_file, "correct horse battery staple").unwrap();
+    let mut child = Command::new(exe())
+        .args(["manager", "--data"])
+        .arg(dir.join("m"))
+        .args(["--addr", "127.0.0.1:0", "--secret-file"])
+        .arg(&secret_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+
+    let e = Client::connect(&addr, ClientOptions::default()).await.err().unwrap();
+    assert_eq!(e.kind, ErrorKind::AuthFailed, "{e}");
+    let wrong = ClientOptions { secret: Some(ClusterSecret::new("not the right secret!").unwrap()), ..Default::default() };
+    let e = Client::connect(&addr, wrong).await.err().unwrap();
+    assert_eq!(e.kind, ErrorKind::AuthFailed, "{e}");
+    let right = ClientOptions { secret: Some(ClusterSecret::new("correct horse battery staple").unwrap()), ..Default::default() };
+    let client = Client::connect(&addr, right).await.unwrap();
+    assert!(client.list_blobs().await.unwrap().is_empty());
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
