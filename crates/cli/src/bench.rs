@@ -37,7 +37,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Scenarios: loopback, s1, s2, s3, s4, s5, manager.
-    #[arg(long, default_value = "loopback,s1,s2,s3,s4,s5,manager", value_delimiter = ',')]
+    #[arg(
+        long,
+        default_value = "loopback,s1,s2,s3,s4,s5,manager",
+        value_delimiter = ','
+    )]
     pub scenarios: Vec<String>,
     /// Bytes each client moves in S2-S4 (S2 reads distinct ranges of this size).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
@@ -65,7 +69,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bail!("--clients must list positive counts and --runs must be at least 1");
     }
     let exe = std::env::current_exe().context("cannot find the tomus executable")?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let mut results = serde_json::Map::new();
     results.insert(
         "config".into(),
@@ -97,7 +103,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-async fn scenario_run(name: &str, addr: &str, args: &BenchArgs, dir: &std::path::Path) -> Result<Value> {
+async fn scenario_run(
+    name: &str,
+    addr: &str,
+    args: &BenchArgs,
+    dir: &std::path::Path,
+) -> Result<Value> {
     let client = Client::connect(addr, ClientOptions::default()).await?;
     match name {
         "s1" => s1(&client, args).await,
@@ -203,7 +214,7 @@ async fn s1(client: &Client, args: &BenchArgs) -> Result<Value> {
         while written < args.s1_size {
             blob.append(&data).await?;
             written += BLOCK;
-            if written % segment == 0 {
+            if written.is_multiple_of(segment) {
                 this_curve.push(json!({"blob_size": written, "mib_s": segment as f64 / MIB / seg_start.elapsed().as_secs_f64()}));
                 seg_start = Instant::now();
             }
@@ -346,7 +357,10 @@ async fn s4(client: &Client, args: &BenchArgs) -> Result<Value> {
             let secs = start.elapsed().as_secs_f64();
             let size = blob.size(None).await?;
             if size != n as u64 * args.per_client {
-                bail!("S4: blob size {size} after {n} appenders, expected {}", n as u64 * args.per_client);
+                bail!(
+                    "S4: blob size {size} after {n} appenders, expected {}",
+                    n as u64 * args.per_client
+                );
             }
             runs.push(size as f64 / MIB / secs);
         }
@@ -411,7 +425,9 @@ async fn s5(client: &Client, args: &BenchArgs) -> Result<Value> {
 /// durable store, group commit included) and over RPC against the cluster's manager.
 async fn manager(addr: &str, dir: &std::path::Path) -> Result<Value> {
     let duration = Duration::from_secs(3);
-    let store = Arc::new(tomus_manager::store::Store::open(&dir.join("micro-manager"))?);
+    let store = Arc::new(tomus_manager::store::Store::open(
+        &dir.join("micro-manager"),
+    )?);
     let vm = tomus_manager::VersionManager::open(store)?;
     let blob = vm.create_blob(BLOCK, 1)?.id;
     let in_process = drive(256, duration, {
@@ -427,7 +443,17 @@ async fn manager(addr: &str, dir: &std::path::Path) -> Result<Value> {
     })
     .await?;
     let pool = Pool::new(RpcConfig::default());
-    let blob = match pool.call(addr, &Request::CreateBlob { chunk_size: BLOCK, replication: 1 }, &[]).await? {
+    let blob = match pool
+        .call(
+            addr,
+            &Request::CreateBlob {
+                chunk_size: BLOCK,
+                replication: 1,
+            },
+            &[],
+        )
+        .await?
+    {
         (Response::Blob(b), _) => b.id,
         (other, _) => bail!("unexpected {other:?}"),
     };
@@ -435,17 +461,23 @@ async fn manager(addr: &str, dir: &std::path::Path) -> Result<Value> {
     let over_rpc = drive(64, duration, move || {
         let (pool, addr) = (pool.clone(), addr.clone());
         async move {
-            let assign = Request::Assign { blob, op: WriteOp::Append { size: 4096 } };
+            let assign = Request::Assign {
+                blob,
+                op: WriteOp::Append { size: 4096 },
+            };
             let version = match pool.call(&addr, &assign, &[]).await? {
                 (Response::Assigned(a), _) => a.version,
                 (other, _) => return Err(tomus_wire::unexpected(&other)),
             };
-            pool.call(&addr, &Request::Complete { blob, version }, &[]).await?;
+            pool.call(&addr, &Request::Complete { blob, version }, &[])
+                .await?;
             Ok(())
         }
     })
     .await?;
-    Ok(json!({"in_process_ops_s": in_process, "rpc_ops_s": over_rpc, "unit": "assign+publish per second"}))
+    Ok(
+        json!({"in_process_ops_s": in_process, "rpc_ops_s": over_rpc, "unit": "assign+publish per second"}),
+    )
 }
 
 /// Runs `op` from `tasks` concurrent loops for `duration`; returns operations per second.

@@ -64,9 +64,15 @@ pub fn run(args: DemoArgs) -> Result<()> {
         Some(d) => (d.clone(), false),
         None => (crate::scratch_dir("demo"), true),
     };
-    println!("tomus demo: starting an embedded cluster (1 manager, {} providers) in {}", args.providers, dir.display());
+    println!(
+        "tomus demo: starting an embedded cluster (1 manager, {} providers) in {}",
+        args.providers,
+        dir.display()
+    );
     let cluster = EmbeddedCluster::start(&exe, ClusterSpec::new(&dir, args.providers))?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let outcome = rt.block_on(demo(&cluster.addr, &args));
     drop(cluster);
     if temporary {
@@ -81,13 +87,24 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
     let per_client = (args.size / 2 / args.clients as u64).max(1);
 
     // Phase 1: concurrent appenders into one blob, readers checking snapshots meanwhile.
-    println!("\n1. {} clients append records of 64 KiB-4 MiB to blob {} while 2 readers check snapshots", args.clients, shared.id());
+    println!(
+        "\n1. {} clients append records of 64 KiB-4 MiB to blob {} while 2 readers check snapshots",
+        args.clients,
+        shared.id()
+    );
     let pb = bar(per_client * args.clients as u64, "appends");
     let done = Arc::new(AtomicBool::new(false));
     let landed = Arc::new(std::sync::Mutex::new(Vec::<Landed>::new()));
     let snapshots = Arc::new(AtomicU64::new(0));
     let readers: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(snapshot_reader(shared.clone(), landed.clone(), done.clone(), snapshots.clone())))
+        .map(|_| {
+            tokio::spawn(snapshot_reader(
+                shared.clone(),
+                landed.clone(),
+                done.clone(),
+                snapshots.clone(),
+            ))
+        })
         .collect();
     let start = Instant::now();
     let appenders: Vec<_> = (0..args.clients as u64)
@@ -97,11 +114,21 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
                 let mut written = 0u64;
                 let mut seq = 0u64;
                 while written < per_client {
-                    let len = rand::thread_rng().gen_range(64 << 10..=4 << 20).min(per_client - written);
+                    let len = rand::thread_rng()
+                        .gen_range(64 << 10..=4 << 20)
+                        .min(per_client - written);
                     let seed = pattern::seed(w, seq);
                     let data = pattern::generate(seed, len as usize);
                     let (version, offset) = blob.append(&data).await?;
-                    landed.lock().unwrap_or_else(|p| p.into_inner()).push(Landed { version, offset, len, seed });
+                    landed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(Landed {
+                            version,
+                            offset,
+                            len,
+                            seed,
+                        });
                     written += len;
                     seq += 1;
                     pb.inc(len);
@@ -128,7 +155,11 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
     let mut expect_offset = 0;
     for l in &all {
         if l.offset != expect_offset {
-            bail!("append of version {} landed at {} but the previous one ended at {expect_offset}", l.version, l.offset);
+            bail!(
+                "append of version {} landed at {} but the previous one ended at {expect_offset}",
+                l.version,
+                l.offset
+            );
         }
         expect_offset += l.len;
     }
@@ -139,14 +170,21 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
     for l in &all {
         let got = shared.read(l.offset, l.len, Some(final_version)).await?;
         if got != pattern::generate(l.seed, l.len as usize) {
-            bail!("content of version {} at offset {} is wrong", l.version, l.offset);
+            bail!(
+                "content of version {} at offset {} is wrong",
+                l.version,
+                l.offset
+            );
         }
         pbv.inc(l.len);
     }
     pbv.finish();
 
     // Phase 2: independent writers, each to its own blob, then read back.
-    println!("\n2. {} clients write 4 MiB blocks to blobs of their own, then read them back", args.clients);
+    println!(
+        "\n2. {} clients write 4 MiB blocks to blobs of their own, then read them back",
+        args.clients
+    );
     let pbw = bar(per_client * args.clients as u64, "writes");
     let start = Instant::now();
     let writers: Vec<_> = (0..args.clients as u64)
@@ -157,7 +195,11 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
                 let mut at = 0;
                 while at < per_client {
                     let len = (4u64 << 20).min(per_client - at);
-                    blob.write(at, &pattern::generate(pattern::seed(100 + w, at), len as usize)).await?;
+                    blob.write(
+                        at,
+                        &pattern::generate(pattern::seed(100 + w, at), len as usize),
+                    )
+                    .await?;
                     at += len;
                     pb.inc(len);
                 }
@@ -204,13 +246,38 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
     let providers = client.providers().await?;
     let total_half = per_client * args.clients as u64;
     println!("\nreport");
-    println!("  shared blob {}: {} appends from {} clients -> versions 1..{final_version}, size {}", shared.id(), all.len(), args.clients, format_size(size));
+    println!(
+        "  shared blob {}: {} appends from {} clients -> versions 1..{final_version}, size {}",
+        shared.id(),
+        all.len(),
+        args.clients,
+        format_size(size)
+    );
     println!("    every append landed contiguously where it was told; content verified");
-    println!("    {} snapshots read during the appends, all consistent", snapshots.load(Ordering::Relaxed));
-    println!("  concurrent appends  {:>8.1} MiB/s", mib_s(total_half, append_secs));
-    println!("  independent writes  {:>8.1} MiB/s", mib_s(total_half, write_secs));
-    println!("  reads               {:>8.1} MiB/s", mib_s(total_half, read_secs));
-    println!("  chunks per provider: {}", providers.iter().map(|p| format!("{}:{}", p.id, p.chunks)).collect::<Vec<_>>().join("  "));
+    println!(
+        "    {} snapshots read during the appends, all consistent",
+        snapshots.load(Ordering::Relaxed)
+    );
+    println!(
+        "  concurrent appends  {:>8.1} MiB/s",
+        mib_s(total_half, append_secs)
+    );
+    println!(
+        "  independent writes  {:>8.1} MiB/s",
+        mib_s(total_half, write_secs)
+    );
+    println!(
+        "  reads               {:>8.1} MiB/s",
+        mib_s(total_half, read_secs)
+    );
+    println!(
+        "  chunks per provider: {}",
+        providers
+            .iter()
+            .map(|p| format!("{}:{}", p.id, p.chunks))
+            .collect::<Vec<_>>()
+            .join("  ")
+    );
     Ok(())
 }
 
@@ -241,7 +308,11 @@ async fn snapshot_reader(
         };
         let got = blob.read(l.offset, l.len, Some(info.version)).await?;
         if got != pattern::generate(l.seed, l.len as usize) {
-            bail!("snapshot {} shows wrong bytes for the append of version {}", info.version, l.version);
+            bail!(
+                "snapshot {} shows wrong bytes for the append of version {}",
+                info.version,
+                l.version
+            );
         }
         count.fetch_add(1, Ordering::Relaxed);
     }

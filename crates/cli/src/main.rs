@@ -24,7 +24,12 @@ concurrent writes and appends (BlobSeer's design).\n\nStart a single-machine clu
 )]
 struct Cli {
     /// Manager address (host:port).
-    #[arg(long, global = true, env = "TOMUS_ADDR", default_value = "127.0.0.1:7070")]
+    #[arg(
+        long,
+        global = true,
+        env = "TOMUS_ADDR",
+        default_value = "127.0.0.1:7070"
+    )]
     addr: String,
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
@@ -306,7 +311,11 @@ fn up(addr: &str, a: UpArgs) -> Result<()> {
 async fn connect(addr: &str, secret: Option<ClusterSecret>, local: bool) -> Result<Client> {
     let options = ClientOptions {
         secret,
-        placement: if local { Placement::Local } else { Placement::Balanced },
+        placement: if local {
+            Placement::Local
+        } else {
+            Placement::Balanced
+        },
         ..ClientOptions::default()
     };
     Ok(Client::connect(addr, options).await?)
@@ -319,7 +328,9 @@ fn read_input(file: Option<PathBuf>) -> Result<Vec<u8>> {
             data = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
         }
         _ => {
-            std::io::stdin().read_to_end(&mut data).context("cannot read stdin")?;
+            std::io::stdin()
+                .read_to_end(&mut data)
+                .context("cannot read stdin")?;
         }
     }
     Ok(data)
@@ -328,24 +339,43 @@ fn read_input(file: Option<PathBuf>) -> Result<Vec<u8>> {
 /// Reads are streamed in windows of this size, all at one version.
 const READ_WINDOW: u64 = 64 << 20;
 
-async fn blob_command(addr: &str, secret: Option<ClusterSecret>, json_out: bool, cmd: BlobCommand) -> Result<()> {
-    let local = matches!(cmd, BlobCommand::Write { local: true, .. } | BlobCommand::Append { local: true, .. });
+async fn blob_command(
+    addr: &str,
+    secret: Option<ClusterSecret>,
+    json_out: bool,
+    cmd: BlobCommand,
+) -> Result<()> {
+    let local = matches!(
+        cmd,
+        BlobCommand::Write { local: true, .. } | BlobCommand::Append { local: true, .. }
+    );
     let client = connect(addr, secret, local).await?;
     match cmd {
-        BlobCommand::Create { chunk_size, replication } => {
+        BlobCommand::Create {
+            chunk_size,
+            replication,
+        } => {
             let b = client.create_blob(chunk_size, replication).await?;
             if json_out {
-                println!("{}", json!({"id": b.id(), "chunk_size": b.chunk_size(), "replication": b.replication()}));
+                println!(
+                    "{}",
+                    json!({"id": b.id(), "chunk_size": b.chunk_size(), "replication": b.replication()})
+                );
             } else {
                 println!("{}", b.id());
             }
         }
-        BlobCommand::Write { id, offset, file, .. } => {
+        BlobCommand::Write {
+            id, offset, file, ..
+        } => {
             let blob = client.open_blob(id).await?;
             let data = read_input(file)?;
             let v = blob.write(offset, &data).await?;
             if json_out {
-                println!("{}", json!({"version": v, "offset": offset, "size": data.len()}));
+                println!(
+                    "{}",
+                    json!({"version": v, "offset": offset, "size": data.len()})
+                );
             } else {
                 println!("{v}");
             }
@@ -355,12 +385,20 @@ async fn blob_command(addr: &str, secret: Option<ClusterSecret>, json_out: bool,
             let data = read_input(file)?;
             let (v, off) = blob.append(&data).await?;
             if json_out {
-                println!("{}", json!({"version": v, "offset": off, "size": data.len()}));
+                println!(
+                    "{}",
+                    json!({"version": v, "offset": off, "size": data.len()})
+                );
             } else {
                 println!("{v} {off}");
             }
         }
-        BlobCommand::Read { id, version, offset, size } => {
+        BlobCommand::Read {
+            id,
+            version,
+            offset,
+            size,
+        } => {
             let blob = client.open_blob(id).await?;
             read_to_stdout(&blob, version, offset, size).await?;
         }
@@ -395,10 +433,17 @@ async fn blob_command(addr: &str, secret: Option<ClusterSecret>, json_out: bool,
                     .map(|v| json!({"version": v.version, "offset": v.span.offset, "size": v.span.size,
                                     "blob_size": v.size, "append": v.append, "state": state_name(v.state)}))
                     .collect();
-                let aborted: Vec<_> = list.aborted.iter().map(|(a, b)| json!({"from": a, "to": b})).collect();
+                let aborted: Vec<_> = list
+                    .aborted
+                    .iter()
+                    .map(|(a, b)| json!({"from": a, "to": b}))
+                    .collect();
                 println!("{}", json!({"versions": versions, "aborted": aborted}));
             } else {
-                println!("{:>8}  {:>9}  {:>14}  {:>12}  {:>14}", "VERSION", "STATE", "OFFSET", "WRITTEN", "BLOB SIZE");
+                println!(
+                    "{:>8}  {:>9}  {:>14}  {:>12}  {:>14}",
+                    "VERSION", "STATE", "OFFSET", "WRITTEN", "BLOB SIZE"
+                );
                 for v in &list.versions {
                     let kind = if v.append { "append" } else { "write" };
                     println!(
@@ -411,11 +456,19 @@ async fn blob_command(addr: &str, secret: Option<ClusterSecret>, json_out: bool,
                     );
                 }
                 for (a, b) in &list.aborted {
-                    println!("versions {a}..{} aborted (not published before a manager restart)", b - 1);
+                    println!(
+                        "versions {a}..{} aborted (not published before a manager restart)",
+                        b - 1
+                    );
                 }
             }
         }
-        BlobCommand::Locations { id, version, offset, size } => {
+        BlobCommand::Locations {
+            id,
+            version,
+            offset,
+            size,
+        } => {
             let blob = client.open_blob(id).await?;
             let total = blob.size(version).await?;
             let size = size.unwrap_or(total.saturating_sub(offset));
@@ -428,7 +481,11 @@ async fn blob_command(addr: &str, secret: Option<ClusterSecret>, json_out: bool,
                 println!("{}", serde_json::Value::Array(rows));
             } else {
                 for l in locs {
-                    let where_ = if l.providers.is_empty() { "(hole: zeros)".to_string() } else { l.providers.join(",") };
+                    let where_ = if l.providers.is_empty() {
+                        "(hole: zeros)".to_string()
+                    } else {
+                        l.providers.join(",")
+                    };
                     println!("{:>14} {:>12}  {where_}", l.offset, l.size);
                 }
             }
@@ -442,9 +499,19 @@ async fn blob_command(addr: &str, secret: Option<ClusterSecret>, json_out: bool,
                     .collect();
                 println!("{}", serde_json::Value::Array(rows));
             } else {
-                println!("{:>8}  {:>8}  {:>14}  {:>10}  {:>3}", "ID", "VERSION", "SIZE", "CHUNK", "R");
+                println!(
+                    "{:>8}  {:>8}  {:>14}  {:>10}  {:>3}",
+                    "ID", "VERSION", "SIZE", "CHUNK", "R"
+                );
                 for b in blobs {
-                    println!("{:>8}  {:>8}  {:>14}  {:>10}  {:>3}", b.id, b.latest, b.size, format_size(b.chunk_size), b.replication);
+                    println!(
+                        "{:>8}  {:>8}  {:>14}  {:>10}  {:>3}",
+                        b.id,
+                        b.latest,
+                        b.size,
+                        format_size(b.chunk_size),
+                        b.replication
+                    );
                 }
             }
         }
@@ -452,7 +519,12 @@ async fn blob_command(addr: &str, secret: Option<ClusterSecret>, json_out: bool,
     Ok(())
 }
 
-async fn read_to_stdout(blob: &Blob, version: Option<u64>, offset: u64, size: Option<u64>) -> Result<()> {
+async fn read_to_stdout(
+    blob: &Blob,
+    version: Option<u64>,
+    offset: u64,
+    size: Option<u64>,
+) -> Result<()> {
     // Pin the version first so every window comes from the same snapshot.
     let info = blob.stat(version).await?;
     let past_end = || {
@@ -465,7 +537,10 @@ async fn read_to_stdout(blob: &Blob, version: Option<u64>, offset: u64, size: Op
         Some(s) => s,
         None => info.size.checked_sub(offset).ok_or_else(past_end)?,
     };
-    let end = offset.checked_add(size).filter(|e| *e <= info.size).ok_or_else(past_end)?;
+    let end = offset
+        .checked_add(size)
+        .filter(|e| *e <= info.size)
+        .ok_or_else(past_end)?;
     let mut out = std::io::stdout().lock();
     let mut at = offset;
     while at < end {
@@ -492,12 +567,17 @@ async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) ->
     if json_out {
         let rows: Vec<_> = list
             .iter()
-            .map(|p| json!({"id": p.id, "addr": p.addr, "alive": p.alive, "capacity": p.capacity,
-                            "free": p.free, "chunks": p.chunks, "load": p.load}))
+            .map(|p| {
+                json!({"id": p.id, "addr": p.addr, "alive": p.alive, "capacity": p.capacity,
+                            "free": p.free, "chunks": p.chunks, "load": p.load})
+            })
             .collect();
         println!("{}", serde_json::Value::Array(rows));
     } else {
-        println!("{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}", "ID", "ADDRESS", "ALIVE", "CAPACITY", "FREE", "CHUNKS");
+        println!(
+            "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",
+            "ID", "ADDRESS", "ALIVE", "CAPACITY", "FREE", "CHUNKS"
+        );
         for p in list {
             println!(
                 "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",

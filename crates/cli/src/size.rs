@@ -3,18 +3,24 @@
 /// Parses a byte size with an optional binary unit (k/K/KiB/KB = 1024, and so on).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {text:?}: expected a number with an optional unit like 4MiB"))?;
+    let value: f64 = num.parse().map_err(|_| {
+        format!("invalid size {text:?}: expected a number with an optional unit like 4MiB")
+    })?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("invalid size unit {other:?} in {text:?} (use B, KiB, MiB, GiB, TiB)")),
+        other => {
+            return Err(format!(
+                "invalid size unit {other:?} in {text:?} (use B, KiB, MiB, GiB, TiB)"
+            ))
+        }
     };
     let bytes = value * mult as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {

@@ -31,7 +31,10 @@ async fn sixteen_appenders_land_contiguously_without_overlap() {
                 for seq in 0..50 {
                     let len = log_uniform(&mut rng, 10 << 20);
                     let seed = pattern::seed(w, seq);
-                    let (version, offset) = blob.append(&pattern::generate(seed, len as usize)).await.unwrap();
+                    let (version, offset) = blob
+                        .append(&pattern::generate(seed, len as usize))
+                        .await
+                        .unwrap();
                     landed.lock().unwrap().push((version, offset, len, seed));
                 }
             })
@@ -44,10 +47,17 @@ async fn sixteen_appenders_land_contiguously_without_overlap() {
     all.sort();
     assert_eq!(all.len(), 800);
     let versions: Vec<u64> = all.iter().map(|a| a.0).collect();
-    assert_eq!(versions, (1..=800).collect::<Vec<_>>(), "one version per append, no gaps");
+    assert_eq!(
+        versions,
+        (1..=800).collect::<Vec<_>>(),
+        "one version per append, no gaps"
+    );
     let mut expect = 0;
     for &(v, off, len, _) in &all {
-        assert_eq!(off, expect, "append of version {v} landed at {off}, previous ended at {expect}");
+        assert_eq!(
+            off, expect,
+            "append of version {v} landed at {off}, previous ended at {expect}"
+        );
         expect += len;
     }
     assert_eq!(blob.size(None).await.unwrap(), expect);
@@ -77,7 +87,10 @@ async fn overlapping_writers_match_the_model_at_every_version() {
                     let offset = rng.gen_range(0..(2u64 << 20));
                     let len = rng.gen_range(1..(300u64 << 10));
                     let seed = pattern::seed(w, seq);
-                    let v = blob.write(offset, &pattern::generate(seed, len as usize)).await.unwrap();
+                    let v = blob
+                        .write(offset, &pattern::generate(seed, len as usize))
+                        .await
+                        .unwrap();
                     done.lock().unwrap().insert(v, (offset, len, seed));
                 }
             })
@@ -108,7 +121,10 @@ async fn readers_only_see_whole_snapshots_and_old_versions_never_change() {
     let blob = client.create_blob(64 << 10, 1).await.unwrap();
     // Every write covers the whole range with one seed: a torn read mixes two patterns.
     let seeds = Arc::new(Mutex::new(BTreeMap::new()));
-    let v1 = blob.write(0, &pattern::generate(0, SIZE as usize)).await.unwrap();
+    let v1 = blob
+        .write(0, &pattern::generate(0, SIZE as usize))
+        .await
+        .unwrap();
     seeds.lock().unwrap().insert(v1, 0u64);
     let writers: Vec<_> = (1..=4u64)
         .map(|w| {
@@ -144,7 +160,10 @@ async fn readers_only_see_whole_snapshots_and_old_versions_never_change() {
                 let known = seeds.lock().unwrap().clone();
                 for (v, got) in &seen {
                     let seed = known[v];
-                    assert!(*got == pattern::generate(seed, SIZE as usize), "torn read of version {v}");
+                    assert!(
+                        *got == pattern::generate(seed, SIZE as usize),
+                        "torn read of version {v}"
+                    );
                 }
                 seen
             })

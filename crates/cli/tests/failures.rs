@@ -35,17 +35,26 @@ async fn manager_sigkill_and_restart_keeps_published_versions() {
     }
     // A version assigned but never completed when the manager dies.
     let pool = Pool::new(RpcConfig::default());
-    let assign = Request::Assign { blob: blob.id(), op: WriteOp::Append { size: 10 } };
+    let assign = Request::Assign {
+        blob: blob.id(),
+        op: WriteOp::Append { size: 10 },
+    };
     match pool.call(&tc.addr(), &assign, &[]).await.unwrap().0 {
         Response::Assigned(a) => assert_eq!(a.version, 13),
         other => panic!("unexpected {other:?}"),
     }
     tc.cluster.kill_manager();
-    let down = client.open_blob(blob.id()).await.err().expect("manager is down");
+    let down = client
+        .open_blob(blob.id())
+        .await
+        .err()
+        .expect("manager is down");
     assert_eq!(down.kind, ErrorKind::Unavailable);
     tc.cluster.start_manager().unwrap();
 
-    let client = Client::connect(&tc.addr(), ClientOptions::default()).await.unwrap();
+    let client = Client::connect(&tc.addr(), ClientOptions::default())
+        .await
+        .unwrap();
     let blob = client.open_blob(blob.id()).await.unwrap();
     assert_eq!(blob.latest().await.unwrap(), 12);
     for (i, want) in contents.iter().enumerate() {
@@ -55,7 +64,10 @@ async fn manager_sigkill_and_restart_keeps_published_versions() {
     }
     // Writing continues after the restart with a fresh version number.
     let v = blob.append(b"after restart").await.unwrap().0;
-    assert!(v > 12, "new version {v} must not reuse a number handed out before the crash");
+    assert!(
+        v > 12,
+        "new version {v} must not reuse a number handed out before the crash"
+    );
     let size = contents.last().unwrap().len() as u64;
     assert_eq!(blob.read(size, 13, None).await.unwrap(), b"after restart");
     // Skipped numbers are reported as aborted, and reading them says so.
@@ -65,7 +77,10 @@ async fn manager_sigkill_and_restart_keeps_published_versions() {
     let e = blob.read(0, 1, Some(13)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::VersionAborted);
     // The writer of version 13 coming back late is told so.
-    let late = Request::Complete { blob: blob.id(), version: 13 };
+    let late = Request::Complete {
+        blob: blob.id(),
+        version: 13,
+    };
     let e = pool.call(&tc.addr(), &late, &[]).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::VersionAborted);
 }
@@ -81,7 +96,9 @@ async fn provider_restart_keeps_chunks_and_metadata() {
         tc.cluster.kill_provider(i);
         tc.cluster.start_provider(i).unwrap();
     }
-    let fresh = Client::connect(&tc.addr(), ClientOptions::default()).await.unwrap();
+    let fresh = Client::connect(&tc.addr(), ClientOptions::default())
+        .await
+        .unwrap();
     let blob = fresh.open_blob(blob.id()).await.unwrap();
     assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
 }
@@ -97,22 +114,50 @@ async fn bad_input_gives_typed_errors_and_changes_nothing() {
         assert_eq!(e.kind, ErrorKind::InvalidArgument, "chunk size {bad}");
     }
     let e = client.create_blob(4 << 10, 3).await.err().unwrap();
-    assert_eq!(e.kind, ErrorKind::InvalidArgument, "replication above provider count");
+    assert_eq!(
+        e.kind,
+        ErrorKind::InvalidArgument,
+        "replication above provider count"
+    );
 
     let blob = client.create_blob(4 << 10, 1).await.unwrap();
     blob.write(0, b"0123456789").await.unwrap();
-    assert_eq!(blob.append(b"").await.unwrap_err().kind, ErrorKind::InvalidArgument);
-    assert_eq!(blob.write(3, b"").await.unwrap_err().kind, ErrorKind::InvalidArgument);
-    assert_eq!(blob.read(5, 6, None).await.unwrap_err().kind, ErrorKind::OutOfRange);
-    assert_eq!(blob.read(u64::MAX, 2, None).await.unwrap_err().kind, ErrorKind::OutOfRange);
-    assert_eq!(blob.read(0, 1, Some(2)).await.unwrap_err().kind, ErrorKind::NotFound);
-    assert_eq!(blob.write(u64::MAX - 3, b"overflow").await.unwrap_err().kind, ErrorKind::OutOfRange);
+    assert_eq!(
+        blob.append(b"").await.unwrap_err().kind,
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        blob.write(3, b"").await.unwrap_err().kind,
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        blob.read(5, 6, None).await.unwrap_err().kind,
+        ErrorKind::OutOfRange
+    );
+    assert_eq!(
+        blob.read(u64::MAX, 2, None).await.unwrap_err().kind,
+        ErrorKind::OutOfRange
+    );
+    assert_eq!(
+        blob.read(0, 1, Some(2)).await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        blob.write(u64::MAX - 3, b"overflow")
+            .await
+            .unwrap_err()
+            .kind,
+        ErrorKind::OutOfRange
+    );
     // Nothing above changed the blob.
     assert_eq!(blob.latest().await.unwrap(), 1);
     assert_eq!(blob.read(0, 10, None).await.unwrap(), b"0123456789");
     // Version 0 is the empty blob.
     assert_eq!(blob.read(0, 0, Some(0)).await.unwrap(), b"");
-    assert_eq!(blob.read(0, 1, Some(0)).await.unwrap_err().kind, ErrorKind::OutOfRange);
+    assert_eq!(
+        blob.read(0, 1, Some(0)).await.unwrap_err().kind,
+        ErrorKind::OutOfRange
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,7 +195,10 @@ async fn unreachable_servers_fail_fast() {
     let e = blob.latest().await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     assert!(start.elapsed() < Duration::from_secs(10));
-    let e = Client::connect("127.0.0.1:1", ClientOptions::default()).await.err().unwrap();
+    let e = Client::connect("127.0.0.1:1", ClientOptions::default())
+        .await
+        .err()
+        .unwrap();
     assert_eq!(e.kind, ErrorKind::Unavailable);
 }
 
@@ -158,11 +206,22 @@ async fn unreachable_servers_fail_fast() {
 async fn cluster_secret_is_required_off_loopback_and_checked() {
     // Refuses to listen on a non-loopback address without a secret.
     let out = Command::new(exe())
-        .args(["manager", "--data", "/nonexistent-not-used", "--addr", "0.0.0.0:0"])
+        .args([
+            "manager",
+            "--data",
+            "/nonexistent-not-used",
+            "--addr",
+            "0.0.0.0:0",
+        ])
         .env_remove("TOMUS_CLUSTER_SECRET")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(5), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("cluster secret"));
 
     // A manager with a secret refuses clients without it or with the wrong one.
@@ -180,15 +239,28 @@ async fn cluster_secret_is_required_off_loopback_and_checked() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     let addr = line.trim().rsplit(' ').next().unwrap().to_string();
 
-    let e = Client::connect(&addr, ClientOptions::default()).await.err().unwrap();
+    let e = Client::connect(&addr, ClientOptions::default())
+        .await
+        .err()
+        .unwrap();
     assert_eq!(e.kind, ErrorKind::AuthFailed, "{e}");
-    let wrong = ClientOptions { secret: Some(ClusterSecret::new("not the right secret!").unwrap()), ..Default::default() };
+    let wrong = ClientOptions {
+        secret: Some(ClusterSecret::new("not the right secret!").unwrap()),
+        ..Default::default()
+    };
     let e = Client::connect(&addr, wrong).await.err().unwrap();
     assert_eq!(e.kind, ErrorKind::AuthFailed, "{e}");
-    let right = ClientOptions { secret: Some(ClusterSecret::new("correct horse battery staple").unwrap()), ..Default::default() };
+    let right = ClientOptions {
+        secret: Some(ClusterSecret::new("correct horse battery staple").unwrap()),
+        ..Default::default()
+    };
     let client = Client::connect(&addr, right).await.unwrap();
     assert!(client.list_blobs().await.unwrap().is_empty());
     let _ = child.kill();

@@ -11,14 +11,21 @@ pub fn new_chunk_id() -> ChunkId {
 }
 
 /// Stores `data` as one chunk on every provider of `replicas`; all must acknowledge.
-pub async fn put_chunk(cluster: &Cluster, data: &[u8], replicas: &[ProviderInfo]) -> Result<StoredChunk> {
+pub async fn put_chunk(
+    cluster: &Cluster,
+    data: &[u8],
+    replicas: &[ProviderInfo],
+) -> Result<StoredChunk> {
     let id = new_chunk_id();
     let req = Request::PutChunk { id };
     let puts = replicas.iter().map(|p| {
         let req = &req;
         async move {
             cluster.pool.call(&p.addr, req, data).await.map_err(|e| {
-                Error::new(e.kind, format!("storing chunk on provider {} ({}): {e}", p.id, p.addr))
+                Error::new(
+                    e.kind,
+                    format!("storing chunk on provider {} ({}): {e}", p.id, p.addr),
+                )
             })
         }
     });
@@ -41,7 +48,10 @@ pub async fn put_chunk(cluster: &Cluster, data: &[u8], replicas: &[ProviderInfo]
 pub async fn read_piece(cluster: &Cluster, piece: &ChunkPiece, out: &mut [u8]) -> Result<()> {
     let n = piece.replicas.len();
     if n == 0 {
-        return Err(Error::internal(format!("chunk {} has no replicas", piece.chunk)));
+        return Err(Error::internal(format!(
+            "chunk {} has no replicas",
+            piece.chunk
+        )));
     }
     let start = rand::thread_rng().gen_range(0..n);
     let mut errors = Vec::new();
@@ -64,27 +74,32 @@ pub async fn read_piece(cluster: &Cluster, piece: &ChunkPiece, out: &mut [u8]) -
     let first = errors.remove(0);
     Err(Error::new(
         first.kind,
-        format!("chunk {} unreadable on all {n} replicas: {first}", piece.chunk),
+        format!(
+            "chunk {} unreadable on all {n} replicas: {first}",
+            piece.chunk
+        ),
     ))
 }
 
-async fn read_from(cluster: &Cluster, id: ProviderId, piece: &ChunkPiece, out: &mut [u8]) -> Result<()> {
+async fn read_from(
+    cluster: &Cluster,
+    id: ProviderId,
+    piece: &ChunkPiece,
+    out: &mut [u8],
+) -> Result<()> {
     let addr = cluster.addr_of(id).await?;
     let req = Request::GetChunk {
         id: piece.chunk,
         offset: piece.chunk_offset,
         len: piece.len,
     };
-    match cluster.pool.call(&addr, &req, &[]).await? {
-        (Response::Chunk, body) if body.len() == out.len() => {
-            out.copy_from_slice(&body);
-            Ok(())
-        }
-        (Response::Chunk, body) => Err(Error::corrupt(format!(
+    match cluster.pool.call_into(&addr, &req, out).await? {
+        (Response::Chunk, None) => Ok(()),
+        (Response::Chunk, Some(body)) => Err(Error::corrupt(format!(
             "provider {id} returned {} bytes of chunk {}, expected {}",
             body.len(),
             piece.chunk,
-            out.len()
+            piece.len
         ))),
         (other, _) => Err(unexpected(&other)),
     }

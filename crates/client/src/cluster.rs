@@ -39,7 +39,10 @@ impl Cluster {
 
     /// One request to the manager.
     pub async fn manager_call(&self, req: &Request) -> Result<Response> {
-        self.pool.call(&self.manager, req, &[]).await.map(|(r, _)| r)
+        self.pool
+            .call(&self.manager, req, &[])
+            .await
+            .map(|(r, _)| r)
     }
 
     pub async fn providers(&self) -> Result<Vec<ProviderInfo>> {
@@ -64,7 +67,10 @@ impl Cluster {
     async fn fresh_view<T>(&self, f: impl Fn(&ProviderView) -> Option<T>) -> Result<Option<T>> {
         {
             let view = self.view.read().await;
-            if let Some(v) = view.as_ref().filter(|v| v.fetched.elapsed() < PROVIDER_LIST_TTL) {
+            if let Some(v) = view
+                .as_ref()
+                .filter(|v| v.fetched.elapsed() < PROVIDER_LIST_TTL)
+            {
                 if let Some(x) = f(v) {
                     return Ok(Some(x));
                 }

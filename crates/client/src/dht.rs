@@ -70,10 +70,12 @@ impl Ring {
     }
 }
 
-/// Two-generation cache of immutable nodes.
+type Generation = HashMap<NodeKey, Arc<Node>>;
+
+/// Two-generation cache of immutable nodes: (current, previous).
 #[derive(Default)]
 pub struct NodeCache {
-    gens: Mutex<(HashMap<NodeKey, Arc<Node>>, HashMap<NodeKey, Arc<Node>>)>,
+    gens: Mutex<(Generation, Generation)>,
 }
 
 impl NodeCache {
@@ -122,7 +124,10 @@ pub async fn put_nodes(
             ));
         }
         for id in owners.into_iter().take(replication as usize) {
-            per_provider.entry(id).or_default().push((key, node.clone()));
+            per_provider
+                .entry(id)
+                .or_default()
+                .push((key, node.clone()));
         }
         cluster.cache.insert(key, Arc::new(node));
     }

@@ -19,8 +19,8 @@ use tomus_metadata::{
     Span, StoredChunk, Version, WritePlan,
 };
 use tomus_wire::{
-    unexpected, Assignment, BlobInfo, ClusterSecret, Error, Placement, Pool,
-    ProviderInfo, Request, Response, Result, RpcConfig, VersionInfo, VersionList, WriteOp,
+    unexpected, Assignment, BlobInfo, ClusterSecret, Error, Placement, Pool, ProviderInfo, Request,
+    Response, Result, RpcConfig, VersionInfo, VersionList, WriteOp,
 };
 
 use crate::cluster::Cluster;
@@ -107,7 +107,11 @@ impl Client {
     }
 
     pub async fn blob_info(&self, id: BlobId) -> Result<BlobInfo> {
-        match self.cluster.manager_call(&Request::BlobInfo { blob: id }).await? {
+        match self
+            .cluster
+            .manager_call(&Request::BlobInfo { blob: id })
+            .await?
+        {
             Response::Blob(info) => Ok(info),
             other => Err(unexpected(&other)),
         }
@@ -192,7 +196,11 @@ impl Blob {
             }));
         }
         let chunks = self.store_chunks(data).await?;
-        let assignment = match self.cluster().manager_call(&Request::Assign { blob: self.id, op }).await? {
+        let assignment = match self
+            .cluster()
+            .manager_call(&Request::Assign { blob: self.id, op })
+            .await?
+        {
             Response::Assigned(a) => a,
             other => return Err(unexpected(&other)),
         };
@@ -224,11 +232,13 @@ impl Blob {
         let cluster = self.cluster();
         // Futures are built eagerly (not inside a Stream::map closure) so the borrowed slices
         // keep concrete lifetimes and callers can spawn these calls.
-        let puts: Vec<_> = data
-            .chunks(cs)
-            .zip(placements)
-            .map(|(piece, replicas)| async move { chunks::put_chunk(cluster, piece, &replicas).await })
-            .collect();
+        let puts: Vec<_> =
+            data.chunks(cs)
+                .zip(placements)
+                .map(|(piece, replicas)| async move {
+                    chunks::put_chunk(cluster, piece, &replicas).await
+                })
+                .collect();
         stream::iter(puts)
             .buffered(self.client.options.parallelism)
             .try_collect()
@@ -251,7 +261,9 @@ impl Blob {
             span: a.span,
             capacity: a.capacity,
             chunks,
-            published: a.published.map(|(version, capacity)| PublishedTree { version, capacity }),
+            published: a
+                .published
+                .map(|(version, capacity)| PublishedTree { version, capacity }),
             in_flight: &in_flight,
         };
         let source = DhtSource {
@@ -283,16 +295,27 @@ impl Blob {
     }
 
     pub async fn versions(&self) -> Result<VersionList> {
-        match self.cluster().manager_call(&Request::Versions { blob: self.id }).await? {
+        match self
+            .cluster()
+            .manager_call(&Request::Versions { blob: self.id })
+            .await?
+        {
             Response::Versions(v) => Ok(v),
             other => Err(unexpected(&other)),
         }
     }
 
     /// Segments of `[offset, offset + size)` at `version`, after checking the range.
-    async fn segments(&self, offset: u64, size: u64, version: Option<Version>) -> Result<(VersionInfo, Vec<Segment>)> {
+    async fn segments(
+        &self,
+        offset: u64,
+        size: u64,
+        version: Option<Version>,
+    ) -> Result<(VersionInfo, Vec<Segment>)> {
         let info = self.stat(version).await?;
-        let end = offset.checked_add(size).ok_or_else(|| Error::out_of_range("offset + size overflows"))?;
+        let end = offset
+            .checked_add(size)
+            .ok_or_else(|| Error::out_of_range("offset + size overflows"))?;
         if end > info.size {
             return Err(Error::out_of_range(format!(
                 "range {offset}..{end} is past the end of blob {} at version {} (size {})",
@@ -324,7 +347,12 @@ impl Blob {
     }
 
     /// Fills `buf` with the bytes at `offset` of `version`; returns the version read.
-    pub async fn read_into(&self, offset: u64, buf: &mut [u8], version: Option<Version>) -> Result<Version> {
+    pub async fn read_into(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        version: Option<Version>,
+    ) -> Result<Version> {
         let (info, segments) = self.segments(offset, buf.len() as u64, version).await?;
         let mut jobs: Vec<(ChunkPiece, &mut [u8])> = Vec::new();
         let mut rest = buf;
@@ -349,7 +377,12 @@ impl Blob {
     }
 
     /// Which providers hold each part of `[offset, offset + size)` at `version`.
-    pub async fn locations(&self, offset: u64, size: u64, version: Option<Version>) -> Result<Vec<Location>> {
+    pub async fn locations(
+        &self,
+        offset: u64,
+        size: u64,
+        version: Option<Version>,
+    ) -> Result<Vec<Location>> {
         let (_, segments) = self.segments(offset, size, version).await?;
         let mut out: Vec<Location> = Vec::new();
         for seg in segments {
@@ -361,7 +394,9 @@ impl Blob {
                 }
             }
             match out.last_mut() {
-                Some(last) if last.providers == providers && last.offset + last.size == span.offset => {
+                Some(last)
+                    if last.providers == providers && last.offset + last.size == span.offset =>
+                {
                     last.size += span.size
                 }
                 _ => out.push(Location {
@@ -394,4 +429,3 @@ fn coalesce(segments: Vec<Segment>) -> Vec<Segment> {
     }
     out
 }
-

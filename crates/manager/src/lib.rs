@@ -39,11 +39,20 @@ pub async fn run(
         .map_err(|e| Error::invalid(format!("cannot listen on {}: {e}", config.listen)))?;
     let local = listener.local_addr()?;
     check_bind(&local, config.secret.as_ref())?;
-    tracing::info!("manager listening on {local}, state in {}", config.data_dir.display());
+    tracing::info!(
+        "manager listening on {local}, state in {}",
+        config.data_dir.display()
+    );
     if let Some(tx) = ready {
         let _ = tx.send(local.to_string());
     }
     let service = Arc::new(service::ManagerService { versions, registry });
-    tomus_wire::serve(listener, config.secret, service, Arc::new(LoadGauge::default())).await;
+    tomus_wire::serve(
+        listener,
+        config.secret,
+        service,
+        Arc::new(LoadGauge::default()),
+    )
+    .await;
     Ok(())
 }

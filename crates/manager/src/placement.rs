@@ -45,7 +45,9 @@ pub fn place(
                 .iter()
                 .enumerate()
                 .filter(|(i, (_, free))| !chosen.contains(i) && *free >= chunk_size)
-                .max_by_key(|(_, (p, free))| (*free, std::cmp::Reverse(p.chunks), std::cmp::Reverse(p.id)))
+                .max_by_key(|(_, (p, free))| {
+                    (*free, std::cmp::Reverse(p.chunks), std::cmp::Reverse(p.id))
+                })
                 .map(|(i, _)| i);
             match best {
                 Some(i) => chosen.push(i),

@@ -70,7 +70,9 @@ impl Registry {
         report: ProviderReport,
     ) -> Result<ProviderId> {
         if addr.parse::<std::net::SocketAddr>().is_err() && !addr.contains(':') {
-            return Err(Error::invalid(format!("provider address {addr:?} is not host:port")));
+            return Err(Error::invalid(format!(
+                "provider address {addr:?} is not host:port"
+            )));
         }
         let known = id.filter(|i| self.lock().contains_key(i));
         let id = match known {
@@ -127,7 +129,9 @@ impl Registry {
             .values()
             .map(|e| {
                 let mut i = e.info.clone();
-                i.alive = e.last_seen.is_some_and(|t| now.duration_since(t) < self.timeout);
+                i.alive = e
+                    .last_seen
+                    .is_some_and(|t| now.duration_since(t) < self.timeout);
                 i
             })
             .collect();
@@ -142,10 +146,17 @@ impl Registry {
         let entries = self.lock();
         let mut out: Vec<(ProviderInfo, u64)> = entries
             .values()
-            .filter(|e| e.last_seen.is_some_and(|t| now.duration_since(t) < self.timeout))
+            .filter(|e| {
+                e.last_seen
+                    .is_some_and(|t| now.duration_since(t) < self.timeout)
+            })
             .map(|e| {
                 // Until a provider reports, its space is unknown: place as if it had room.
-                let free = if e.reported { e.info.free } else { u64::MAX / 2 };
+                let free = if e.reported {
+                    e.info.free
+                } else {
+                    u64::MAX / 2
+                };
                 (e.info.clone(), free.saturating_sub(e.placed_since_report))
             })
             .collect();

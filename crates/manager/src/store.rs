@@ -101,7 +101,11 @@ impl Store {
         let txn = self.db.begin_write().map_err(db_err)?;
         let id = {
             let mut t = txn.open_table(COUNTERS).map_err(db_err)?;
-            let next = t.get(counter).map_err(db_err)?.map(|v| v.value()).unwrap_or(1);
+            let next = t
+                .get(counter)
+                .map_err(db_err)?
+                .map(|v| v.value())
+                .unwrap_or(1);
             t.insert(counter, next + 1).map_err(db_err)?;
             next
         };
@@ -113,7 +117,8 @@ impl Store {
         let txn = self.db.begin_write().map_err(db_err)?;
         {
             let mut t = txn.open_table(BLOBS).map_err(db_err)?;
-            t.insert(blob.id, encode(blob)?.as_slice()).map_err(db_err)?;
+            t.insert(blob.id, encode(blob)?.as_slice())
+                .map_err(db_err)?;
         }
         txn.commit().map_err(db_err)
     }

@@ -96,7 +96,10 @@ impl VersionManager {
             let next_version = reserved.max(record.published + 1);
             if next_version > record.published + 1 {
                 let from = record.published + 1;
-                if !store.aborted_ranges(record.id)?.contains(&(from, next_version)) {
+                if !store
+                    .aborted_ranges(record.id)?
+                    .contains(&(from, next_version))
+                {
                     store.put_aborted(record.id, from, next_version)?;
                     tracing::info!(
                         "blob {}: versions {from}..{next_version} were not published before restart; marked aborted",
@@ -343,7 +346,9 @@ impl VersionManager {
 
     /// Applies a durable publication to the in-memory state and wakes the waiting writers.
     fn published(&self, p: Publication) {
-        let Ok(slot) = self.slot(p.blob.id) else { return };
+        let Ok(slot) = self.slot(p.blob.id) else {
+            return;
+        };
         let mut s = slot.lock();
         if p.blob.published <= s.record.published {
             return;
@@ -366,7 +371,12 @@ impl VersionManager {
         let (published, latest, next_version, pending) = {
             let s = slot.lock();
             let pending = version.and_then(|v| s.pending.get(&v).map(|p| p.info.clone()));
-            (s.record.published, s.latest.clone(), s.next_version, pending)
+            (
+                s.record.published,
+                s.latest.clone(),
+                s.next_version,
+                pending,
+            )
         };
         let v = match version {
             None => return Ok(latest),
@@ -412,7 +422,10 @@ impl VersionManager {
 
 /// Commits publications in batches: everything queued while the previous commit ran goes into
 /// the next fsynced transaction.
-async fn committer(vm: std::sync::Weak<VersionManager>, mut rx: mpsc::UnboundedReceiver<Publication>) {
+async fn committer(
+    vm: std::sync::Weak<VersionManager>,
+    mut rx: mpsc::UnboundedReceiver<Publication>,
+) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while let Ok(more) = rx.try_recv() {

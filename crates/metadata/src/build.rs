@@ -60,14 +60,24 @@ impl WritePlan<'_> {
             return bad("empty write".into());
         }
         if total != self.span.size {
-            return bad(format!("chunks hold {total} bytes, write spans {}", self.span.size));
+            return bad(format!(
+                "chunks hold {total} bytes, write spans {}",
+                self.span.size
+            ));
         }
         if self.capacity < self.span.end() || !self.chunk_size.is_power_of_two() {
-            return bad(format!("capacity {} below write end {}", self.capacity, self.span.end()));
+            return bad(format!(
+                "capacity {} below write end {}",
+                self.capacity,
+                self.span.end()
+            ));
         }
         if let Some(p) = self.published {
             if p.version >= self.version || p.capacity > self.capacity {
-                return bad(format!("published tree {p:?} is not below version {}", self.version));
+                return bad(format!(
+                    "published tree {p:?} is not below version {}",
+                    self.version
+                ));
             }
         }
         if self.in_flight.iter().any(|f| f.version >= self.version) {
@@ -88,7 +98,10 @@ impl WritePlan<'_> {
     }
 
     fn in_flight_count(&self, slot: Span) -> u32 {
-        self.in_flight.iter().filter(|f| f.span.intersects(&slot)).count() as u32
+        self.in_flight
+            .iter()
+            .filter(|f| f.span.intersects(&slot))
+            .count() as u32
     }
 
     /// This write's data inside `slot`, as chunk pieces.
@@ -168,7 +181,11 @@ pub async fn build_version<S: NodeSource>(
         } else {
             source.fetch(&wanted).await?
         };
-        let mut fetched = wanted.into_iter().zip(fetched).collect::<Vec<_>>().into_iter();
+        let mut fetched = wanted
+            .into_iter()
+            .zip(fetched)
+            .collect::<Vec<_>>()
+            .into_iter();
         let mut next = Vec::new();
         for f in frontier {
             let published_node = match f.published {

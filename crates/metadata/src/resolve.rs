@@ -36,7 +36,9 @@ pub async fn resolve_range<S: NodeSource>(
         let refs: Vec<NodeRef> = wanted.iter().map(|(n, _)| *n).collect();
         let nodes = source.fetch(&refs).await?;
         if nodes.len() != refs.len() {
-            return Err(MetaError::Inconsistent("node source returned a short batch".into()).into());
+            return Err(
+                MetaError::Inconsistent("node source returned a short batch".into()).into(),
+            );
         }
         let mut next = Vec::new();
         for ((node_ref, want), node) in wanted.into_iter().zip(nodes) {

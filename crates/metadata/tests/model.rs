@@ -84,7 +84,9 @@ impl Sim {
         let end = offset + len;
         self.size = self.size.max(end);
         self.capacity = self.capacity.max(capacity_for(self.cs, self.size));
-        let data: Vec<u8> = (0..len).map(|i| fill.wrapping_add((i % 251) as u8) | 1).collect();
+        let data: Vec<u8> = (0..len)
+            .map(|i| fill.wrapping_add((i % 251) as u8) | 1)
+            .collect();
         let mut content = self.model.last().unwrap().clone();
         content.resize(self.size as usize, 0);
         content[offset as usize..end as usize].copy_from_slice(&data);
@@ -94,7 +96,11 @@ impl Sim {
         let in_flight = self
             .pending
             .values()
-            .map(|(a, _)| InFlight { version: a.version, span: a.span, capacity: a.capacity })
+            .map(|(a, _)| InFlight {
+                version: a.version,
+                span: a.span,
+                capacity: a.capacity,
+            })
             .collect();
         let a = Assigned {
             version,
@@ -109,8 +115,12 @@ impl Sim {
 
     /// Writer of the `pick`-th pending version builds and stores its metadata and completes.
     fn complete(&mut self, pick: usize, cut: u64) {
-        let open: Vec<Version> =
-            self.pending.iter().filter(|(_, (_, done))| !done).map(|(v, _)| *v).collect();
+        let open: Vec<Version> = self
+            .pending
+            .iter()
+            .filter(|(_, (_, done))| !done)
+            .map(|(v, _)| *v)
+            .collect();
         if open.is_empty() {
             return;
         }
@@ -128,7 +138,11 @@ impl Sim {
             let id = ChunkId(self.next_chunk);
             self.next_chunk += 1;
             self.chunks.insert(id, a.data[at..at + n].to_vec());
-            stored.push(StoredChunk { chunk: id, len: n as u64, replicas: vec![1] });
+            stored.push(StoredChunk {
+                chunk: id,
+                len: n as u64,
+                replicas: vec![1],
+            });
             at += n;
         }
         let plan = WritePlan {
@@ -145,19 +159,29 @@ impl Sim {
             let mut m = self.source.nodes.lock().unwrap();
             for (r, n) in nodes {
                 assert_eq!(r.version, v);
-                assert!(m.insert(r, Arc::new(n)).is_none(), "node {r:?} written twice");
+                assert!(
+                    m.insert(r, Arc::new(n)).is_none(),
+                    "node {r:?} written twice"
+                );
             }
         }
         self.pending.get_mut(&v).unwrap().1 = true;
         // Publish the completed prefix, in order.
         while let Some((&first, (_, true))) = self.pending.iter().next() {
             self.pending.remove(&first);
-            self.published = Some(PublishedTree { version: first, capacity: self.caps[first as usize] });
+            self.published = Some(PublishedTree {
+                version: first,
+                capacity: self.caps[first as usize],
+            });
         }
     }
 
     fn read(&self, v: Version, range: Span) -> Vec<u8> {
-        let root = NodeRef { version: v, offset: 0, size: self.caps[v as usize] };
+        let root = NodeRef {
+            version: v,
+            offset: 0,
+            size: self.caps[v as usize],
+        };
         let segs = block_on(resolve_range(root, range, &self.source)).expect("resolve");
         let mut out = Vec::new();
         for s in segs {
@@ -165,7 +189,9 @@ impl Sim {
                 Segment::Zeros(sp) => out.resize(out.len() + sp.size as usize, 0),
                 Segment::Data(p) => {
                     let c = &self.chunks[&p.chunk];
-                    out.extend_from_slice(&c[p.chunk_offset as usize..(p.chunk_offset + p.len) as usize]);
+                    out.extend_from_slice(
+                        &c[p.chunk_offset as usize..(p.chunk_offset + p.len) as usize],
+                    );
                 }
             }
         }
@@ -236,23 +262,41 @@ fn long_append_runs_keep_leaf_chains_short() {
     let nodes = sim.source.nodes.lock().unwrap();
     let max_depth = nodes
         .values()
-        .filter_map(|n| match &**n { Node::Leaf { depth, .. } => Some(*depth), _ => None })
+        .filter_map(|n| match &**n {
+            Node::Leaf { depth, .. } => Some(*depth),
+            _ => None,
+        })
         .max()
         .unwrap();
     assert!(max_depth <= MAX_LEAF_CHAIN, "depth {max_depth}");
     drop(nodes);
     let v = sim.model.len() as u64 - 1;
-    assert_eq!(sim.read(v, Span::new(0, sim.sizes[v as usize])), sim.model[v as usize]);
+    assert_eq!(
+        sim.read(v, Span::new(0, sim.sizes[v as usize])),
+        sim.model[v as usize]
+    );
 }
 
 #[test]
 fn a_write_adds_logarithmically_many_nodes() {
     let cs = 4096;
     let mut sim = Sim::new(cs);
-    sim.assign(&Op::Write { offset: 0, len: cs * 1024 }, 1);
+    sim.assign(
+        &Op::Write {
+            offset: 0,
+            len: cs * 1024,
+        },
+        1,
+    );
     sim.complete(0, cs);
     let before = sim.source.nodes.lock().unwrap().len();
-    sim.assign(&Op::Write { offset: cs * 517 + 5, len: 10 }, 2);
+    sim.assign(
+        &Op::Write {
+            offset: cs * 517 + 5,
+            len: 10,
+        },
+        2,
+    );
     sim.complete(0, cs);
     let added = sim.source.nodes.lock().unwrap().len() - before;
     // One leaf and one node per level above it: log2(1024) + 1.

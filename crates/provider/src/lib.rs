@@ -195,66 +195,106 @@ pub(crate) mod testutil {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Instant;
 
-    use bytes::Bytes;
+    use tomus_manager::ManagerConfig;
     use tomus_metadata::{ChunkId, Node, NodeKey, NodeRef};
-    use tomus_wire::{ErrorKind, Handler, Request, Response};
+    use tomus_wire::{ErrorKind, ProviderInfo, Request, Response};
 
     use super::*;
     use crate::testutil::TempDir;
 
-    /// Answers registrations with id 7 (or the id the provider already has) and counts
-    /// heartbeats; with `forget`, it answers heartbeats as if it had lost the registration.
-    struct FakeManager {
-        registers: AtomicU32,
-        heartbeats: AtomicU32,
-        last_register_id: std::sync::Mutex<Option<Option<u32>>>,
-        forget: bool,
+    /// How long a test waits for the provider or the manager to reach a state.
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// A real manager on a runtime of its own. Stopping it shuts that runtime down, which ends
+    /// the accept loop and the connection tasks `tomus_wire::serve` spawned, closing every
+    /// socket as a process exit would (aborting the task running `tomus_manager::run` would
+    /// leave open connections served by the old registry).
+    struct Manager {
+        addr: String,
+        runtime: Option<tokio::runtime::Runtime>,
     }
 
-    impl FakeManager {
-        fn new(forget: bool) -> Arc<Self> {
-            Arc::new(FakeManager {
-                registers: AtomicU32::new(0),
-                heartbeats: AtomicU32::new(0),
-                last_register_id: std::sync::Mutex::new(None),
-                forget,
-            })
+    impl Manager {
+        /// Starts a manager with its state in `data_dir`, listening on `listen`. Retries while
+        /// the address is still taken (a manager that was just stopped).
+        async fn start(data_dir: &Path, listen: &str) -> Manager {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let config = ManagerConfig {
+                    data_dir: data_dir.to_path_buf(),
+                    listen: listen.to_string(),
+                    secret: None,
+                    provider_timeout: Duration::from_secs(10),
+                };
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let task = runtime.spawn(tomus_manager::run(config, Some(tx)));
+                if let Ok(addr) = rx.await {
+                    return Manager {
+                        addr,
+                        runtime: Some(runtime),
+                    };
+                }
+                // `run` returned without serving.
+                let err = task.await.unwrap().unwrap_err();
+                assert!(
+                    Instant::now() < deadline,
+                    "manager cannot start on {listen}: {err}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+
+        /// Stops the manager and waits until all its tasks, and so its sockets, are gone.
+        async fn stop(mut self) {
+            let runtime = self.runtime.take().unwrap();
+            tokio::task::spawn_blocking(move || runtime.shutdown_timeout(WAIT))
+                .await
+                .unwrap();
+        }
+
+        async fn providers(&self, pool: &Pool) -> Vec<ProviderInfo> {
+            match pool.call(&self.addr, &Request::Providers, &[]).await {
+                Ok((Response::Providers(list), _)) => list,
+                other => panic!("unexpected answer to Providers: {other:?}"),
+            }
+        }
+
+        /// Polls the manager until it lists a provider at `addr` matching `cond`.
+        async fn wait_for_provider(
+            &self,
+            addr: &str,
+            what: &str,
+            cond: impl Fn(&ProviderInfo) -> bool,
+        ) -> ProviderInfo {
+            let pool = Pool::new(RpcConfig::default());
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let list = self.providers(&pool).await;
+                if let Some(p) = list.iter().find(|p| p.addr == addr && cond(p)) {
+                    return p.clone();
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out waiting for {what}; the manager lists {list:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
     }
 
-    impl Handler for FakeManager {
-        async fn handle(&self, req: Request, _body: Bytes) -> (Response, Bytes) {
-            let resp = match req {
-                Request::Register { id, .. } => {
-                    self.registers.fetch_add(1, Ordering::SeqCst);
-                    *self.last_register_id.lock().unwrap() = Some(id);
-                    Response::Registered(id.unwrap_or(7))
-                }
-                Request::Heartbeat { id, report } => {
-                    assert_eq!(id, 7);
-                    assert!(report.capacity > 0);
-                    self.heartbeats.fetch_add(1, Ordering::SeqCst);
-                    if self.forget {
-                        Response::Err(Error::not_found("unknown provider"))
-                    } else {
-                        Response::Ok
-                    }
-                }
-                _ => Response::Err(Error::invalid("not a manager request")),
-            };
-            (resp, Bytes::new())
+    impl Drop for Manager {
+        fn drop(&mut self) {
+            if let Some(runtime) = self.runtime.take() {
+                runtime.shutdown_background();
+            }
         }
-    }
-
-    async fn start_manager(manager: Arc<FakeManager>, listener: TcpListener) {
-        tokio::spawn(tomus_wire::serve(
-            listener,
-            None,
-            manager,
-            Arc::new(LoadGauge::default()),
-        ));
     }
 
     fn config(dir: &Path, manager: String) -> ProviderConfig {
@@ -270,32 +310,32 @@ mod tests {
         }
     }
 
-    async fn wait_for(what: &str, cond: impl Fn() -> bool) {
-        for _ in 0..500 {
-            if cond() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("timed out waiting for {what}");
+    fn stored_id(dir: &Path) -> u32 {
+        let text = std::fs::read_to_string(dir.join("data/provider.id")).unwrap();
+        text.trim().parse().unwrap()
+    }
+
+    /// Waits for the provider's ready signal (registered and serving).
+    async fn ready(rx: tokio::sync::oneshot::Receiver<String>) -> String {
+        tokio::time::timeout(WAIT, rx)
+            .await
+            .expect("provider did not become ready")
+            .expect("provider stopped before it was ready")
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn serves_chunks_and_nodes_and_heartbeats() {
         let dir = TempDir::new("run");
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let manager_addr = listener.local_addr().unwrap().to_string();
-        let manager = FakeManager::new(false);
-        start_manager(manager.clone(), listener).await;
+        let manager = Manager::start(&dir.path().join("manager"), "127.0.0.1:0").await;
 
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let provider = tokio::spawn(run(config(dir.path(), manager_addr), Some(tx)));
-        let addr = tokio::time::timeout(Duration::from_secs(10), rx)
-            .await
-            .unwrap()
-            .unwrap();
-        let stored = std::fs::read_to_string(dir.path().join("data/provider.id")).unwrap();
-        assert_eq!(stored.trim(), "7");
+        let provider = tokio::spawn(run(config(dir.path(), manager.addr.clone()), Some(tx)));
+        let addr = ready(rx).await;
+        let registered = manager
+            .wait_for_provider(&addr, "registration", |p| p.alive)
+            .await;
+        assert_eq!(registered.id, stored_id(dir.path()));
+        assert!(registered.capacity > 0);
 
         let pool = Pool::new(RpcConfig::default());
         let id = ChunkId(0xabcdef);
@@ -352,41 +392,92 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument);
 
-        wait_for("heartbeats", || {
-            manager.heartbeats.load(Ordering::SeqCst) >= 3
-        })
-        .await;
-        assert_eq!(manager.registers.load(Ordering::SeqCst), 1);
+        // Registration reported no chunks; only a heartbeat can carry the new one.
+        let reported = manager
+            .wait_for_provider(&addr, "a heartbeat reporting the chunk", |p| {
+                p.alive && p.chunks >= 1
+            })
+            .await;
+        assert_eq!(reported.id, registered.id);
+        // One registration: the provider is listed once.
+        assert_eq!(manager.providers(&pool).await.len(), 1);
         provider.abort();
     }
 
     #[tokio::test(flavor = "multi_thread")]
-    async fn reregisters_when_manager_forgets_and_waits_for_late_manager() {
-        let dir = TempDir::new("rereg");
+    async fn waits_for_late_manager() {
+        let dir = TempDir::new("late");
         // Reserve a port for a manager that starts only after the provider.
-        let probe = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let manager_addr = probe.local_addr().unwrap().to_string();
         drop(probe);
 
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
         let provider = tokio::spawn(run(config(dir.path(), manager_addr.clone()), Some(tx)));
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let manager = FakeManager::new(true);
-        start_manager(
-            manager.clone(),
-            TcpListener::bind(&manager_addr).await.unwrap(),
-        )
-        .await;
-        tokio::time::timeout(Duration::from_secs(10), rx)
+        assert!(
+            rx.try_recv().is_err(),
+            "provider was ready without a manager"
+        );
+        let manager = Manager::start(&dir.path().join("manager"), &manager_addr).await;
+        assert_eq!(manager.addr, manager_addr);
+        let addr = ready(rx).await;
+        let registered = manager
+            .wait_for_provider(&addr, "registration", |p| p.alive)
+            .await;
+        assert_eq!(registered.id, stored_id(dir.path()));
+        provider.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn reregisters_when_manager_forgets() {
+        let dir = TempDir::new("rereg");
+        let first = Manager::start(&dir.path().join("manager-a"), "127.0.0.1:0").await;
+        let manager_addr = first.addr.clone();
+
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let provider = tokio::spawn(run(config(dir.path(), manager_addr.clone()), Some(tx)));
+        let addr = ready(rx).await;
+        first
+            .wait_for_provider(&addr, "registration with the first manager", |p| p.alive)
+            .await;
+        first.stop().await;
+
+        // A manager with empty state on the same address: it knows no provider.
+        let second = Manager::start(&dir.path().join("manager-b"), &manager_addr).await;
+        assert_eq!(second.addr, manager_addr);
+        let report = tomus_wire::ProviderReport {
+            capacity: 1,
+            free: 1,
+            chunks: 0,
+            load: 0,
+        };
+        let pool = Pool::new(RpcConfig::default());
+        let err = pool
+            .call(
+                &second.addr,
+                &Request::Heartbeat {
+                    id: 1_000_000,
+                    report,
+                },
+                &[],
+            )
             .await
-            .unwrap()
-            .unwrap();
-        wait_for("re-registration", || {
-            manager.registers.load(Ordering::SeqCst) >= 3
-        })
-        .await;
-        // Re-registrations present the id the provider was given.
-        assert_eq!(*manager.last_register_id.lock().unwrap(), Some(Some(7)));
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound);
+
+        // The provider's heartbeats get NotFound, so it registers again.
+        let registered = second
+            .wait_for_provider(&addr, "re-registration with the second manager", |p| {
+                p.alive
+            })
+            .await;
+        assert_eq!(registered.id, stored_id(dir.path()));
+        // And keeps heartbeating under that id.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let list = second.providers(&pool).await;
+        assert_eq!(list.len(), 1);
+        assert!(list[0].alive);
         provider.abort();
     }
 

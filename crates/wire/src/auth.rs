@@ -162,7 +162,10 @@ pub async fn connect(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> 
         )
     })?;
     if answer[0] != STATUS_OK {
-        return Err(Error::new(ErrorKind::AuthFailed, "server refused the cluster secret"));
+        return Err(Error::new(
+            ErrorKind::AuthFailed,
+            "server refused the cluster secret",
+        ));
     }
     if let (true, Some(s)) = (auth, secret) {
         if !s.verify(b"server", &client_nonce, &answer[1..]) {

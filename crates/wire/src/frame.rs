@@ -44,8 +44,48 @@ where
     Ok(())
 }
 
+/// Where a frame's body goes.
+pub enum BodySink<'a> {
+    /// A new buffer of the body's size.
+    Owned,
+    /// The caller's buffer, when the body has exactly its length (chunk reads land in their
+    /// final place without an intermediate copy); other bodies go to a new buffer.
+    Into(&'a mut [u8]),
+}
+
+impl BodySink<'_> {
+    /// The same sink for another attempt.
+    pub fn reborrow(&mut self) -> BodySink<'_> {
+        match self {
+            BodySink::Owned => BodySink::Owned,
+            BodySink::Into(out) => BodySink::Into(out),
+        }
+    }
+}
+
+/// What became of a frame's body.
+pub enum Body {
+    Owned(Bytes),
+    /// Written into the caller's buffer.
+    Placed,
+}
+
 /// Reads one frame. `Ok(None)` on a clean end of stream before a frame starts.
 pub async fn read_frame<R, T>(r: &mut R) -> Result<Option<(T, Bytes)>>
+where
+    R: AsyncRead + Unpin,
+    T: DeserializeOwned,
+{
+    Ok(read_frame_to(r, BodySink::Owned)
+        .await?
+        .map(|(h, body)| match body {
+            Body::Owned(b) => (h, b),
+            Body::Placed => (h, Bytes::new()),
+        }))
+}
+
+/// Reads one frame, its body into `sink`.
+pub async fn read_frame_to<R, T>(r: &mut R, sink: BodySink<'_>) -> Result<Option<(T, Body)>>
 where
     R: AsyncRead + Unpin,
     T: DeserializeOwned,
@@ -67,14 +107,25 @@ where
     }
     let mut header = vec![0u8; header_len as usize];
     r.read_exact(&mut header).await?;
-    let mut body = BytesMut::with_capacity(body_len as usize);
-    let mut limited = r.take(body_len);
-    while (body.len() as u64) < body_len {
-        if limited.read_buf(&mut body).await? == 0 {
-            return Err(Error::protocol("connection closed in the middle of a frame"));
+    let body = match sink {
+        BodySink::Into(out) if out.len() as u64 == body_len && body_len > 0 => {
+            r.read_exact(out).await?;
+            Body::Placed
         }
-    }
+        _ => {
+            let mut body = BytesMut::with_capacity(body_len as usize);
+            let mut limited = r.take(body_len);
+            while (body.len() as u64) < body_len {
+                if limited.read_buf(&mut body).await? == 0 {
+                    return Err(Error::protocol(
+                        "connection closed in the middle of a frame",
+                    ));
+                }
+            }
+            Body::Owned(body.freeze())
+        }
+    };
     let header = bincode::deserialize(&header)
         .map_err(|e| Error::protocol(format!("malformed frame header: {e}")))?;
-    Ok(Some((header, body.freeze())))
+    Ok(Some((header, body)))
 }

@@ -18,5 +18,7 @@ pub fn host_of(addr: &str) -> String {
         Some((h, _)) => h,
         None => addr,
     };
-    host.trim_start_matches('[').trim_end_matches(']').to_string()
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string()
 }

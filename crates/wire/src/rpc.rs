@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::auth::{self, ClusterSecret};
 use crate::error::{Error, ErrorKind, Result};
-use crate::frame::{read_frame, write_frame};
+use crate::frame::{read_frame, read_frame_to, write_frame, Body, BodySink};
 use crate::messages::{Request, Response};
 
 /// Idle connections kept per peer.
@@ -69,18 +69,56 @@ impl Pool {
         body: &[u8],
         timeout: Duration,
     ) -> Result<(Response, Bytes)> {
+        let (resp, body) = self
+            .call_with(addr, req, body, timeout, BodySink::Owned)
+            .await?;
+        match body {
+            Body::Owned(b) => Ok((resp, b)),
+            Body::Placed => Ok((resp, Bytes::new())),
+        }
+    }
+
+    /// Like [`Pool::call`], but a response body of exactly `out.len()` bytes is read straight
+    /// into `out` (the returned body is `None` then) instead of a new buffer.
+    pub async fn call_into(
+        &self,
+        addr: &str,
+        req: &Request,
+        out: &mut [u8],
+    ) -> Result<(Response, Option<Bytes>)> {
+        let timeout = self.config.request_timeout;
+        let (resp, body) = self
+            .call_with(addr, req, &[], timeout, BodySink::Into(out))
+            .await?;
+        match body {
+            Body::Owned(b) => Ok((resp, Some(b))),
+            Body::Placed => Ok((resp, None)),
+        }
+    }
+
+    async fn call_with(
+        &self,
+        addr: &str,
+        req: &Request,
+        body: &[u8],
+        timeout: Duration,
+        mut sink: BodySink<'_>,
+    ) -> Result<(Response, Body)> {
         let pooled = self.take_idle(addr);
         let reused = pooled.is_some();
         let stream = match pooled {
             Some(s) => s,
             None => self.connect(addr).await?,
         };
-        match self.exchange(addr, stream, req, body, timeout).await {
+        let first = self
+            .exchange(addr, stream, req, body, timeout, sink.reborrow())
+            .await;
+        match first {
             // A pooled connection may have been closed by the peer while idle (restart, idle
             // timeout): retry once on a fresh one when repeating the request is harmless.
             Err(e) if reused && e.kind == ErrorKind::Unavailable && is_idempotent(req) => {
                 let stream = self.connect(addr).await?;
-                self.exchange(addr, stream, req, body, timeout).await
+                self.exchange(addr, stream, req, body, timeout, sink).await
             }
             other => other,
         }
@@ -93,10 +131,11 @@ impl Pool {
         req: &Request,
         body: &[u8],
         timeout: Duration,
-    ) -> Result<(Response, Bytes)> {
+        sink: BodySink<'_>,
+    ) -> Result<(Response, Body)> {
         let work = async {
             write_frame(&mut stream, req, body).await?;
-            read_frame::<_, Response>(&mut stream).await
+            read_frame_to::<_, Response>(&mut stream, sink).await
         };
         let outcome = tokio::time::timeout(timeout, work).await;
         match outcome {
@@ -134,7 +173,9 @@ impl Pool {
         };
         let handshake = auth::connect(&mut stream, self.config.secret.as_ref());
         match tokio::time::timeout(self.config.connect_timeout, handshake).await {
-            Err(_) => Err(Error::unavailable(format!("handshake with {addr} timed out"))),
+            Err(_) => Err(Error::unavailable(format!(
+                "handshake with {addr} timed out"
+            ))),
             Ok(r) => r.map(|_| stream),
         }
     }

@@ -30,7 +30,9 @@ impl TestCluster {
     }
 
     pub async fn client(&self) -> Client {
-        Client::connect(&self.cluster.addr, ClientOptions::default()).await.expect("connect")
+        Client::connect(&self.cluster.addr, ClientOptions::default())
+            .await
+            .expect("connect")
     }
 }
 

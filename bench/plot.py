@@ -1,0 +1,58 @@
+"""Plot `tomus bench` JSON: one PNG per scenario, throughput against client count, with the
+loopback TCP limit measured in the same run drawn as a reference line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def series(points: list[dict]) -> tuple[list[int], list[float]]:
+    return [p["clients"] for p in points], [p["median"] for p in points]
+
+
+def plot(title: str, lines: dict[str, list[dict]], unit: str, out: Path, limit: float | None) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, points in lines.items():
+        xs, ys = series(points)
+        ax.plot(xs, ys, marker="o", label=label)
+    if limit and unit == "MiB/s":
+        ax.axhline(limit, color="grey", linestyle="--", label=f"loopback TCP limit ({limit:.0f} MiB/s)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrent clients")
+    ax.set_ylabel(unit)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(path: str) -> None:
+    results = json.loads(Path(path).read_text())
+    out_dir = Path(path).parent
+    limit = results.get("loopback", {}).get("limit_mib_s")
+    figures = {
+        "s1": ("S1: one writer, growing blob", {"append 4 MiB": results.get("s1", {}).get("points", [])}, "MiB/s"),
+        "s2": ("S2: N readers, distinct 64 MiB ranges of one blob", {"read": results.get("s2", {}).get("points", [])}, "MiB/s"),
+        "s3": ("S3: N writers, own blobs", {"write": results.get("s3", {}).get("write", []), "read back": results.get("s3", {}).get("read", [])}, "MiB/s"),
+        "s4": ("S4: N appenders to one shared blob", {"append (shared blob)": results.get("s4", {}).get("points", []), "write (own blobs, S3)": results.get("s3", {}).get("write", [])}, "MiB/s"),
+        "s5": ("S5: 4 KiB operations", {"append 4 KiB": results.get("s5", {}).get("append_4k", []), "read 4 KiB": results.get("s5", {}).get("read_4k", [])}, "ops/s"),
+    }
+    for name, (title, lines, unit) in figures.items():
+        lines = {k: v for k, v in lines.items() if v}
+        if lines:
+            target = out_dir / f"{name}.png"
+            plot(title, lines, unit, target, limit)
+            print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench/results/bench.json")
