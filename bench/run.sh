@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p tomus-cli
+# iperf3 gives the conventional loopback figure next to the built-in socket-pair limit.
+if ! command -v iperf3 >/dev/null; then
+  (apt-get update -qq && apt-get install -y -qq iperf3) >/dev/null 2>&1 || echo "iperf3 unavailable; skipping that baseline" >&2
+fi
 mkdir -p bench/results
 ./target/release/tomus bench --out bench/results/bench.json "$@" > /dev/null
 python3 bench/summary.py bench/results/bench.json | tee bench/results/summary.json

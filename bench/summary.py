@@ -22,6 +22,8 @@ def ratio(a: float | None, b: float | None) -> float | None:
 def main(path: str) -> None:
     r = json.loads(Path(path).read_text())
     limit = r.get("loopback", {}).get("limit_mib_s")
+    iperf = r.get("loopback", {}).get("iperf3", {}) or {}
+    iperf4 = iperf.get("streams_4_mib_s")
     s2 = at(r.get("s2", {}).get("points", []), 8)
     s3w = at(r.get("s3", {}).get("write", []), 8)
     s4 = at(r.get("s4", {}).get("points", []), 8)
@@ -31,6 +33,8 @@ def main(path: str) -> None:
         "loopback_tcp_limit_mib_s": limit,
         "s2_read_n8_mib_s": s2,
         "s2_n8_fraction_of_loopback": {"value": ratio(s2, limit), "target": 0.6},
+        "iperf3_4_streams_mib_s": iperf4,
+        "s2_n8_fraction_of_iperf3_4_streams": ratio(s2, iperf4),
         "s4_append_n8_mib_s": s4,
         "s3_write_n8_mib_s": s3w,
         "s4_over_s3_n8": {"value": ratio(s4, s3w), "target": 0.8},

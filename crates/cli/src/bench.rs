@@ -130,8 +130,59 @@ fn point(clients: usize, runs: Vec<f64>, unit: &str) -> Value {
     json!({"clients": clients, "median": median(runs.clone()), "runs": runs, "unit": unit})
 }
 
-/// Loopback TCP throughput with 1, 2, 4 and 8 parallel streams; the best is the limit.
+/// Loopback TCP throughput: an in-process socket pair with 1, 2, 4 and 8 parallel streams of
+/// 4 MiB writes (the best is the limit every figure is compared with), and iperf3 with 1 and 4
+/// streams when it is installed (the conventional tool's figure, for reference).
 async fn loopback() -> Result<Value> {
+    let pair = socket_pair_limit().await?;
+    let iperf = iperf3_baseline().await;
+    Ok(json!({"points": pair.0, "limit_mib_s": pair.1, "iperf3": iperf}))
+}
+
+async fn iperf3_baseline() -> Value {
+    let port = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(a) => a.port().to_string(),
+        Err(e) => return json!({"skipped": format!("no free port: {e}")}),
+    };
+    let server = tokio::process::Command::new("iperf3")
+        .args(["-s", "-p", &port])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn();
+    let Ok(_server) = server else {
+        return json!({"skipped": "iperf3 is not installed (apt-get install iperf3)"});
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut out = serde_json::Map::new();
+    for streams in [1, 4] {
+        let run = tokio::process::Command::new("iperf3")
+            .args([
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "3",
+                "-J",
+                "-P",
+                &streams.to_string(),
+            ])
+            .output()
+            .await;
+        let parsed = run
+            .ok()
+            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
+            .and_then(|v| v["end"]["sum_received"]["bits_per_second"].as_f64());
+        match parsed {
+            Some(bps) => out.insert(format!("streams_{streams}_mib_s"), json!(bps / 8.0 / MIB)),
+            None => out.insert(format!("streams_{streams}_mib_s"), Value::Null),
+        };
+    }
+    Value::Object(out)
+}
+
+async fn socket_pair_limit() -> Result<(Vec<Value>, f64)> {
     let mut points = Vec::new();
     let mut best: f64 = 0.0;
     for streams in [1usize, 2, 4, 8] {
@@ -143,7 +194,7 @@ async fn loopback() -> Result<Value> {
         best = best.max(m);
         points.push(json!({"streams": streams, "median": m, "runs": runs, "unit": "MiB/s"}));
     }
-    Ok(json!({"points": points, "limit_mib_s": best}))
+    Ok((points, best))
 }
 
 async fn loopback_once(streams: usize, total: u64) -> Result<f64> {

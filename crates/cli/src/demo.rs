@@ -243,7 +243,12 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
     let read_secs = start.elapsed().as_secs_f64();
     pbr.finish();
 
-    let providers = client.providers().await?;
+    let mut striped: std::collections::BTreeMap<String, u64> = Default::default();
+    for l in shared.locations(0, size, Some(final_version)).await? {
+        for p in l.providers {
+            *striped.entry(p).or_default() += l.size;
+        }
+    }
     let total_half = per_client * args.clients as u64;
     println!("\nreport");
     println!(
@@ -270,14 +275,10 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
         "  reads               {:>8.1} MiB/s",
         mib_s(total_half, read_secs)
     );
-    println!(
-        "  chunks per provider: {}",
-        providers
-            .iter()
-            .map(|p| format!("{}:{}", p.id, p.chunks))
-            .collect::<Vec<_>>()
-            .join("  ")
-    );
+    println!("  shared blob striped over providers:");
+    for (addr, bytes) in striped {
+        println!("    {addr:<22} {:>10}", format_size(bytes));
+    }
     Ok(())
 }
 

@@ -122,7 +122,9 @@ enum BlobCommand {
     },
     /// Write FILE (or stdin) at OFFSET; prints the new version.
     Write {
+        /// Blob id.
         id: u64,
+        /// Where to write (any offset; past the end leaves a hole that reads as zeros).
         #[arg(value_parser = parse_size)]
         offset: u64,
         /// Input file; `-` or nothing reads stdin.
@@ -133,42 +135,49 @@ enum BlobCommand {
     },
     /// Append FILE (or stdin); prints the new version and the offset it landed at.
     Append {
+        /// Blob id.
         id: u64,
+        /// Input file; `-` or nothing reads stdin.
         file: Option<PathBuf>,
+        /// Put the first replica on this machine's provider when there is one.
         #[arg(long)]
         local: bool,
     },
     /// Read bytes to stdout (default: the whole latest version).
-    Read {
-        id: u64,
-        #[arg(long)]
-        version: Option<u64>,
-        #[arg(long, default_value = "0", value_parser = parse_size)]
-        offset: u64,
-        /// Bytes to read (default: to the end).
-        #[arg(long, value_parser = parse_size)]
-        size: Option<u64>,
-    },
+    Read(RangeArgs),
     /// Show a version's size, range and state.
     Stat {
+        /// Blob id.
         id: u64,
+        /// Version (default: the latest published).
         #[arg(long)]
         version: Option<u64>,
     },
     /// List published versions (and aborted ones).
-    Versions { id: u64 },
-    /// Show which providers hold each range.
-    Locations {
+    Versions {
+        /// Blob id.
         id: u64,
-        #[arg(long)]
-        version: Option<u64>,
-        #[arg(long, default_value = "0", value_parser = parse_size)]
-        offset: u64,
-        #[arg(long, value_parser = parse_size)]
-        size: Option<u64>,
     },
+    /// Show which providers hold each range.
+    Locations(RangeArgs),
     /// List all blobs.
     List,
+}
+
+/// A byte range of one version of a blob.
+#[derive(Args)]
+struct RangeArgs {
+    /// Blob id.
+    id: u64,
+    /// Version (default: the latest published).
+    #[arg(long)]
+    version: Option<u64>,
+    /// First byte (accepts units: 4MiB).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    offset: u64,
+    /// Bytes (default: to the end).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
 }
 
 fn main() {
@@ -393,12 +402,12 @@ async fn blob_command(
                 println!("{v} {off}");
             }
         }
-        BlobCommand::Read {
+        BlobCommand::Read(RangeArgs {
             id,
             version,
             offset,
             size,
-        } => {
+        }) => {
             let blob = client.open_blob(id).await?;
             read_to_stdout(&blob, version, offset, size).await?;
         }
@@ -463,12 +472,12 @@ async fn blob_command(
                 }
             }
         }
-        BlobCommand::Locations {
+        BlobCommand::Locations(RangeArgs {
             id,
             version,
             offset,
             size,
-        } => {
+        }) => {
             let blob = client.open_blob(id).await?;
             let total = blob.size(version).await?;
             let size = size.unwrap_or(total.saturating_sub(offset));

@@ -23,9 +23,10 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Ring position of a node: all nodes of one version share it, so a writer stores a version's
+/// nodes with one request per replica, and versions spread over the providers.
 pub fn key_hash(key: &NodeKey) -> u64 {
-    let n = &key.node;
-    mix(mix(mix(mix(key.blob) ^ n.version) ^ n.offset) ^ n.size)
+    mix(mix(key.blob) ^ key.node.version)
 }
 
 /// Consistent-hash ring over provider ids.

@@ -9,6 +9,7 @@
 pub mod chunks;
 pub mod cluster;
 pub mod dht;
+pub mod placements;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +57,7 @@ pub struct Client {
     cluster: Arc<Cluster>,
     options: Arc<ClientOptions>,
     host: Option<String>,
+    small_placements: Arc<placements::PlacementCache>,
 }
 
 /// Where a range of a blob version is stored.
@@ -84,6 +86,7 @@ impl Client {
             host: local_host_towards(addr),
             cluster,
             options: Arc::new(options),
+            small_placements: Arc::default(),
         })
     }
 
@@ -219,15 +222,10 @@ impl Blob {
     async fn store_chunks(&self, data: &[u8]) -> Result<Vec<StoredChunk>> {
         let cs = self.chunk_size as usize;
         let count = data.len().div_ceil(cs);
-        let req = Request::Allocate {
-            blob: self.id,
-            chunks: u32::try_from(count).map_err(|_| Error::invalid("write too large"))?,
-            placement: self.client.options.placement,
-            client_host: self.client.host.clone(),
-        };
-        let placements = match self.cluster().manager_call(&req).await? {
-            Response::Placements(p) if p.len() == count => p,
-            other => return Err(unexpected(&other)),
+        let placements = if count == 1 && data.len() as u64 <= placements::SMALL_WRITE {
+            self.small_placement().await?
+        } else {
+            self.allocate(count, None).await?
         };
         let cluster = self.cluster();
         // Futures are built eagerly (not inside a Stream::map closure) so the borrowed slices
@@ -243,6 +241,38 @@ impl Blob {
             .buffered(self.client.options.parallelism)
             .try_collect()
             .await
+    }
+
+    /// Replica sets for `count` chunks of at most `chunk_bytes` bytes.
+    async fn allocate(
+        &self,
+        count: usize,
+        chunk_bytes: Option<u64>,
+    ) -> Result<Vec<Vec<ProviderInfo>>> {
+        let req = Request::Allocate {
+            blob: self.id,
+            chunks: u32::try_from(count).map_err(|_| Error::invalid("write too large"))?,
+            chunk_bytes,
+            placement: self.client.options.placement,
+            client_host: self.client.host.clone(),
+        };
+        match self.cluster().manager_call(&req).await? {
+            Response::Placements(p) if p.len() == count => Ok(p),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// One replica set for a small write, from placements fetched in batches: small appends
+    /// would otherwise spend a manager round trip on placement each.
+    async fn small_placement(&self) -> Result<Vec<Vec<ProviderInfo>>> {
+        let cache = &self.client.small_placements;
+        if let Some(p) = cache.take(self.id) {
+            return Ok(vec![p]);
+        }
+        let batch = self
+            .allocate(placements::BATCH, Some(placements::SMALL_WRITE))
+            .await?;
+        Ok(vec![cache.refill(self.id, batch)?])
     }
 
     async fn store_metadata(&self, a: &Assignment, chunks: &[StoredChunk]) -> Result<()> {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tomus_wire::{Error, Handler, Request, Response, Result};
+use tomus_wire::{Error, Handler, Payload, Request, Response, Result};
 
 use crate::placement::place;
 use crate::registry::Registry;
@@ -36,10 +36,12 @@ impl ManagerService {
             Request::Allocate {
                 blob,
                 chunks,
+                chunk_bytes,
                 placement,
                 client_host,
             } => {
-                let (chunk_size, replication) = self.versions.chunk_size(blob)?;
+                let (blob_chunk_size, replication) = self.versions.chunk_size(blob)?;
+                let chunk_size = chunk_bytes.unwrap_or(blob_chunk_size).min(blob_chunk_size);
                 let mut candidates = self.registry.candidates();
                 let placed = place(
                     &mut candidates,
@@ -86,8 +88,8 @@ impl ManagerService {
 }
 
 impl Handler for ManagerService {
-    async fn handle(&self, req: Request, _body: Bytes) -> (Response, Bytes) {
+    async fn handle(&self, req: Request, _body: Bytes) -> (Response, Payload) {
         let resp = self.dispatch(req).await.unwrap_or_else(Response::Err);
-        (resp, Bytes::new())
+        (resp, Payload::empty())
     }
 }

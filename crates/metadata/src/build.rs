@@ -97,13 +97,6 @@ impl WritePlan<'_> {
         Some(label_ref(u.version, u.capacity, slot))
     }
 
-    fn in_flight_count(&self, slot: Span) -> u32 {
-        self.in_flight
-            .iter()
-            .filter(|f| f.span.intersects(&slot))
-            .count() as u32
-    }
-
     /// This write's data inside `slot`, as chunk pieces.
     fn pieces_in(&self, slot: Span) -> Vec<ChunkPiece> {
         let mut pieces = Vec::new();
@@ -268,52 +261,72 @@ async fn build_leaf<S: NodeSource>(
     if covered == slot.size {
         return Ok(Node::Leaf {
             pieces: own,
+            layers: Vec::new(),
+            inherited: Vec::new(),
             base: None,
             depth: 0,
         });
     }
-    let published_depth = match published_leaf.as_deref() {
+    // Lower in-flight versions that wrote in this slot lie between the published content and
+    // this write: only their own pieces apply, newest first. Their leaves cannot be read yet,
+    // so they are referenced, never flattened; there are at most as many as concurrent writers.
+    let mut in_flight: Vec<&InFlight> = plan
+        .in_flight
+        .iter()
+        .filter(|f| f.span.intersects(&slot))
+        .collect();
+    in_flight.sort_by_key(|f| std::cmp::Reverse(f.version));
+    let layers = in_flight
+        .iter()
+        .map(|f| NodeRef {
+            version: f.version,
+            offset: slot.offset,
+            size: slot.size,
+        })
+        .collect();
+    let Some(base) = published else {
+        return Ok(Node::Leaf {
+            pieces: own,
+            layers,
+            inherited: Vec::new(),
+            base: None,
+            depth: 0,
+        });
+    };
+    let base_depth = match published_leaf.as_deref() {
         Some(Node::Leaf { depth, .. }) => *depth,
         Some(Node::Inner { .. }) => {
             return Err(MetaError::Inconsistent(format!(
-                "inner node found where leaf {published:?} expected"
+                "inner node found where leaf {base:?} expected"
             ))
             .into())
         }
-        None => 0,
+        None => return Err(MetaError::Missing(base).into()),
     };
-    let in_flight = plan.in_flight_label(slot);
-    let base = newer(published, in_flight);
-    let Some(base) = base else {
+    if base_depth < MAX_LEAF_CHAIN {
         return Ok(Node::Leaf {
             pieces: own,
-            base: None,
-            depth: 0,
+            layers,
+            inherited: Vec::new(),
+            base: Some(base),
+            depth: base_depth + 1,
         });
-    };
-    let from_published = Some(base) == published;
-    let depth = published_depth + plan.in_flight_count(slot) + 1;
-    if from_published && depth > MAX_LEAF_CHAIN {
-        // Flatten: inherit the published leaf's resolved pieces for the bytes we do not write.
-        let mut pieces = own;
-        for gap in gaps(slot, &pieces) {
-            for seg in crate::resolve::resolve_leaf_chain(base, gap, source).await? {
-                if let Segment::Data(p) = seg {
-                    pieces.push(p);
-                }
+    }
+    // Flatten: the published content of the bytes this write leaves alone, as pieces.
+    let mut inherited = Vec::new();
+    for gap in gaps(slot, &own) {
+        for seg in crate::resolve::resolve_range(base, gap, source).await? {
+            if let Segment::Data(p) = seg {
+                inherited.push(p);
             }
         }
-        pieces.sort_by_key(|p| p.start);
-        return Ok(Node::Leaf {
-            pieces: merge_adjacent(pieces),
-            base: None,
-            depth: 0,
-        });
     }
     Ok(Node::Leaf {
         pieces: own,
-        base: Some(base),
-        depth,
+        layers,
+        inherited: merge_adjacent(inherited),
+        base: None,
+        depth: 0,
     })
 }
 

@@ -1,9 +1,38 @@
 //! Reading: map a byte range of a version to chunk pieces and holes, one tree level per batch of
 //! (parallel) node fetches.
 
+use std::sync::Arc;
+
 use crate::build::gaps;
 use crate::types::*;
 use crate::{MetaError, NodeSource};
+
+/// What a leaf's bytes resolve to after its own pieces: its layers, inherited pieces and base.
+struct LeafTail {
+    layers: Vec<NodeRef>,
+    inherited: Vec<ChunkPiece>,
+    base: Option<NodeRef>,
+}
+
+/// A pending lookup: a node whose bytes in `want` are needed, either resolved fully or (for a
+/// layer of a leaf) only its own pieces, the rest continuing down the leaf's tail.
+enum Work {
+    Node(NodeRef, Span),
+    Layer {
+        tail: Arc<LeafTail>,
+        index: usize,
+        want: Span,
+    },
+}
+
+impl Work {
+    fn node(&self) -> NodeRef {
+        match self {
+            Work::Node(n, _) => *n,
+            Work::Layer { tail, index, .. } => tail.layers[*index],
+        }
+    }
+}
 
 /// Segments covering exactly `range` of the tree rooted at `root`, in offset order. Slots that no
 /// write touched read as zeros.
@@ -16,24 +45,29 @@ pub async fn resolve_range<S: NodeSource>(
     if range.size == 0 {
         return Ok(out);
     }
-    let mut frontier = vec![(root, range)];
+    let mut frontier = vec![Work::Node(root, range)];
     while !frontier.is_empty() {
         // A reference may cover less than the slot it sits in (a grown tree's old root): the
         // rest of the slot is a hole.
         let mut wanted = Vec::with_capacity(frontier.len());
-        for (node, want) in frontier {
-            let inside = node.span().intersection(&want);
-            for hole in outside(want, inside) {
-                out.push(Segment::Zeros(hole));
-            }
-            if let Some(inside) = inside {
-                wanted.push((node, inside));
+        for work in frontier {
+            match work {
+                Work::Node(node, want) => {
+                    let inside = node.span().intersection(&want);
+                    for hole in outside(want, inside) {
+                        out.push(Segment::Zeros(hole));
+                    }
+                    if let Some(inside) = inside {
+                        wanted.push(Work::Node(node, inside));
+                    }
+                }
+                layer => wanted.push(layer),
             }
         }
         if wanted.is_empty() {
             break;
         }
-        let refs: Vec<NodeRef> = wanted.iter().map(|(n, _)| *n).collect();
+        let refs: Vec<NodeRef> = wanted.iter().map(Work::node).collect();
         let nodes = source.fetch(&refs).await?;
         if nodes.len() != refs.len() {
             return Err(
@@ -41,9 +75,9 @@ pub async fn resolve_range<S: NodeSource>(
             );
         }
         let mut next = Vec::new();
-        for ((node_ref, want), node) in wanted.into_iter().zip(nodes) {
-            match &*node {
-                Node::Inner { left, right } => {
+        for (work, node) in wanted.into_iter().zip(nodes) {
+            match (work, &*node) {
+                (Work::Node(node_ref, want), Node::Inner { left, right }) => {
                     let half = node_ref.size / 2;
                     let halves = [
                         (Span::new(node_ref.offset, half), left),
@@ -52,22 +86,42 @@ pub async fn resolve_range<S: NodeSource>(
                     for (slot, child) in halves {
                         if let Some(part) = slot.intersection(&want) {
                             match child {
-                                Some(c) => next.push((*c, part)),
+                                Some(c) => next.push(Work::Node(*c, part)),
                                 None => out.push(Segment::Zeros(part)),
                             }
                         }
                     }
                 }
-                Node::Leaf { pieces, base, .. } => {
-                    let mine: Vec<ChunkPiece> =
-                        pieces.iter().filter_map(|p| p.clip(&want)).collect();
-                    for gap in gaps(want, &mine) {
-                        match base {
-                            Some(b) => next.push((*b, gap)),
-                            None => out.push(Segment::Zeros(gap)),
-                        }
+                (
+                    Work::Node(_, want),
+                    Node::Leaf {
+                        pieces,
+                        layers,
+                        inherited,
+                        base,
+                        ..
+                    },
+                ) => {
+                    let tail = Arc::new(LeafTail {
+                        layers: layers.clone(),
+                        inherited: inherited.clone(),
+                        base: *base,
+                    });
+                    for gap in take_pieces(pieces, want, &mut out) {
+                        continue_tail(&tail, 0, gap, &mut out, &mut next);
                     }
-                    out.extend(mine.into_iter().map(Segment::Data));
+                }
+                (Work::Layer { tail, index, want }, Node::Leaf { pieces, .. }) => {
+                    for gap in take_pieces(pieces, want, &mut out) {
+                        continue_tail(&tail, index + 1, gap, &mut out, &mut next);
+                    }
+                }
+                (w, Node::Inner { .. }) => {
+                    return Err(MetaError::Inconsistent(format!(
+                        "inner node found where leaf {:?} expected",
+                        w.node()
+                    ))
+                    .into())
                 }
             }
         }
@@ -78,13 +132,37 @@ pub async fn resolve_range<S: NodeSource>(
     Ok(out)
 }
 
-/// Resolves `range` (inside one chunk slot) through a chain of leaves starting at `leaf`.
-pub(crate) async fn resolve_leaf_chain<S: NodeSource>(
-    leaf: NodeRef,
-    range: Span,
-    source: &S,
-) -> Result<Vec<Segment>, S::Error> {
-    resolve_range(leaf, range, source).await
+/// Emits the parts of `pieces` inside `want` and returns the gaps they leave.
+fn take_pieces(pieces: &[ChunkPiece], want: Span, out: &mut Vec<Segment>) -> Vec<Span> {
+    let mine: Vec<ChunkPiece> = pieces.iter().filter_map(|p| p.clip(&want)).collect();
+    let left = gaps(want, &mine);
+    out.extend(mine.into_iter().map(Segment::Data));
+    left
+}
+
+/// Resolves `gap` of a leaf from layer `index` on: the next layer's own pieces, else the
+/// inherited pieces and then the base, else zeros.
+fn continue_tail(
+    tail: &Arc<LeafTail>,
+    index: usize,
+    gap: Span,
+    out: &mut Vec<Segment>,
+    next: &mut Vec<Work>,
+) {
+    if index < tail.layers.len() {
+        next.push(Work::Layer {
+            tail: tail.clone(),
+            index,
+            want: gap,
+        });
+        return;
+    }
+    for rest in take_pieces(&tail.inherited, gap, out) {
+        match tail.base {
+            Some(b) => next.push(Work::Node(b, rest)),
+            None => out.push(Segment::Zeros(rest)),
+        }
+    }
 }
 
 /// Parts of `want` outside `inside` (which, when present, lies within `want`).

@@ -13,11 +13,14 @@ use tomus_metadata::*;
 #[derive(Default)]
 struct MemSource {
     nodes: Mutex<HashMap<NodeRef, Arc<Node>>>,
+    fetches: std::sync::atomic::AtomicUsize,
 }
 
 impl NodeSource for MemSource {
     type Error = MetaError;
     async fn fetch(&self, refs: &[NodeRef]) -> Result<Vec<Arc<Node>>, MetaError> {
+        self.fetches
+            .fetch_add(refs.len(), std::sync::atomic::Ordering::Relaxed);
         let nodes = self.nodes.lock().unwrap();
         refs.iter()
             .map(|r| nodes.get(r).cloned().ok_or(MetaError::Missing(*r)))
@@ -301,4 +304,42 @@ fn a_write_adds_logarithmically_many_nodes() {
     let added = sim.source.nodes.lock().unwrap().len() - before;
     // One leaf and one node per level above it: log2(1024) + 1.
     assert_eq!(added, 11);
+}
+
+#[test]
+fn appends_with_writers_always_in_flight_keep_reads_short() {
+    // 8 appenders into one slot, a new one assigned each time one completes, so lower versions
+    // are always in flight: the tail leaf of every version must still resolve in a bounded
+    // number of lookups (layers <= writers in flight, base chain <= MAX_LEAF_CHAIN).
+    let mut sim = Sim::new(1 << 20);
+    let mut n = 0u8;
+    for _ in 0..8 {
+        sim.assign(&Op::Append { len: 64 }, n);
+        n = n.wrapping_add(1);
+    }
+    for _ in 0..600 {
+        sim.complete(0, 1 << 20);
+        sim.assign(&Op::Append { len: 64 }, n);
+        n = n.wrapping_add(1);
+    }
+    while !sim.pending.is_empty() {
+        sim.complete(0, 1 << 20);
+    }
+    let v = sim.model.len() as u64 - 1;
+    let size = sim.sizes[v as usize];
+    sim.source
+        .fetches
+        .store(0, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(sim.read(v, Span::new(0, size)), sim.model[v as usize]);
+    let fetches = sim
+        .source
+        .fetches
+        .load(std::sync::atomic::Ordering::Relaxed);
+    // One leaf slot: the leaf, up to 8 layers and a chain of up to MAX_LEAF_CHAIN bases, each
+    // of which may bring its own layers.
+    let bound = (1 + 8) * (MAX_LEAF_CHAIN as usize + 1);
+    assert!(
+        fetches <= bound,
+        "{fetches} lookups to read one slot (bound {bound})"
+    );
 }

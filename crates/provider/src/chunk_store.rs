@@ -1,4 +1,6 @@
 //! Immutable chunks as checksummed files: `<dir>/<first two hex digits>/<32 hex digit id>`.
+//! Chunks shorter than [`SMALL_CHUNK_MAX`] go to the small-chunk log in the same directory
+//! instead (see [`crate::small_chunks`]); lookups try the log first, then the files.
 //!
 //! File layout: magic `TCHK`, format version (u8), data length (u64 LE), block size (u32 LE),
 //! one CRC32C (u32 LE) per block of data, then the data. Per-block checksums let a ranged read
@@ -14,8 +16,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
-use tomus_wire::{Error, Result};
+use tomus_wire::{Error, FileRange, Result};
 
+use crate::small_chunks::{SmallChunks, SEGMENT_SIZE, SMALL_CHUNK_MAX};
 use crate::{blocking, io_error};
 
 const MAGIC: &[u8; 4] = b"TCHK";
@@ -26,17 +29,25 @@ const HEADER_LEN: u64 = 4 + 1 + 8 + 4;
 const CRC_LEN: u64 = 4;
 /// Suffix of files being written; leftovers of a crash are removed at startup.
 const TMP_SUFFIX: &str = ".tmp";
-/// Ranges at least this large are served from a memory map instead of a read buffer.
-const MMAP_THRESHOLD: usize = 512 << 10;
+/// Ranges at least this large are verified through a memory map and sent with sendfile;
+/// smaller ones are read into memory (mapping costs more than copying a few pages).
+const SENDFILE_THRESHOLD: usize = 512 << 10;
 
-/// Number of chunk files and their total size on disk (headers and checksums included).
+/// A verified chunk range: in memory, or a range of the chunk file.
+pub enum ChunkRange {
+    Memory(Bytes),
+    File(FileRange),
+}
+
+/// Number of chunks and their total size on disk (headers and checksums included), chunk
+/// files and small-chunk log together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkStats {
     pub chunks: u64,
     pub bytes: u64,
 }
 
-/// The chunk files of one provider. Cheap to clone (shared state).
+/// The chunks of one provider. Cheap to clone (shared state).
 #[derive(Clone)]
 pub struct ChunkStore {
     inner: Arc<Inner>,
@@ -45,23 +56,37 @@ pub struct ChunkStore {
 struct Inner {
     dir: PathBuf,
     fsync: bool,
+    /// Counts the chunk files only.
     chunks: AtomicU64,
     bytes: AtomicU64,
+    small: SmallChunks,
 }
 
 impl ChunkStore {
-    /// Opens (creating if needed) the store in `dir`, counting the chunks already there and
-    /// removing temporary files a crash left behind.
+    /// Opens (creating if needed) the store in `dir`, counting the chunks already there,
+    /// removing temporary files a crash left behind and loading the small-chunk log. Starts
+    /// the log's writer thread, which ends when the last clone of the store is dropped.
     pub async fn open(dir: PathBuf, fsync: bool) -> Result<Self> {
+        Self::open_with_segment_size(dir, fsync, SEGMENT_SIZE).await
+    }
+
+    /// [`ChunkStore::open`] with small-chunk log segments of `segment_size` bytes.
+    pub(crate) async fn open_with_segment_size(
+        dir: PathBuf,
+        fsync: bool,
+        segment_size: u64,
+    ) -> Result<Self> {
         blocking(move || {
             let stats = prepare_dir(&dir, fsync)
                 .map_err(|e| io_error(format_args!("opening chunk store {}", dir.display()), e))?;
+            let small = SmallChunks::open(&dir, fsync, segment_size)?;
             Ok(ChunkStore {
                 inner: Arc::new(Inner {
                     dir,
                     fsync,
                     chunks: AtomicU64::new(stats.chunks),
                     bytes: AtomicU64::new(stats.bytes),
+                    small,
                 }),
             })
         })
@@ -69,17 +94,36 @@ impl ChunkStore {
     }
 
     pub fn stats(&self) -> ChunkStats {
+        let (small_chunks, small_bytes) = self.inner.small.stats();
         ChunkStats {
-            chunks: self.inner.chunks.load(Ordering::Relaxed),
-            bytes: self.inner.bytes.load(Ordering::Relaxed),
+            chunks: self.inner.chunks.load(Ordering::Relaxed) + small_chunks,
+            bytes: self.inner.bytes.load(Ordering::Relaxed) + small_bytes,
         }
     }
 
-    /// Stores chunk `id` atomically: readers see the whole chunk or none of it. Storing an id
-    /// again replaces the file with the same content (a retried write), which is harmless.
+    /// Stores chunk `id` atomically: readers see the whole chunk or none of it. Chunks shorter
+    /// than [`SMALL_CHUNK_MAX`] go to the small-chunk log, where storing an id again is
+    /// skipped; a larger chunk stored again replaces its file with the same content (a
+    /// retried write). Either is harmless.
     pub async fn put(&self, id: ChunkId, data: Bytes) -> Result<()> {
+        if data.len() < SMALL_CHUNK_MAX {
+            return self.inner.small.put(id, data).await;
+        }
         let inner = self.inner.clone();
         blocking(move || inner.put(id, &data)).await
+    }
+
+    /// The small-chunk log, for tests that look at it directly.
+    #[cfg(test)]
+    pub(crate) fn small(&self) -> &SmallChunks {
+        &self.inner.small
+    }
+
+    /// Bytes `[offset, offset + len)` of chunk `id`, verified, for sending: large ranges stay
+    /// in the file (see [`ChunkRange`]).
+    pub async fn read_range(&self, id: ChunkId, offset: u64, len: u64) -> Result<ChunkRange> {
+        let inner = self.inner.clone();
+        blocking(move || inner.read_range(id, offset, len)).await
     }
 
     /// Bytes `[offset, offset + len)` of chunk `id`, verified against their block checksums.
@@ -128,7 +172,12 @@ impl Inner {
         Ok(())
     }
 
-    fn get(&self, id: ChunkId, offset: u64, len: u64) -> Result<Bytes> {
+    /// Verified bytes `[offset, offset + len)` of chunk `id`: small ranges in memory, large
+    /// ones as a file range (checked through a memory map) to be sent with sendfile.
+    fn read_range(&self, id: ChunkId, offset: u64, len: u64) -> Result<ChunkRange> {
+        if let Some(found) = self.small.read(id, offset, len) {
+            return found.map(ChunkRange::Memory);
+        }
         let path = self.path_of(id);
         let file = match File::open(&path) {
             Ok(f) => f,
@@ -157,7 +206,7 @@ impl Inner {
         }
         let range = check_range(id, offset, len, data_len)?;
         if range.is_empty() {
-            return Ok(Bytes::new());
+            return Ok(ChunkRange::Memory(Bytes::new()));
         }
 
         let block = u64::from(BLOCK_SIZE);
@@ -170,9 +219,10 @@ impl Inner {
         let data_end = ((last + 1) * block).min(data_len);
         let file_start = HEADER_LEN + blocks * CRC_LEN + data_start;
         let span = to_usize(data_end - data_start, id)?;
-        let buf = if span >= MMAP_THRESHOLD {
-            // Large ranges are mapped, verified in place and sent from the page cache: one
-            // copy fewer than reading them into a buffer.
+        let skip = to_usize(offset - data_start, id)?;
+        if span >= SENDFILE_THRESHOLD {
+            // Verify through a memory map (no copy), then let the kernel send the verified
+            // range straight from the page cache.
             // SAFETY: chunk files are immutable (replaced by rename, never rewritten or
             // truncated in place) and the file length was checked above.
             let map = unsafe {
@@ -183,28 +233,50 @@ impl Inner {
                     .map(&file)
             }
             .map_err(|e| io_error(format_args!("mapping chunk {id}"), e))?;
-            Bytes::from_owner(map)
-        } else {
-            let mut buf = vec![0u8; span];
-            read_at(&file, &mut buf, file_start, id)?;
-            Bytes::from(buf)
-        };
-        for (i, (data, crc)) in buf
-            .chunks(BLOCK_SIZE as usize)
-            .zip(crcs.chunks_exact(CRC_LEN as usize))
-            .enumerate()
-        {
-            let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-            if crc32c::crc32c(data) != stored {
-                return Err(Error::corrupt(format!(
-                    "chunk {id}: checksum mismatch in block {}",
-                    first + i as u64
-                )));
+            verify_blocks(id, first, &map, &crcs)?;
+            drop(map);
+            return Ok(ChunkRange::File(FileRange {
+                file,
+                offset: file_start + skip as u64,
+                len: range.len() as u64,
+            }));
+        }
+        let mut buf = vec![0u8; span];
+        read_at(&file, &mut buf, file_start, id)?;
+        verify_blocks(id, first, &buf, &crcs)?;
+        Ok(ChunkRange::Memory(
+            Bytes::from(buf).slice(skip..skip + range.len()),
+        ))
+    }
+
+    fn get(&self, id: ChunkId, offset: u64, len: u64) -> Result<Bytes> {
+        match self.read_range(id, offset, len)? {
+            ChunkRange::Memory(b) => Ok(b),
+            ChunkRange::File(r) => {
+                let mut buf = vec![0u8; to_usize(r.len, id)?];
+                read_at(&r.file, &mut buf, r.offset, id)?;
+                Ok(Bytes::from(buf))
             }
         }
-        let skip = to_usize(offset - data_start, id)?;
-        Ok(buf.slice(skip..skip + range.len()))
     }
+}
+
+/// Checks each block of `data` (blocks `first..` of a chunk) against its stored CRC32C.
+fn verify_blocks(id: ChunkId, first: u64, data: &[u8], crcs: &[u8]) -> Result<()> {
+    for (i, (data, crc)) in data
+        .chunks(BLOCK_SIZE as usize)
+        .zip(crcs.chunks_exact(CRC_LEN as usize))
+        .enumerate()
+    {
+        let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+        if crc32c::crc32c(data) != stored {
+            return Err(Error::corrupt(format!(
+                "chunk {id}: checksum mismatch in block {}",
+                first + i as u64
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The byte range `[offset, offset + len)` of a chunk of `chunk_len` bytes, or `OutOfRange`.
@@ -382,17 +454,16 @@ mod tests {
         assert_eq!(err.kind, ErrorKind::NotFound);
         assert_eq!(store.stats().chunks, sizes.len() as u64);
 
-        // Storing an id again is harmless and not counted twice.
-        let data = pattern(10, 5);
-        store
-            .put(ChunkId(0x1000), Bytes::from(data.clone()))
-            .await
-            .unwrap();
-        assert_eq!(
-            &store.get(ChunkId(0x1000), 0, 10).await.unwrap()[..],
-            &data[..]
-        );
-        assert_eq!(store.stats().chunks, sizes.len() as u64);
+        // Storing an id again (a retried write: same content) is harmless and not counted
+        // twice, in the log and as a file.
+        let before = store.stats();
+        for i in [1, sizes.len() - 1] {
+            let id = ChunkId(0x1000 + i as u128);
+            let data = pattern(sizes[i] as usize, i as u8);
+            store.put(id, Bytes::from(data.clone())).await.unwrap();
+            assert_eq!(&store.get(id, 0, sizes[i]).await.unwrap()[..], &data[..]);
+        }
+        assert_eq!(store.stats(), before);
     }
 
     #[tokio::test]

@@ -2,10 +2,12 @@
 //! a memory tier) and one shard of the metadata DHT, and reports itself to the manager.
 
 pub mod chunk_store;
+mod group_commit;
 mod heartbeat;
 pub mod memory_tier;
 pub mod meta_store;
 pub mod service;
+pub mod small_chunks;
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -27,7 +29,7 @@ const MANAGER_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug)]
 pub struct ProviderConfig {
-    /// Holds the chunk files, the metadata log and the provider id.
+    /// Holds the chunks (files and the small-chunk log), the metadata log and the provider id.
     pub data_dir: PathBuf,
     /// `host:port` to listen on (port 0: any free port).
     pub listen: String,

@@ -3,47 +3,41 @@
 //!
 //! Log record: `[u32 LE payload length][u32 LE CRC32C of payload][bincode((NodeKey, Node))]`.
 //! A crash can leave a torn record at the end; it is cut off when the log is replayed. Writes
-//! go through one writer task that combines the batches of concurrent callers, so a single
-//! fdatasync acknowledges many of them (group commit).
+//! go through one writer thread that combines the batches of concurrent callers, so a single
+//! fdatasync acknowledges many of them (see [`crate::group_commit`]).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use bincode::Options;
-use tokio::sync::{mpsc, oneshot};
 use tomus_metadata::{Node, NodeKey};
 use tomus_wire::{Error, Result};
 
+use crate::group_commit::{append, GroupCommit};
 use crate::{blocking, io_error};
 
 const RECORD_HEADER: u64 = 8;
-/// Batches waiting for the writer; beyond this, callers wait (backpressure).
-const QUEUE_DEPTH: usize = 1024;
-/// Upper bound of the bytes one group commit writes, so one write stays a bounded buffer.
-const MAX_GROUP_BYTES: usize = 16 << 20;
 
 type NodeMap = Arc<RwLock<HashMap<NodeKey, Arc<Node>>>>;
 
-/// A batch waiting to be written: its encoded records, the nodes to publish once they are
-/// durable, and where to acknowledge.
+/// A batch waiting to be written: its encoded records and the nodes to publish once they are
+/// durable.
 struct Commit {
     records: Vec<u8>,
     nodes: Vec<(NodeKey, Node)>,
-    done: oneshot::Sender<Result<()>>,
 }
 
 pub struct MetaStore {
     nodes: NodeMap,
-    writer: mpsc::Sender<Commit>,
+    writer: GroupCommit<Commit>,
 }
 
 impl MetaStore {
-    /// Opens (creating if needed) the log at `path` and replays it. Must be called inside a
-    /// tokio runtime: it starts the writer task, which ends when the store is dropped.
+    /// Opens (creating if needed) the log at `path` and replays it. Starts the writer thread,
+    /// which ends when the store is dropped.
     pub async fn open(path: PathBuf, fsync: bool) -> Result<Self> {
         let (file, len, map) = blocking(move || {
             replay(&path, fsync)
@@ -51,9 +45,14 @@ impl MetaStore {
         })
         .await?;
         let nodes: NodeMap = Arc::new(RwLock::new(map));
-        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(write_loop(Arc::new(file), len, fsync, nodes.clone(), rx));
-        Ok(MetaStore { nodes, writer: tx })
+        let mut log = Log {
+            file,
+            len,
+            fsync,
+            nodes: nodes.clone(),
+        };
+        let writer = GroupCommit::start("metadata log", move |group| log.commit(group))?;
+        Ok(MetaStore { nodes, writer })
     }
 
     /// Stores `nodes`; returns once they are in the log (and synced when fsync is enabled).
@@ -73,17 +72,16 @@ impl MetaStore {
         for (key, node) in &fresh {
             encode_record(&mut records, key, node)?;
         }
-        let (done, ack) = oneshot::channel();
-        let stopped = || Error::internal("metadata log writer has stopped");
+        let size = records.len();
         self.writer
-            .send(Commit {
-                records,
-                nodes: fresh,
-                done,
-            })
+            .submit(
+                Commit {
+                    records,
+                    nodes: fresh,
+                },
+                size,
+            )
             .await
-            .map_err(|_| stopped())?;
-        ack.await.map_err(|_| stopped())?
     }
 
     /// The nodes for `keys`, in the same order (`None`: not stored here).
@@ -100,63 +98,34 @@ impl MetaStore {
     }
 }
 
-/// Writes queued batches in groups: everything that queued up while the previous group was
-/// being synced goes out in one write and one fdatasync.
-async fn write_loop(
-    file: Arc<File>,
-    mut len: u64,
+/// The writer's side of the log, owned by the group-commit thread.
+struct Log {
+    file: File,
+    /// End of the valid log: where the next group goes.
+    len: u64,
     fsync: bool,
     nodes: NodeMap,
-    mut rx: mpsc::Receiver<Commit>,
-) {
-    while let Some(first) = rx.recv().await {
-        let mut size = first.records.len();
-        let mut group = vec![first];
-        while size < MAX_GROUP_BYTES {
-            match rx.try_recv() {
-                Ok(commit) => {
-                    size += commit.records.len();
-                    group.push(commit);
-                }
-                Err(_) => break,
-            }
-        }
+}
+
+impl Log {
+    /// Writes a group of batches with one write and one fdatasync, then publishes its nodes.
+    fn commit(&mut self, group: Vec<Commit>) -> Result<()> {
+        let size = group.iter().map(|c| c.records.len()).sum();
         let mut buf = Vec::with_capacity(size);
         for commit in &group {
             buf.extend_from_slice(&commit.records);
         }
-        let file = file.clone();
-        let pos = len;
-        let result = blocking(move || {
-            append(&file, pos, &buf, fsync)
-                .map_err(|e| io_error("appending to the metadata log", e))
-        })
-        .await;
-        if result.is_ok() {
-            len += size as u64;
-            let mut map = nodes.write().unwrap_or_else(PoisonError::into_inner);
-            for commit in &mut group {
-                for (key, node) in commit.nodes.drain(..) {
-                    map.insert(key, Arc::new(node));
-                }
+        append(&self.file, self.len, &buf, self.fsync)
+            .map_err(|e| io_error("appending to the metadata log", e))?;
+        self.len += size as u64;
+        let mut map = self.nodes.write().unwrap_or_else(PoisonError::into_inner);
+        for commit in group {
+            for (key, node) in commit.nodes {
+                map.insert(key, Arc::new(node));
             }
         }
-        for commit in group {
-            let _ = commit.done.send(result.clone());
-        }
+        Ok(())
     }
-}
-
-/// Writes `buf` at `pos` (the end of the valid log). On failure the file is cut back to `pos`
-/// so a partial record cannot end up in front of later ones.
-fn append(file: &File, pos: u64, buf: &[u8], fsync: bool) -> io::Result<()> {
-    let result =
-        file.write_all_at(buf, pos)
-            .and_then(|()| if fsync { file.sync_data() } else { Ok(()) });
-    if result.is_err() {
-        let _ = file.set_len(pos);
-    }
-    result
 }
 
 /// The bincode configuration `bincode::serialize` uses, with a size limit so a damaged length
@@ -277,6 +246,8 @@ mod tests {
                 chunk_offset: 0,
                 replicas: vec![1, 2, 3],
             }],
+            layers: Vec::new(),
+            inherited: Vec::new(),
             base: None,
             depth: 0,
         }

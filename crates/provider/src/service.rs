@@ -2,9 +2,9 @@
 
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
-use tomus_wire::{Error, ErrorKind, Handler, Request, Response, Result};
+use tomus_wire::{Error, ErrorKind, Handler, Payload, Request, Response, Result};
 
-use crate::chunk_store::{check_range, ChunkStore};
+use crate::chunk_store::{check_range, ChunkRange, ChunkStore};
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
 
@@ -28,16 +28,19 @@ impl ProviderService {
         Ok(())
     }
 
-    async fn get_chunk(&self, id: ChunkId, offset: u64, len: u64) -> Result<Bytes> {
+    async fn get_chunk(&self, id: ChunkId, offset: u64, len: u64) -> Result<Payload> {
         if let Some(data) = self.tier.as_ref().and_then(|tier| tier.get(id)) {
             let range = check_range(id, offset, len, data.len() as u64)?;
-            return Ok(data.slice(range));
+            return Ok(Payload::Bytes(data.slice(range)));
         }
-        self.chunks.get(id, offset, len).await
+        Ok(match self.chunks.read_range(id, offset, len).await? {
+            ChunkRange::Memory(b) => Payload::Bytes(b),
+            ChunkRange::File(f) => Payload::File(f),
+        })
     }
 
-    async fn dispatch(&self, req: Request, body: Bytes) -> Result<(Response, Bytes)> {
-        let ok = (Response::Ok, Bytes::new());
+    async fn dispatch(&self, req: Request, body: Bytes) -> Result<(Response, Payload)> {
+        let ok = (Response::Ok, Payload::empty());
         match req {
             Request::PutChunk { id } => self.put_chunk(id, body).await.map(|()| ok),
             Request::GetChunk { id, offset, len } => self
@@ -45,9 +48,10 @@ impl ProviderService {
                 .await
                 .map(|data| (Response::Chunk, data)),
             Request::PutNodes { nodes } => self.meta.put_nodes(nodes).await.map(|()| ok),
-            Request::GetNodes { keys } => {
-                Ok((Response::Nodes(self.meta.get_nodes(&keys)), Bytes::new()))
-            }
+            Request::GetNodes { keys } => Ok((
+                Response::Nodes(self.meta.get_nodes(&keys)),
+                Payload::empty(),
+            )),
             Request::Ping => Ok(ok),
             _ => Err(Error::invalid("not a provider request")),
         }
@@ -55,7 +59,7 @@ impl ProviderService {
 }
 
 impl Handler for ProviderService {
-    async fn handle(&self, req: Request, body: Bytes) -> (Response, Bytes) {
+    async fn handle(&self, req: Request, body: Bytes) -> (Response, Payload) {
         match self.dispatch(req, body).await {
             Ok(answer) => answer,
             Err(e) => {
@@ -67,7 +71,7 @@ impl Handler for ProviderService {
                     }
                     _ => tracing::debug!("{e}"),
                 }
-                (Response::Err(e), Bytes::new())
+                (Response::Err(e), Payload::empty())
             }
         }
     }
@@ -89,7 +93,8 @@ mod tests {
             .unwrap();
         let service = ProviderService::new(chunks, Some(MemoryTier::new(1 << 20)), meta);
         let id = ChunkId(99);
-        let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        // Large enough for a chunk file of its own (smaller ones go to the small-chunk log).
+        let data: Vec<u8> = (0..70_000u32).map(|i| i as u8).collect();
         let (resp, _) = service
             .handle(Request::PutChunk { id }, Bytes::from(data.clone()))
             .await;
@@ -101,8 +106,8 @@ mod tests {
         let get = |offset, len| Request::GetChunk { id, offset, len };
         let (resp, body) = service.handle(get(10, 20), Bytes::new()).await;
         assert_eq!(resp, Response::Chunk);
-        assert_eq!(&body[..], &data[10..30]);
-        let (resp, _) = service.handle(get(990, 11), Bytes::new()).await;
+        assert!(matches!(body, Payload::Bytes(b) if b[..] == data[10..30]));
+        let (resp, _) = service.handle(get(69_990, 11), Bytes::new()).await;
         assert!(matches!(resp, Response::Err(e) if e.kind == ErrorKind::OutOfRange));
         let (resp, _) = service.handle(Request::Providers, Bytes::new()).await;
         assert!(matches!(resp, Response::Err(e) if e.kind == ErrorKind::InvalidArgument));

@@ -16,11 +16,8 @@ pub const MAX_BODY: u64 = 512 << 20;
 /// Bodies up to this size are copied next to the header so a frame is one write.
 const INLINE_BODY: usize = 64 << 10;
 
-pub async fn write_frame<W, T>(w: &mut W, header: &T, body: &[u8]) -> Result<()>
-where
-    W: AsyncWrite + Unpin,
-    T: Serialize,
-{
+/// Encodes the length prefix and header of a frame whose body has `body_len` bytes.
+fn encode_head<T: Serialize>(header: &T, body_len: u64, inline: &[u8]) -> Result<Vec<u8>> {
     let encoded =
         bincode::serialize(header).map_err(|e| Error::internal(format!("encode: {e}")))?;
     if encoded.len() as u64 > MAX_HEADER as u64 {
@@ -30,12 +27,32 @@ where
             MAX_HEADER
         )));
     }
-    let mut buf = Vec::with_capacity(12 + encoded.len() + body.len().min(INLINE_BODY));
+    let mut buf = Vec::with_capacity(12 + encoded.len() + inline.len());
     buf.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    buf.extend_from_slice(&body_len.to_le_bytes());
     buf.extend_from_slice(&encoded);
+    buf.extend_from_slice(inline);
+    Ok(buf)
+}
+
+/// Writes the prefix and header of a frame; the caller sends the `body_len` body bytes.
+pub async fn write_head<W, T>(w: &mut W, header: &T, body_len: u64) -> Result<()>
+where
+    W: AsyncWrite + Unpin,
+    T: Serialize,
+{
+    w.write_all(&encode_head(header, body_len, &[])?).await?;
+    Ok(())
+}
+
+pub async fn write_frame<W, T>(w: &mut W, header: &T, body: &[u8]) -> Result<()>
+where
+    W: AsyncWrite + Unpin,
+    T: Serialize,
+{
+    let inline = if body.len() <= INLINE_BODY { body } else { &[] };
+    let buf = encode_head(header, body.len() as u64, inline)?;
     if body.len() <= INLINE_BODY {
-        buf.extend_from_slice(body);
         w.write_all(&buf).await?;
     } else {
         w.write_all(&buf).await?;

@@ -10,7 +10,7 @@ pub mod rpc;
 pub use auth::{check_bind, ClusterSecret};
 pub use error::{Error, ErrorKind, Result};
 pub use messages::*;
-pub use rpc::{serve, Handler, LoadGauge, Pool, RpcConfig};
+pub use rpc::{serve, FileRange, Handler, LoadGauge, Payload, Pool, RpcConfig};
 
 /// Host part of a `host:port` address (brackets of IPv6 literals removed).
 pub fn host_of(addr: &str) -> String {

@@ -123,6 +123,9 @@ pub enum Request {
     Allocate {
         blob: BlobId,
         chunks: u32,
+        /// Size the chunks will have at most (default: the blob's chunk size), for the space
+        /// check and balancing.
+        chunk_bytes: Option<u64>,
         placement: Placement,
         /// The writer's host, for the local policy.
         client_host: Option<String>,

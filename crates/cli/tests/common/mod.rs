@@ -46,7 +46,7 @@ pub fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tomus"))
 }
 
-/// Every chunk file under a provider's directory.
+/// Every file-per-chunk chunk under a provider's directory (not the small-chunk log segments).
 pub fn chunk_files(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.join("chunks")];
@@ -55,10 +55,18 @@ pub fn chunk_files(dir: &std::path::Path) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if !p.to_string_lossy().contains(".tmp") {
+            } else if !is_temp_or_log(&p) {
                 out.push(p);
             }
         }
     }
     out
+}
+
+fn is_temp_or_log(p: &std::path::Path) -> bool {
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name.contains(".tmp") || (name.starts_with("small-") && name.ends_with(".log"))
 }

@@ -1,0 +1,143 @@
+//! Group commit for the provider's append-only logs (the metadata log and the small-chunk log).
+//!
+//! Callers hand items to one writer thread and wait for an acknowledgement. The writer takes
+//! everything that queued up while it was busy with the previous group and commits it with one
+//! call of the log's commit function (typically one write and one fdatasync), then
+//! acknowledges every caller in the group with that call's result. Under load many callers
+//! share one sync; alone, a caller pays for one sync as before.
+//!
+//! The writer is a plain thread rather than a tokio task: committing blocks on disk I/O, and a
+//! dedicated thread avoids a hand-off to the blocking pool for every group.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use tokio::sync::{mpsc, oneshot};
+use tomus_wire::{Error, Result};
+
+/// Items waiting for the writer; beyond this, callers wait (backpressure).
+const QUEUE_DEPTH: usize = 1024;
+/// Upper bound of the bytes one group carries, so one write stays a bounded buffer.
+const MAX_GROUP_BYTES: usize = 16 << 20;
+
+struct Pending<T> {
+    item: T,
+    size: usize,
+    done: oneshot::Sender<Result<()>>,
+}
+
+/// The submitting side of a group-committed log. The writer thread ends once this is dropped
+/// and the queue is drained.
+pub(crate) struct GroupCommit<T> {
+    name: &'static str,
+    tx: mpsc::Sender<Pending<T>>,
+}
+
+impl<T: Send + 'static> GroupCommit<T> {
+    /// Starts the writer thread. `commit` receives each group in submission order and must
+    /// make all of it durable (or none of it visible) before returning; its result is what
+    /// every caller in the group gets. `name` names the log in errors and the thread.
+    pub(crate) fn start<F>(name: &'static str, mut commit: F) -> Result<Self>
+    where
+        F: FnMut(Vec<T>) -> Result<()> + Send + 'static,
+    {
+        let (tx, mut rx) = mpsc::channel::<Pending<T>>(QUEUE_DEPTH);
+        std::thread::Builder::new()
+            .name(format!("tomus-{name}"))
+            .spawn(move || {
+                while let Some(first) = rx.blocking_recv() {
+                    let mut size = first.size;
+                    let mut group = vec![first];
+                    while size < MAX_GROUP_BYTES {
+                        match rx.try_recv() {
+                            Ok(next) => {
+                                size += next.size;
+                                group.push(next);
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    let (items, acks): (Vec<T>, Vec<_>) =
+                        group.into_iter().map(|p| (p.item, p.done)).unzip();
+                    let result = commit(items);
+                    for done in acks {
+                        let _ = done.send(result.clone());
+                    }
+                }
+            })
+            .map_err(|e| Error::internal(format!("cannot start the {name} writer: {e}")))?;
+        Ok(GroupCommit { name, tx })
+    }
+
+    /// Queues `item` (`size` bytes, for bounding groups) and waits until its group is
+    /// committed.
+    pub(crate) async fn submit(&self, item: T, size: usize) -> Result<()> {
+        let stopped = || Error::internal(format!("{} writer has stopped", self.name));
+        let (done, ack) = oneshot::channel();
+        self.tx
+            .send(Pending { item, size, done })
+            .await
+            .map_err(|_| stopped())?;
+        ack.await.map_err(|_| stopped())?
+    }
+}
+
+/// Writes `buf` at `pos` (the end of the valid log). On failure the file is cut back to `pos`
+/// so a partial record cannot end up in front of later ones.
+pub(crate) fn append(file: &File, pos: u64, buf: &[u8], fsync: bool) -> io::Result<()> {
+    let result =
+        file.write_all_at(buf, pos)
+            .and_then(|()| if fsync { file.sync_data() } else { Ok(()) });
+    if result.is_err() {
+        let _ = file.set_len(pos);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn groups_concurrent_items_and_shares_results() {
+        let groups = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (g, s) = (groups.clone(), seen.clone());
+        let log = Arc::new(
+            GroupCommit::start("test log", move |items: Vec<u32>| {
+                g.fetch_add(1, Ordering::Relaxed);
+                // A slow "sync" lets the others queue up behind it.
+                std::thread::sleep(Duration::from_millis(5));
+                let fail = items.contains(&u32::MAX);
+                s.lock().unwrap().extend(items);
+                if fail {
+                    Err(Error::internal("disk on fire"))
+                } else {
+                    Ok(())
+                }
+            })
+            .unwrap(),
+        );
+        let tasks: Vec<_> = (0..200u32)
+            .map(|i| {
+                let log = log.clone();
+                tokio::spawn(async move { log.submit(i, 1).await })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let mut seen_items = seen.lock().unwrap().clone();
+        seen_items.sort_unstable();
+        assert_eq!(seen_items, (0..200).collect::<Vec<_>>());
+        assert!(groups.load(Ordering::Relaxed) < 200);
+
+        let err = log.submit(u32::MAX, 1).await.unwrap_err();
+        assert!(err.message.contains("disk on fire"), "{err}");
+    }
+}
