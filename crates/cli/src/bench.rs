@@ -2,8 +2,9 @@
 //! cluster, the manager alone, and the machine's loopback TCP limit, all in one run, as JSON.
 //!
 //! S1 one writer, growing blob · S2 N readers of distinct 64 MiB ranges of one shared blob ·
-//! S3 N writers each to its own blob, then read back · S4 N appenders to one shared blob ·
-//! S5 4 KiB appends and reads from N clients. Each point is the median of `--runs` runs.
+//! S3 N writers each to its own blob, then read back · S4 N appenders to one shared blob (S3
+//! and S4 interleaved run by run) · S5 4 KiB appends and reads from N clients. Each point is
+//! the median of `--runs` runs.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,7 +62,7 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    const KNOWN: [&str; 7] = ["loopback", "s1", "s2", "s3", "s4", "s5", "manager"];
+    const KNOWN: [&str; 6] = ["loopback", "s1", "s2", "s3s4", "s5", "manager"];
     if let Some(bad) = args.scenarios.iter().find(|s| !KNOWN.contains(&s.as_str())) {
         bail!("unknown scenario {bad:?} (known: {})", KNOWN.join(", "));
     }
@@ -93,7 +94,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let _ = std::fs::remove_dir_all(&dir);
             out?
         };
-        results.insert(scenario.clone(), value);
+        match (scenario.as_str(), value) {
+            ("s3s4", Value::Object(mut both)) => {
+                for key in ["s3", "s4"] {
+                    results.insert(key.into(), both.remove(key).unwrap_or(Value::Null));
+                }
+            }
+            (_, value) => {
+                results.insert(scenario.clone(), value);
+            }
+        }
     }
     let text = serde_json::to_string_pretty(&Value::Object(results))?;
     if let Some(path) = &args.out {
@@ -113,8 +123,10 @@ async fn scenario_run(
     match name {
         "s1" => s1(&client, args).await,
         "s2" => s2(&client, args).await,
-        "s3" => s3(&client, args).await,
-        "s4" => s4(&client, args).await,
+        "s3s4" => {
+            let (s3, s4) = s3_s4(&client, args).await?;
+            Ok(json!({"s3": s3, "s4": s4}))
+        }
         "s5" => s5(&client, args).await,
         "manager" => manager(addr, dir).await,
         _ => unreachable!("checked in run"),
@@ -319,105 +331,111 @@ async fn s2(client: &Client, args: &BenchArgs) -> Result<Value> {
     Ok(json!({"points": points}))
 }
 
-/// S3: N writers, each to its own blob, then the same N read their blob back.
-async fn s3(client: &Client, args: &BenchArgs) -> Result<Value> {
+/// S3 and S4, run interleaved (an S3 run, then an S4 run, for every run and client count) on
+/// one cluster: with fsync on, both are bound by the disk, whose speed drifts over minutes, so
+/// only runs taken side by side compare the two.
+async fn s3_s4(client: &Client, args: &BenchArgs) -> Result<(Value, Value)> {
     let data = Arc::new(pattern::generate(3, BLOCK as usize));
-    let mut write_points = Vec::new();
-    let mut read_points = Vec::new();
+    let (mut write_points, mut read_points, mut append_points) =
+        (Vec::new(), Vec::new(), Vec::new());
     for &n in &args.clients {
-        let (mut w_runs, mut r_runs) = (Vec::new(), Vec::new());
+        let (mut w_runs, mut r_runs, mut a_runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.runs {
-            let mut blobs = Vec::new();
-            for _ in 0..n {
-                blobs.push(client.create_blob(BLOCK, 1).await?);
-            }
-            let start = Instant::now();
-            let tasks: Vec<_> = blobs
-                .iter()
-                .map(|b| {
-                    let (b, data, per) = (b.clone(), data.clone(), args.per_client);
-                    tokio::spawn(async move {
-                        let mut at = 0;
-                        while at < per {
-                            let len = BLOCK.min(per - at) as usize;
-                            b.write(at, &data[..len]).await?;
-                            at += len as u64;
-                        }
-                        Ok::<_, tomus_wire::Error>(())
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await??;
-            }
-            w_runs.push((n as u64 * args.per_client) as f64 / MIB / start.elapsed().as_secs_f64());
-            let start = Instant::now();
-            let tasks: Vec<_> = blobs
-                .iter()
-                .map(|b| {
-                    let (b, per) = (b.clone(), args.per_client);
-                    tokio::spawn(async move {
-                        let mut buf = vec![0u8; BLOCK as usize];
-                        let mut at = 0;
-                        while at < per {
-                            let len = BLOCK.min(per - at) as usize;
-                            b.read_into(at, &mut buf[..len], None).await?;
-                            at += len as u64;
-                        }
-                        Ok::<_, tomus_wire::Error>(())
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await??;
-            }
-            r_runs.push((n as u64 * args.per_client) as f64 / MIB / start.elapsed().as_secs_f64());
+            let (w, r) = s3_once(client, n, args.per_client, &data).await?;
+            w_runs.push(w);
+            r_runs.push(r);
+            a_runs.push(s4_once(client, n, args.per_client, &data).await?);
         }
         write_points.push(point(n, w_runs, "MiB/s"));
         read_points.push(point(n, r_runs, "MiB/s"));
+        append_points.push(point(n, a_runs, "MiB/s"));
     }
-    Ok(json!({"write": write_points, "read": read_points}))
+    Ok((
+        json!({"write": write_points, "read": read_points}),
+        json!({"points": append_points}),
+    ))
+}
+
+/// S3: N writers, each to its own blob, then the same N read their blob back: (write, read).
+async fn s3_once(client: &Client, n: usize, per: u64, data: &Arc<Vec<u8>>) -> Result<(f64, f64)> {
+    let mut blobs = Vec::new();
+    for _ in 0..n {
+        blobs.push(client.create_blob(BLOCK, 1).await?);
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = blobs
+        .iter()
+        .map(|b| {
+            let (b, data) = (b.clone(), data.clone());
+            tokio::spawn(async move {
+                let mut at = 0;
+                while at < per {
+                    let len = BLOCK.min(per - at) as usize;
+                    b.write(at, &data[..len]).await?;
+                    at += len as u64;
+                }
+                Ok::<_, tomus_wire::Error>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    let write = (n as u64 * per) as f64 / MIB / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let tasks: Vec<_> = blobs
+        .iter()
+        .map(|b| {
+            let b = b.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; BLOCK as usize];
+                let mut at = 0;
+                while at < per {
+                    let len = BLOCK.min(per - at) as usize;
+                    b.read_into(at, &mut buf[..len], None).await?;
+                    at += len as u64;
+                }
+                Ok::<_, tomus_wire::Error>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    let read = (n as u64 * per) as f64 / MIB / start.elapsed().as_secs_f64();
+    Ok((write, read))
 }
 
 /// S4: N appenders to one shared blob, 4 MiB appends each.
-async fn s4(client: &Client, args: &BenchArgs) -> Result<Value> {
-    let data = Arc::new(pattern::generate(4, BLOCK as usize));
-    let mut points = Vec::new();
-    for &n in &args.clients {
-        let mut runs = Vec::new();
-        for _ in 0..args.runs {
-            let blob = client.create_blob(BLOCK, 1).await?;
-            let start = Instant::now();
-            let tasks: Vec<_> = (0..n)
-                .map(|_| {
-                    let (b, data, per) = (blob.clone(), data.clone(), args.per_client);
-                    tokio::spawn(async move {
-                        let mut done = 0;
-                        while done < per {
-                            let len = BLOCK.min(per - done) as usize;
-                            b.append(&data[..len]).await?;
-                            done += len as u64;
-                        }
-                        Ok::<_, tomus_wire::Error>(())
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await??;
-            }
-            let secs = start.elapsed().as_secs_f64();
-            let size = blob.size(None).await?;
-            if size != n as u64 * args.per_client {
-                bail!(
-                    "S4: blob size {size} after {n} appenders, expected {}",
-                    n as u64 * args.per_client
-                );
-            }
-            runs.push(size as f64 / MIB / secs);
-        }
-        points.push(point(n, runs, "MiB/s"));
+async fn s4_once(client: &Client, n: usize, per: u64, data: &Arc<Vec<u8>>) -> Result<f64> {
+    let blob = client.create_blob(BLOCK, 1).await?;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (b, data) = (blob.clone(), data.clone());
+            tokio::spawn(async move {
+                let mut done = 0;
+                while done < per {
+                    let len = BLOCK.min(per - done) as usize;
+                    b.append(&data[..len]).await?;
+                    done += len as u64;
+                }
+                Ok::<_, tomus_wire::Error>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
     }
-    Ok(json!({"points": points}))
+    let secs = start.elapsed().as_secs_f64();
+    let size = blob.size(None).await?;
+    if size != n as u64 * per {
+        bail!(
+            "S4: blob size {size} after {n} appenders, expected {}",
+            n as u64 * per
+        );
+    }
+    Ok(size as f64 / MIB / secs)
 }
 
 /// S5: 4 KiB appends to one shared blob from N clients, then 4 KiB reads at random offsets.

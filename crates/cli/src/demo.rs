@@ -31,6 +31,18 @@ pub struct DemoArgs {
     /// Keep the cluster's data here instead of a temporary directory.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Print the report as JSON on stdout (narration goes to stderr).
+    #[arg(skip)]
+    pub json: bool,
+}
+
+/// Narration: part of the report in text mode, on stderr when stdout carries JSON.
+fn say(args: &DemoArgs, line: String) {
+    if args.json {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
 }
 
 /// One acknowledged append: where the store said it landed.
@@ -64,10 +76,13 @@ pub fn run(args: DemoArgs) -> Result<()> {
         Some(d) => (d.clone(), false),
         None => (crate::scratch_dir("demo"), true),
     };
-    println!(
-        "tomus demo: starting an embedded cluster (1 manager, {} providers) in {}",
-        args.providers,
-        dir.display()
+    say(
+        &args,
+        format!(
+            "tomus demo: starting an embedded cluster (1 manager, {} providers) in {}",
+            args.providers,
+            dir.display()
+        ),
     );
     let cluster = EmbeddedCluster::start(&exe, ClusterSpec::new(&dir, args.providers))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -87,10 +102,13 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
     let per_client = (args.size / 2 / args.clients as u64).max(1);
 
     // Phase 1: concurrent appenders into one blob, readers checking snapshots meanwhile.
-    println!(
-        "\n1. {} clients append records of 64 KiB-4 MiB to blob {} while 2 readers check snapshots",
-        args.clients,
-        shared.id()
+    say(
+        args,
+        format!(
+            "\n1. {} clients append records of 64 KiB-4 MiB to blob {} while 2 readers check snapshots",
+            args.clients,
+            shared.id()
+        ),
     );
     let pb = bar(per_client * args.clients as u64, "appends");
     let done = Arc::new(AtomicBool::new(false));
@@ -181,9 +199,12 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
     pbv.finish();
 
     // Phase 2: independent writers, each to its own blob, then read back.
-    println!(
-        "\n2. {} clients write 4 MiB blocks to blobs of their own, then read them back",
-        args.clients
+    say(
+        args,
+        format!(
+            "\n2. {} clients write 4 MiB blocks to blobs of their own, then read them back",
+            args.clients
+        ),
     );
     let pbw = bar(per_client * args.clients as u64, "writes");
     let start = Instant::now();
@@ -250,6 +271,20 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
         }
     }
     let total_half = per_client * args.clients as u64;
+    let snapshots = snapshots.load(Ordering::Relaxed);
+    if args.json {
+        let report = serde_json::json!({
+            "shared_blob": {"id": shared.id(), "appends": all.len(), "clients": args.clients,
+                            "versions": final_version, "size": size, "verified": true,
+                            "snapshots_checked": snapshots},
+            "mib_s": {"concurrent_appends": mib_s(total_half, append_secs),
+                      "independent_writes": mib_s(total_half, write_secs),
+                      "reads": mib_s(total_half, read_secs)},
+            "striping": striped,
+        });
+        println!("{report}");
+        return Ok(());
+    }
     println!("\nreport");
     println!(
         "  shared blob {}: {} appends from {} clients -> versions 1..{final_version}, size {}",
@@ -259,10 +294,7 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
         format_size(size)
     );
     println!("    every append landed contiguously where it was told; content verified");
-    println!(
-        "    {} snapshots read during the appends, all consistent",
-        snapshots.load(Ordering::Relaxed)
-    );
+    println!("    {snapshots} snapshots read during the appends, all consistent");
     println!(
         "  concurrent appends  {:>8.1} MiB/s",
         mib_s(total_half, append_secs)

@@ -246,7 +246,10 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Blob(cmd) => runtime()?.block_on(blob_command(&cli.addr, secret, cli.json, cmd)),
         Command::Providers => runtime()?.block_on(providers(&cli.addr, secret, cli.json)),
-        Command::Demo(a) => demo::run(a),
+        Command::Demo(a) => demo::run(demo::DemoArgs {
+            json: cli.json,
+            ..a
+        }),
         Command::Bench(a) => bench::run(a),
     }
 }

@@ -1,0 +1,143 @@
+//! The `tomus` command as users run it: the demo, and blob commands with --json against
+//! `tomus up`, including exit codes and one-line errors.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use common::exe;
+
+fn tomus(addr: &str, args: &[&str]) -> std::process::Output {
+    Command::new(exe())
+        .env("TOMUS_ADDR", addr)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json_out(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn demo_verifies_its_data_and_reports_json() {
+    let out = Command::new(exe())
+        .args(["demo", "--size", "8MiB", "--clients", "4", "--json"])
+        .output()
+        .unwrap();
+    let report = json_out(&out);
+    assert_eq!(report["shared_blob"]["verified"], Value::Bool(true));
+    assert_eq!(report["shared_blob"]["size"], Value::from(4u64 << 20));
+    let versions = report["shared_blob"]["versions"].as_u64().unwrap();
+    assert_eq!(versions, report["shared_blob"]["appends"].as_u64().unwrap());
+    let striped: u64 = report["striping"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(striped, 4 << 20);
+}
+
+#[test]
+fn blob_commands_against_tomus_up() {
+    let dir = tomus_cli::scratch_dir("cli");
+    let mut up = Command::new(exe())
+        .args(["up", "--providers", "2", "--addr", "127.0.0.1:0", "--data"])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(up.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+
+    let created = json_out(&tomus(
+        &addr,
+        &["blob", "create", "--chunk-size", "4KiB", "--json"],
+    ));
+    let id = created["id"].as_u64().unwrap().to_string();
+    assert_eq!(created["chunk_size"], Value::from(4096));
+
+    let file = dir.join("input");
+    std::fs::write(&file, vec![7u8; 10_000]).unwrap();
+    let w = json_out(&tomus(
+        &addr,
+        &["blob", "write", &id, "0", file.to_str().unwrap(), "--json"],
+    ));
+    assert_eq!(w["version"], Value::from(1));
+
+    let mut append = Command::new(exe())
+        .env("TOMUS_ADDR", &addr)
+        .args(["blob", "append", &id])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    append.stdin.take().unwrap().write_all(b"tail").unwrap();
+    let out = append.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2 10000");
+
+    let read = tomus(
+        &addr,
+        &["blob", "read", &id, "--offset", "9998", "--size", "6"],
+    );
+    assert_eq!(read.stdout, b"\x07\x07tail");
+    let v1 = tomus(&addr, &["blob", "read", &id, "--version", "1"]);
+    assert_eq!(v1.stdout, vec![7u8; 10_000]);
+
+    let versions = json_out(&tomus(&addr, &["blob", "versions", &id, "--json"]));
+    assert_eq!(versions["versions"].as_array().unwrap().len(), 2);
+    assert_eq!(versions["versions"][1]["append"], Value::Bool(true));
+    let locations = json_out(&tomus(&addr, &["blob", "locations", &id, "--json"]));
+    let covered: u64 = locations
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(covered, 10_004);
+    let stat = json_out(&tomus(&addr, &["blob", "stat", &id, "--json"]));
+    assert_eq!(stat["size"], Value::from(10_004));
+    let providers = json_out(&tomus(&addr, &["providers", "--json"]));
+    assert_eq!(providers.as_array().unwrap().len(), 2);
+
+    // Errors: one line on stderr, exit code by kind.
+    let past = tomus(
+        &addr,
+        &["blob", "read", &id, "--offset", "10000", "--size", "5"],
+    );
+    assert_eq!(past.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&past.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("tomus: error: "), "{stderr}");
+    assert_eq!(
+        tomus(&addr, &["blob", "stat", "999"]).status.code(),
+        Some(3)
+    );
+    assert_eq!(
+        tomus(&addr, &["blob", "create", "--chunk-size", "3000"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        tomus("127.0.0.1:1", &["blob", "list"]).status.code(),
+        Some(4)
+    );
+
+    let _ = up.kill();
+    let _ = up.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
