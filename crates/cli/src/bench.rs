@@ -37,10 +37,10 @@ pub struct BenchArgs {
     /// Runs per point (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Scenarios: loopback, s1, s2, s3, s4, s5, manager.
+    /// Scenarios: loopback, s1, s2, s3s4 (S3 and S4 interleaved), s5, manager.
     #[arg(
         long,
-        default_value = "loopback,s1,s2,s3,s4,s5,manager",
+        default_value = "loopback,s1,s2,s3s4,s5,manager",
         value_delimiter = ','
     )]
     pub scenarios: Vec<String>,

@@ -383,27 +383,13 @@ async fn blob_command(
             let blob = client.open_blob(id).await?;
             let data = read_input(file)?;
             let v = blob.write(offset, &data).await?;
-            if json_out {
-                println!(
-                    "{}",
-                    json!({"version": v, "offset": offset, "size": data.len()})
-                );
-            } else {
-                println!("{v}");
-            }
+            print_landed(json_out, v, offset, data.len(), false);
         }
         BlobCommand::Append { id, file, .. } => {
             let blob = client.open_blob(id).await?;
             let data = read_input(file)?;
             let (v, off) = blob.append(&data).await?;
-            if json_out {
-                println!(
-                    "{}",
-                    json!({"version": v, "offset": off, "size": data.len()})
-                );
-            } else {
-                println!("{v} {off}");
-            }
+            print_landed(json_out, v, off, data.len(), true);
         }
         BlobCommand::Read(RangeArgs {
             id,
@@ -563,6 +549,20 @@ async fn read_to_stdout(
     }
     out.flush().context("cannot write to stdout")?;
     Ok(())
+}
+
+/// Prints where a write landed: `VERSION` (or `VERSION OFFSET` for appends), or JSON.
+fn print_landed(json_out: bool, version: u64, offset: u64, size: usize, with_offset: bool) {
+    if json_out {
+        println!(
+            "{}",
+            json!({"version": version, "offset": offset, "size": size})
+        );
+    } else if with_offset {
+        println!("{version} {offset}");
+    } else {
+        println!("{version}");
+    }
 }
 
 fn state_name(s: VersionState) -> &'static str {

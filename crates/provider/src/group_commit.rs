@@ -95,6 +95,30 @@ pub(crate) fn append(file: &File, pos: u64, buf: &[u8], fsync: bool) -> io::Resu
     result
 }
 
+/// Cuts a log after its last intact record (`valid` bytes) when replay found `damage` after
+/// it: a write torn by a crash must not sit in front of the records appended later.
+pub(crate) fn drop_torn_tail(
+    file: &File,
+    path: &std::path::Path,
+    what: &str,
+    valid: u64,
+    damage: &dyn std::fmt::Display,
+    fsync: bool,
+) -> io::Result<()> {
+    let file_len = file.metadata()?.len();
+    tracing::warn!(
+        "{what} {}: {damage} at offset {valid}; dropping the last {} bytes \
+         (torn write after a crash?)",
+        path.display(),
+        file_len - valid
+    );
+    file.set_len(valid)?;
+    if fsync {
+        file.sync_all()?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -16,7 +16,7 @@ use bincode::Options;
 use tomus_metadata::{Node, NodeKey};
 use tomus_wire::{Error, Result};
 
-use crate::group_commit::{append, GroupCommit};
+use crate::group_commit::{append, drop_torn_tail, GroupCommit};
 use crate::{blocking, io_error};
 
 const RECORD_HEADER: u64 = 8;
@@ -202,16 +202,7 @@ fn replay(path: &Path, fsync: bool) -> io::Result<(File, u64, HashMap<NodeKey, A
                 pos += size;
             }
             Err(damage) => {
-                tracing::warn!(
-                    "metadata log {}: {damage} at offset {pos}; dropping the last {} bytes \
-                     (torn write after a crash?)",
-                    path.display(),
-                    file_len - pos
-                );
-                file.set_len(pos)?;
-                if fsync {
-                    file.sync_all()?;
-                }
+                drop_torn_tail(&file, path, "metadata log", pos, &damage, fsync)?;
                 break;
             }
         }

@@ -47,7 +47,7 @@ use tomus_metadata::ChunkId;
 use tomus_wire::{Error, Result};
 
 use crate::chunk_store::check_range;
-use crate::group_commit::{append, GroupCommit};
+use crate::group_commit::{append, drop_torn_tail, GroupCommit};
 use crate::io_error;
 
 /// Chunks strictly shorter than this go to the log; others get a file of their own.
@@ -433,19 +433,10 @@ fn scan(dir: &Path, fsync: bool) -> io::Result<(Index, Option<Segment>, u32)> {
         let file = OpenOptions::new().read(true).write(newest).open(&path)?;
         let (valid, damage) = scan_segment(&file, number, &mut index)?;
         if let Some(damage) = damage {
-            let file_len = file.metadata()?.len();
             if newest {
-                tracing::warn!(
-                    "small-chunk log {}: {damage} at offset {valid}; dropping the last {} bytes \
-                     (torn write after a crash?)",
-                    path.display(),
-                    file_len - valid
-                );
-                file.set_len(valid)?;
-                if fsync {
-                    file.sync_all()?;
-                }
+                drop_torn_tail(&file, &path, "small-chunk log", valid, &damage, fsync)?;
             } else {
+                let file_len = file.metadata()?.len();
                 tracing::error!(
                     "small-chunk log {}: {damage} at offset {valid}; the {} bytes from there \
                      on are not indexed (their chunks must be read from other replicas)",
