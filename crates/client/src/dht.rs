@@ -5,11 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
-use tomus_metadata::{BlobId, Node, NodeKey, NodeRef, NodeSource, ProviderId};
+use tomus_metadata::{BlobId, Node, NodeKey, NodeRef, NodeSource, ProviderId, Span};
 use tomus_wire::{unexpected, Error, ErrorKind, Request, Response, Result};
 
 use crate::cluster::Cluster;
 
+/// Nodes asked for per path request: a root-to-leaf path of a very large blob, with room.
+const PATH_LIMIT: u32 = 64;
 /// Points per provider on the ring, so keys spread evenly over few providers.
 const VIRTUAL_NODES: u64 = 64;
 /// Nodes kept in one cache generation (two generations approximate LRU).
@@ -196,6 +198,44 @@ impl DhtSource<'_> {
 
 impl NodeSource for DhtSource<'_> {
     type Error = Error;
+
+    /// Asks the owner of `root` for the path toward `span` unless `root` is cached already (then
+    /// the path below it most likely is too).
+    async fn prefetch(&self, root: NodeRef, span: Span) {
+        let key = NodeKey {
+            blob: self.blob,
+            node: root,
+        };
+        if self.cluster.cache.get(&key).is_some() {
+            return;
+        }
+        let Ok(ring) = self.cluster.ring().await else {
+            return;
+        };
+        let Some(owner) = ring.walk(&key).into_iter().next() else {
+            return;
+        };
+        let Ok(addr) = self.cluster.addr_of(owner).await else {
+            return;
+        };
+        let req = Request::GetPath {
+            blob: self.blob,
+            start: root,
+            span,
+            limit: PATH_LIMIT,
+        };
+        if let Ok((Response::Path(nodes), _)) = self.cluster.pool.call(&addr, &req, &[]).await {
+            for (node, n) in nodes {
+                self.cluster.cache.insert(
+                    NodeKey {
+                        blob: self.blob,
+                        node,
+                    },
+                    Arc::new(n),
+                );
+            }
+        }
+    }
 
     async fn fetch(&self, refs: &[NodeRef]) -> Result<Vec<Arc<Node>>> {
         join_all(refs.iter().map(|r| self.fetch_one(*r)))

@@ -78,7 +78,8 @@ impl ManagerService {
             Request::PutChunk { .. }
             | Request::GetChunk { .. }
             | Request::PutNodes { .. }
-            | Request::GetNodes { .. } => {
+            | Request::GetNodes { .. }
+            | Request::GetPath { .. } => {
                 return Err(Error::invalid(
                     "this is the manager; chunk and metadata requests go to providers",
                 ))

@@ -159,12 +159,26 @@ pub async fn build_version<S: NodeSource>(
     plan.validate()?;
     let cs = plan.chunk_size;
     let mut out = Vec::new();
+    if let Some(p) = plan.published {
+        // Only the two borders of the write need the published tree.
+        let first = Span::new(plan.span.offset, 1);
+        let last = Span::new(plan.span.end() - 1, 1);
+        source.prefetch(p.root(), first).await;
+        if last != first {
+            source.prefetch(p.root(), last).await;
+        }
+    }
+    let whole = Span::new(0, plan.capacity);
     let mut frontier = vec![Frontier {
-        slot: Span::new(0, plan.capacity),
-        published: plan.published.map(|p| p.root()),
+        slot: whole,
+        published: plan
+            .published
+            .map(|p| p.root())
+            .filter(|_| !plan.span.contains(&whole)),
     }];
     while !frontier.is_empty() {
-        // Fetch, in one batch, the published nodes whose children this level needs.
+        // Fetch, in one batch, the published nodes whose children this level needs: those of
+        // slots the write covers only partly (inside it, every child is rewritten).
         let wanted: Vec<NodeRef> = frontier
             .iter()
             .filter_map(|f| f.published.filter(|p| p.size == f.slot.size))
@@ -209,6 +223,7 @@ pub async fn build_version<S: NodeSource>(
                         offset: slot.offset,
                         size: slot.size,
                     });
+                    let published = published.filter(|_| !plan.span.contains(&slot));
                     next.push(Frontier { slot, published });
                 } else {
                     refs[i] = newer(published, plan.in_flight_label(slot));

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use bincode::Options;
-use tomus_metadata::{Node, NodeKey};
+use tomus_metadata::{BlobId, Node, NodeKey, NodeRef, Span};
 use tomus_wire::{Error, Result};
 
 use crate::group_commit::{append, drop_torn_tail, GroupCommit};
@@ -94,6 +94,47 @@ impl MetaStore {
         found
             .into_iter()
             .map(|node| node.map(|n| Node::clone(&n)))
+            .collect()
+    }
+
+    /// Nodes of `blob` held here on the way from `start` down to `span`, depth first, at most
+    /// `limit`; a child this shard does not hold ends that branch.
+    pub fn path(
+        &self,
+        blob: BlobId,
+        start: NodeRef,
+        span: Span,
+        limit: usize,
+    ) -> Vec<(NodeRef, Node)> {
+        let found: Vec<(NodeRef, Arc<Node>)> = {
+            let map = self.nodes.read().unwrap_or_else(PoisonError::into_inner);
+            let mut found = Vec::new();
+            let mut stack = vec![start];
+            while let Some(at) = stack.pop() {
+                if found.len() >= limit {
+                    break;
+                }
+                let Some(node) = map.get(&NodeKey { blob, node: at }) else {
+                    continue;
+                };
+                if let Node::Inner { left, right } = &**node {
+                    let half = at.size / 2;
+                    let halves = [(at.offset, left), (at.offset + half, right)];
+                    for (offset, child) in halves.into_iter().rev() {
+                        if let Some(c) = child {
+                            if Span::new(offset, half).intersects(&span) {
+                                stack.push(*c);
+                            }
+                        }
+                    }
+                }
+                found.push((at, node.clone()));
+            }
+            found
+        };
+        found
+            .into_iter()
+            .map(|(r, n)| (r, Node::clone(&n)))
             .collect()
     }
 }
@@ -246,6 +287,50 @@ mod tests {
 
     fn log(dir: &TempDir) -> PathBuf {
         dir.path().join("meta.log")
+    }
+
+    #[tokio::test]
+    async fn path_follows_the_range_and_stops_at_missing_nodes() {
+        let dir = TempDir::new("meta-path");
+        let store = MetaStore::open(log(&dir), false).await.unwrap();
+        let r = |version, offset, size| NodeRef {
+            version,
+            offset,
+            size,
+        };
+        let at = |node| NodeKey { blob: 1, node };
+        // Version 5: root [0, 16K) over [0, 8K) (version 5) and [8K, 16K) (version 3, which
+        // this shard does not hold); [0, 8K) over leaves [0, 4K) and [4K, 8K).
+        let inner = |left, right| Node::Inner { left, right };
+        store
+            .put_nodes(vec![
+                (
+                    at(r(5, 0, 16384)),
+                    inner(Some(r(5, 0, 8192)), Some(r(3, 8192, 8192))),
+                ),
+                (
+                    at(r(5, 0, 8192)),
+                    inner(Some(r(5, 0, 4096)), Some(r(5, 4096, 4096))),
+                ),
+                (at(r(5, 0, 4096)), leaf(1)),
+                (at(r(5, 4096, 4096)), leaf(2)),
+            ])
+            .await
+            .unwrap();
+        let refs =
+            |nodes: Vec<(NodeRef, Node)>| nodes.into_iter().map(|(r, _)| r).collect::<Vec<_>>();
+        let toward_second_leaf = store.path(1, r(5, 0, 16384), Span::new(5000, 1), 64);
+        assert_eq!(
+            refs(toward_second_leaf),
+            vec![r(5, 0, 16384), r(5, 0, 8192), r(5, 4096, 4096)]
+        );
+        let into_missing = store.path(1, r(5, 0, 16384), Span::new(9000, 1), 64);
+        assert_eq!(refs(into_missing), vec![r(5, 0, 16384)]);
+        let limited = store.path(1, r(5, 0, 16384), Span::new(0, 16384), 2);
+        assert_eq!(limited.len(), 2);
+        assert!(store
+            .path(2, r(5, 0, 16384), Span::new(0, 1), 64)
+            .is_empty());
     }
 
     #[tokio::test]

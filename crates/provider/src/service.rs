@@ -8,6 +8,9 @@ use crate::chunk_store::{check_range, ChunkRange, ChunkStore};
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
 
+/// Most nodes one path request returns.
+const MAX_PATH: u32 = 256;
+
 pub struct ProviderService {
     chunks: ChunkStore,
     tier: Option<MemoryTier>,
@@ -50,6 +53,18 @@ impl ProviderService {
             Request::PutNodes { nodes } => self.meta.put_nodes(nodes).await.map(|()| ok),
             Request::GetNodes { keys } => Ok((
                 Response::Nodes(self.meta.get_nodes(&keys)),
+                Payload::empty(),
+            )),
+            Request::GetPath {
+                blob,
+                start,
+                span,
+                limit,
+            } => Ok((
+                Response::Path(
+                    self.meta
+                        .path(blob, start, span, limit.min(MAX_PATH) as usize),
+                ),
                 Payload::empty(),
             )),
             Request::Ping => Ok(ok),

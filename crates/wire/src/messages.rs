@@ -177,6 +177,14 @@ pub enum Request {
     GetNodes {
         keys: Vec<NodeKey>,
     },
+    /// The nodes this provider holds on the way from `start` down to `span` (stopping where
+    /// it lacks one), at most `limit`: one round trip instead of one per tree level.
+    GetPath {
+        blob: BlobId,
+        start: tomus_metadata::NodeRef,
+        span: Span,
+        limit: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -194,6 +202,7 @@ pub enum Response {
     /// Chunk bytes are in the frame body.
     Chunk,
     Nodes(Vec<Option<Node>>),
+    Path(Vec<(tomus_metadata::NodeRef, Node)>),
 }
 
 impl Response {
