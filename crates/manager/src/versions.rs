@@ -23,8 +23,9 @@ const RESERVE_BLOCK: u64 = 4096;
 /// Largest blob size: keeps every offset computation far from overflow.
 pub const MAX_BLOB_SIZE: u64 = 1 << 60;
 pub const MAX_REPLICATION: u32 = 16;
-/// How long `complete` waits for lower versions before telling the writer to ask again.
-const COMPLETE_WAIT: Duration = Duration::from_secs(120);
+/// How long `complete` waits for lower versions before telling the writer why it is still
+/// unpublished; below the clients' 30 s request timeout so they get that reason, not a timeout.
+const COMPLETE_WAIT: Duration = Duration::from_secs(20);
 
 struct Pending {
     info: VersionInfo,
