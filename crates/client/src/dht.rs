@@ -10,7 +10,7 @@ use tomus_wire::{unexpected, Error, ErrorKind, Request, Response, Result};
 
 use crate::cluster::Cluster;
 
-/// Nodes asked for per path request: a root-to-leaf path of a very large blob, with room.
+/// Nodes asked for per path request: both border paths of a write in a very large blob.
 const PATH_LIMIT: u32 = 64;
 /// Points per provider on the ring, so keys spread evenly over few providers.
 const VIRTUAL_NODES: u64 = 64;
@@ -199,9 +199,9 @@ impl DhtSource<'_> {
 impl NodeSource for DhtSource<'_> {
     type Error = Error;
 
-    /// Asks the owner of `root` for the path toward `span` unless `root` is cached already (then
-    /// the path below it most likely is too).
-    async fn prefetch(&self, root: NodeRef, span: Span) {
+    /// Asks the owner of `root` for the paths toward `targets` unless `root` is cached already
+    /// (then the paths below it most likely are too).
+    async fn prefetch(&self, root: NodeRef, targets: &[Span]) {
         let key = NodeKey {
             blob: self.blob,
             node: root,
@@ -221,7 +221,7 @@ impl NodeSource for DhtSource<'_> {
         let req = Request::GetPath {
             blob: self.blob,
             start: root,
-            span,
+            targets: targets.to_vec(),
             limit: PATH_LIMIT,
         };
         if let Ok((Response::Path(nodes), _)) = self.cluster.pool.call(&addr, &req, &[]).await {

@@ -86,14 +86,17 @@ impl WritePlan<'_> {
         Ok(())
     }
 
+    /// The lower in-flight versions whose ranges intersect `slot`.
+    fn in_flight_in(&self, slot: Span) -> impl Iterator<Item = &InFlight> {
+        self.in_flight
+            .iter()
+            .filter(move |f| f.span.intersects(&slot))
+    }
+
     /// The highest in-flight version whose range intersects `slot`, as a reference to its node
     /// for `slot` (or to its whole tree when that tree is smaller than `slot`).
     fn in_flight_label(&self, slot: Span) -> Option<NodeRef> {
-        let u = self
-            .in_flight
-            .iter()
-            .filter(|f| f.span.intersects(&slot))
-            .max_by_key(|f| f.version)?;
+        let u = self.in_flight_in(slot).max_by_key(|f| f.version)?;
         Some(label_ref(u.version, u.capacity, slot))
     }
 
@@ -161,12 +164,11 @@ pub async fn build_version<S: NodeSource>(
     let mut out = Vec::new();
     if let Some(p) = plan.published {
         // Only the two borders of the write need the published tree.
-        let first = Span::new(plan.span.offset, 1);
-        let last = Span::new(plan.span.end() - 1, 1);
-        source.prefetch(p.root(), first).await;
-        if last != first {
-            source.prefetch(p.root(), last).await;
-        }
+        let borders = [
+            Span::new(plan.span.offset, 1),
+            Span::new(plan.span.end() - 1, 1),
+        ];
+        source.prefetch(p.root(), &borders).await;
     }
     let whole = Span::new(0, plan.capacity);
     let mut frontier = vec![Frontier {
@@ -285,11 +287,7 @@ async fn build_leaf<S: NodeSource>(
     // Lower in-flight versions that wrote in this slot lie between the published content and
     // this write: only their own pieces apply, newest first. Their leaves cannot be read yet,
     // so they are referenced, never flattened; there are at most as many as concurrent writers.
-    let mut in_flight: Vec<&InFlight> = plan
-        .in_flight
-        .iter()
-        .filter(|f| f.span.intersects(&slot))
-        .collect();
+    let mut in_flight: Vec<&InFlight> = plan.in_flight_in(slot).collect();
     in_flight.sort_by_key(|f| std::cmp::Reverse(f.version));
     let layers = in_flight
         .iter()

@@ -40,10 +40,10 @@ pub trait NodeSource: Sync {
         refs: &[NodeRef],
     ) -> impl Future<Output = Result<Vec<Arc<Node>>, Self::Error>> + Send;
 
-    /// Hint that the nodes on the way from `root` down to `span` are about to be fetched level
-    /// by level; a source may load them in one go. Failures are not errors (the fetches that
-    /// follow still run).
-    fn prefetch(&self, _root: NodeRef, _span: Span) -> impl Future<Output = ()> + Send {
+    /// Hint that the nodes on the way from `root` down to each of `targets` are about to be
+    /// fetched level by level; a source may load them in one go. Failures are not errors (the
+    /// fetches that follow still run).
+    fn prefetch(&self, _root: NodeRef, _targets: &[Span]) -> impl Future<Output = ()> + Send {
         async {}
     }
 }

@@ -45,7 +45,7 @@ pub async fn resolve_range<S: NodeSource>(
     if range.size == 0 {
         return Ok(out);
     }
-    source.prefetch(root, range).await;
+    source.prefetch(root, &[range]).await;
     let mut frontier = vec![Work::Node(root, range)];
     while !frontier.is_empty() {
         // A reference may cover less than the slot it sits in (a grown tree's old root): the

@@ -97,13 +97,13 @@ impl MetaStore {
             .collect()
     }
 
-    /// Nodes of `blob` held here on the way from `start` down to `span`, depth first, at most
-    /// `limit`; a child this shard does not hold ends that branch.
+    /// Nodes of `blob` held here on the way from `start` down to any of `targets`, depth
+    /// first, at most `limit`; a child this shard does not hold ends that branch.
     pub fn path(
         &self,
         blob: BlobId,
         start: NodeRef,
-        span: Span,
+        targets: &[Span],
         limit: usize,
     ) -> Vec<(NodeRef, Node)> {
         let found: Vec<(NodeRef, Arc<Node>)> = {
@@ -122,7 +122,8 @@ impl MetaStore {
                     let halves = [(at.offset, left), (at.offset + half, right)];
                     for (offset, child) in halves.into_iter().rev() {
                         if let Some(c) = child {
-                            if Span::new(offset, half).intersects(&span) {
+                            let slot = Span::new(offset, half);
+                            if targets.iter().any(|t| slot.intersects(t)) {
                                 stack.push(*c);
                             }
                         }
@@ -319,17 +320,33 @@ mod tests {
             .unwrap();
         let refs =
             |nodes: Vec<(NodeRef, Node)>| nodes.into_iter().map(|(r, _)| r).collect::<Vec<_>>();
-        let toward_second_leaf = store.path(1, r(5, 0, 16384), Span::new(5000, 1), 64);
+        let toward_second_leaf = store.path(1, r(5, 0, 16384), &[Span::new(5000, 1)], 64);
         assert_eq!(
             refs(toward_second_leaf),
             vec![r(5, 0, 16384), r(5, 0, 8192), r(5, 4096, 4096)]
         );
-        let into_missing = store.path(1, r(5, 0, 16384), Span::new(9000, 1), 64);
+        let into_missing = store.path(1, r(5, 0, 16384), &[Span::new(9000, 1)], 64);
         assert_eq!(refs(into_missing), vec![r(5, 0, 16384)]);
-        let limited = store.path(1, r(5, 0, 16384), Span::new(0, 16384), 2);
+        let limited = store.path(1, r(5, 0, 16384), &[Span::new(0, 16384)], 2);
+        // Both borders of a write in one request: both branches, in depth-first order.
+        let borders = store.path(
+            1,
+            r(5, 0, 16384),
+            &[Span::new(100, 1), Span::new(5000, 1)],
+            64,
+        );
+        assert_eq!(
+            refs(borders),
+            vec![
+                r(5, 0, 16384),
+                r(5, 0, 8192),
+                r(5, 0, 4096),
+                r(5, 4096, 4096)
+            ]
+        );
         assert_eq!(limited.len(), 2);
         assert!(store
-            .path(2, r(5, 0, 16384), Span::new(0, 1), 64)
+            .path(2, r(5, 0, 16384), &[Span::new(0, 1)], 64)
             .is_empty());
     }
 

@@ -58,12 +58,12 @@ impl ProviderService {
             Request::GetPath {
                 blob,
                 start,
-                span,
+                targets,
                 limit,
             } => Ok((
                 Response::Path(
                     self.meta
-                        .path(blob, start, span, limit.min(MAX_PATH) as usize),
+                        .path(blob, start, &targets, limit.min(MAX_PATH) as usize),
                 ),
                 Payload::empty(),
             )),

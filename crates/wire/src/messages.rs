@@ -177,12 +177,13 @@ pub enum Request {
     GetNodes {
         keys: Vec<NodeKey>,
     },
-    /// The nodes this provider holds on the way from `start` down to `span` (stopping where
-    /// it lacks one), at most `limit`: one round trip instead of one per tree level.
+    /// The nodes this provider holds on the way from `start` down to any of `targets`
+    /// (stopping where it lacks one), at most `limit`: one round trip instead of one per tree
+    /// level.
     GetPath {
         blob: BlobId,
         start: tomus_metadata::NodeRef,
-        span: Span,
+        targets: Vec<Span>,
         limit: u32,
     },
 }
