@@ -16,7 +16,7 @@ use clap::Args;
 use rand::Rng;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tomus_client::{Client, ClientOptions};
+use tomus_client::{Blob, Client, ClientOptions};
 use tomus_wire::{Pool, Request, Response, RpcConfig, WriteOp};
 
 use crate::embedded::{ClusterSpec, EmbeddedCluster};
@@ -82,8 +82,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     );
     for scenario in &args.scenarios {
         eprintln!("bench: {scenario}");
-        let value = if scenario == "loopback" {
-            rt.block_on(loopback())?
+        let named = if scenario == "loopback" {
+            vec![("loopback".to_string(), rt.block_on(loopback())?)]
         } else {
             let dir = crate::scratch_dir(&format!("bench-{scenario}"));
             let mut spec = ClusterSpec::new(&dir, args.providers);
@@ -94,16 +94,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let _ = std::fs::remove_dir_all(&dir);
             out?
         };
-        match (scenario.as_str(), value) {
-            ("s3s4", Value::Object(mut both)) => {
-                for key in ["s3", "s4"] {
-                    results.insert(key.into(), both.remove(key).unwrap_or(Value::Null));
-                }
-            }
-            (_, value) => {
-                results.insert(scenario.clone(), value);
-            }
-        }
+        results.extend(named);
     }
     let text = serde_json::to_string_pretty(&Value::Object(results))?;
     if let Some(path) = &args.out {
@@ -113,24 +104,51 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// Runs one scenario; returns its results by name (`s3s4` yields `s3` and `s4`).
 async fn scenario_run(
     name: &str,
     addr: &str,
     args: &BenchArgs,
     dir: &std::path::Path,
-) -> Result<Value> {
+) -> Result<Vec<(String, Value)>> {
     let client = Client::connect(addr, ClientOptions::default()).await?;
-    match name {
-        "s1" => s1(&client, args).await,
-        "s2" => s2(&client, args).await,
+    let named = |v: Value| vec![(name.to_string(), v)];
+    Ok(match name {
+        "s1" => named(s1(&client, args).await?),
+        "s2" => named(s2(&client, args).await?),
         "s3s4" => {
             let (s3, s4) = s3_s4(&client, args).await?;
-            Ok(json!({"s3": s3, "s4": s4}))
+            vec![("s3".to_string(), s3), ("s4".to_string(), s4)]
         }
-        "s5" => s5(&client, args).await,
-        "manager" => manager(addr, dir).await,
-        _ => unreachable!("checked in run"),
+        "s5" => named(s5(&client, args).await?),
+        "manager" => named(manager(addr, dir).await?),
+        other => bail!("unknown scenario {other:?}"),
+    })
+}
+
+/// Runs `tasks` concurrently, each on its own tokio task; returns the seconds until all ended.
+async fn timed<F>(tasks: impl IntoIterator<Item = F>) -> Result<f64>
+where
+    F: std::future::Future<Output = tomus_wire::Result<()>> + Send + 'static,
+{
+    let start = Instant::now();
+    let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
+    for h in handles {
+        h.await??;
     }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Reads `len` bytes of the latest version of `blob` from `base`, `window` bytes at a time.
+async fn read_range(blob: Blob, base: u64, len: u64, window: u64) -> tomus_wire::Result<()> {
+    let mut buf = vec![0u8; window.min(len) as usize];
+    let mut off = 0;
+    while off < len {
+        let n = (buf.len() as u64).min(len - off) as usize;
+        blob.read_into(base + off, &mut buf[..n], None).await?;
+        off += n as u64;
+    }
+    Ok(())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -304,27 +322,11 @@ async fn s2(client: &Client, args: &BenchArgs) -> Result<Value> {
     for &n in &args.clients {
         let mut runs = Vec::new();
         for _ in 0..args.runs {
-            let start = Instant::now();
-            let tasks: Vec<_> = (0..n as u64)
-                .map(|i| {
-                    let blob = blob.clone();
-                    let per = args.per_client;
-                    tokio::spawn(async move {
-                        let mut buf = vec![0u8; (16u64 << 20).min(per) as usize];
-                        let mut off = 0;
-                        while off < per {
-                            let len = (buf.len() as u64).min(per - off) as usize;
-                            blob.read_into(i * per + off, &mut buf[..len], None).await?;
-                            off += len as u64;
-                        }
-                        Ok::<_, tomus_wire::Error>(())
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await??;
-            }
-            runs.push((n as u64 * args.per_client) as f64 / MIB / start.elapsed().as_secs_f64());
+            let per = args.per_client;
+            let secs =
+                timed((0..n as u64).map(|i| read_range(blob.clone(), i * per, per, 16 << 20)))
+                    .await?;
+            runs.push((n as u64 * per) as f64 / MIB / secs);
         }
         points.push(point(n, runs, "MiB/s"));
     }
@@ -362,72 +364,40 @@ async fn s3_once(client: &Client, n: usize, per: u64, data: &Arc<Vec<u8>>) -> Re
     for _ in 0..n {
         blobs.push(client.create_blob(BLOCK, 1).await?);
     }
-    let start = Instant::now();
-    let tasks: Vec<_> = blobs
-        .iter()
-        .map(|b| {
-            let (b, data) = (b.clone(), data.clone());
-            tokio::spawn(async move {
-                let mut at = 0;
-                while at < per {
-                    let len = BLOCK.min(per - at) as usize;
-                    b.write(at, &data[..len]).await?;
-                    at += len as u64;
-                }
-                Ok::<_, tomus_wire::Error>(())
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await??;
-    }
-    let write = (n as u64 * per) as f64 / MIB / start.elapsed().as_secs_f64();
-    let start = Instant::now();
-    let tasks: Vec<_> = blobs
-        .iter()
-        .map(|b| {
-            let b = b.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; BLOCK as usize];
-                let mut at = 0;
-                while at < per {
-                    let len = BLOCK.min(per - at) as usize;
-                    b.read_into(at, &mut buf[..len], None).await?;
-                    at += len as u64;
-                }
-                Ok::<_, tomus_wire::Error>(())
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await??;
-    }
-    let read = (n as u64 * per) as f64 / MIB / start.elapsed().as_secs_f64();
-    Ok((write, read))
+    let writers = blobs.iter().map(|b| {
+        let (b, data) = (b.clone(), data.clone());
+        async move {
+            let mut at = 0;
+            while at < per {
+                let len = BLOCK.min(per - at) as usize;
+                b.write(at, &data[..len]).await?;
+                at += len as u64;
+            }
+            Ok(())
+        }
+    });
+    let write_secs = timed(writers).await?;
+    let read_secs = timed(blobs.into_iter().map(|b| read_range(b, 0, per, BLOCK))).await?;
+    let bytes = (n as u64 * per) as f64 / MIB;
+    Ok((bytes / write_secs, bytes / read_secs))
 }
 
 /// S4: N appenders to one shared blob, 4 MiB appends each.
 async fn s4_once(client: &Client, n: usize, per: u64, data: &Arc<Vec<u8>>) -> Result<f64> {
     let blob = client.create_blob(BLOCK, 1).await?;
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..n)
-        .map(|_| {
-            let (b, data) = (blob.clone(), data.clone());
-            tokio::spawn(async move {
-                let mut done = 0;
-                while done < per {
-                    let len = BLOCK.min(per - done) as usize;
-                    b.append(&data[..len]).await?;
-                    done += len as u64;
-                }
-                Ok::<_, tomus_wire::Error>(())
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await??;
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let appenders = (0..n).map(|_| {
+        let (b, data) = (blob.clone(), data.clone());
+        async move {
+            let mut done = 0;
+            while done < per {
+                let len = BLOCK.min(per - done) as usize;
+                b.append(&data[..len]).await?;
+                done += len as u64;
+            }
+            Ok(())
+        }
+    });
+    let secs = timed(appenders).await?;
     let size = blob.size(None).await?;
     if size != n as u64 * per {
         bail!(
@@ -447,42 +417,30 @@ async fn s5(client: &Client, args: &BenchArgs) -> Result<Value> {
         for _ in 0..args.runs {
             let blob = client.create_blob(BLOCK, 1).await?;
             let ops = args.small_ops;
-            let start = Instant::now();
-            let tasks: Vec<_> = (0..n)
-                .map(|i| {
-                    let b = blob.clone();
-                    tokio::spawn(async move {
-                        let data = pattern::generate(i as u64, 4096);
-                        for _ in 0..ops {
-                            b.append(&data).await?;
-                        }
-                        Ok::<_, tomus_wire::Error>(())
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await??;
-            }
-            a_runs.push((n as u64 * ops) as f64 / start.elapsed().as_secs_f64());
+            let appenders = (0..n).map(|i| {
+                let b = blob.clone();
+                async move {
+                    let data = pattern::generate(i as u64, 4096);
+                    for _ in 0..ops {
+                        b.append(&data).await?;
+                    }
+                    Ok(())
+                }
+            });
+            a_runs.push((n as u64 * ops) as f64 / timed(appenders).await?);
             let size = blob.size(None).await?;
-            let start = Instant::now();
-            let tasks: Vec<_> = (0..n)
-                .map(|_| {
-                    let b = blob.clone();
-                    tokio::spawn(async move {
-                        let mut buf = vec![0u8; 4096];
-                        for _ in 0..ops {
-                            let off = rand::thread_rng().gen_range(0..size / 4096) * 4096;
-                            b.read_into(off, &mut buf, None).await?;
-                        }
-                        Ok::<_, tomus_wire::Error>(())
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await??;
-            }
-            r_runs.push((n as u64 * ops) as f64 / start.elapsed().as_secs_f64());
+            let readers = (0..n).map(|_| {
+                let b = blob.clone();
+                async move {
+                    let mut buf = vec![0u8; 4096];
+                    for _ in 0..ops {
+                        let off = rand::thread_rng().gen_range(0..size / 4096) * 4096;
+                        b.read_into(off, &mut buf, None).await?;
+                    }
+                    Ok(())
+                }
+            });
+            r_runs.push((n as u64 * ops) as f64 / timed(readers).await?);
         }
         appends.push(point(n, a_runs, "ops/s"));
         reads.push(point(n, r_runs, "ops/s"));
