@@ -19,7 +19,7 @@ use tomus_metadata::ChunkId;
 use tomus_wire::{Error, FileRange, Result};
 
 use crate::small_chunks::{SmallChunks, SEGMENT_SIZE, SMALL_CHUNK_MAX};
-use crate::{blocking, io_error};
+use crate::{blocking, io_error, sync_dir};
 
 const MAGIC: &[u8; 4] = b"TCHK";
 const FORMAT_VERSION: u8 = 1;
@@ -361,10 +361,6 @@ fn write_chunk_file(path: &Path, data: &[u8], fsync: bool) -> io::Result<u64> {
         file.sync_data()?;
     }
     Ok((header.len() + data.len()) as u64)
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 fn is_chunk_name(name: &str) -> bool {

@@ -141,6 +141,11 @@ pub fn disk_space(path: &Path) -> (u64, u64) {
     (blocks.saturating_mul(frsize), avail.saturating_mul(frsize))
 }
 
+/// Makes a directory's entries (a rename, a new file) durable.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// An I/O error with what was being done; keeps the kind the wire crate derives (ENOSPC is
 /// `NoSpace`).
 pub(crate) fn io_error(context: impl std::fmt::Display, e: std::io::Error) -> Error {

@@ -48,7 +48,7 @@ use tomus_wire::{Error, Result};
 
 use crate::chunk_store::check_range;
 use crate::group_commit::{append, drop_torn_tail, GroupCommit};
-use crate::io_error;
+use crate::{io_error, sync_dir};
 
 /// Chunks strictly shorter than this go to the log; others get a file of their own.
 pub const SMALL_CHUNK_MAX: usize = 64 << 10;
@@ -409,10 +409,6 @@ fn segment_number(name: &str) -> Option<u32> {
         return None;
     }
     digits.parse().ok()
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// Loads the index from every segment in `dir`; returns it, the newest segment (to append
