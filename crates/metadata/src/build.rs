@@ -325,13 +325,13 @@ async fn build_leaf<S: NodeSource>(
             depth: base_depth + 1,
         });
     }
-    // Flatten: the published content of the bytes this write leaves alone, as pieces.
+    // Flatten: the published content of the bytes this write leaves alone, as pieces (one
+    // walk of the base chain for the whole slot, clipped to the gaps).
+    let left_alone = gaps(slot, &own);
     let mut inherited = Vec::new();
-    for gap in gaps(slot, &own) {
-        for seg in crate::resolve::resolve_range(base, gap, source).await? {
-            if let Segment::Data(p) = seg {
-                inherited.push(p);
-            }
+    for seg in crate::resolve::resolve_range(base, slot, source).await? {
+        if let Segment::Data(p) = seg {
+            inherited.extend(left_alone.iter().filter_map(|g| p.clip(g)));
         }
     }
     Ok(Node::Leaf {
