@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tomus_client::{Blob, Client, ClientOptions};
 use tomus_wire::{Pool, Request, Response, RpcConfig, WriteOp};
 
-use crate::embedded::{ClusterSpec, EmbeddedCluster};
+use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
 use crate::pattern;
 use crate::size::parse_size;
 
@@ -69,7 +69,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.clients.is_empty() || args.clients.contains(&0) || args.runs == 0 {
         bail!("--clients must list positive counts and --runs must be at least 1");
     }
-    let exe = std::env::current_exe().context("cannot find the tomus executable")?;
+    let launcher = Launcher::current()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -88,7 +88,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let dir = crate::scratch_dir(&format!("bench-{scenario}"));
             let mut spec = ClusterSpec::new(&dir, args.providers);
             spec.fsync = !args.no_fsync;
-            let cluster = EmbeddedCluster::start(&exe, spec)?;
+            let cluster = EmbeddedCluster::start(&launcher, spec)?;
             let out = rt.block_on(scenario_run(scenario, &cluster.addr, &args, &dir));
             drop(cluster);
             let _ = std::fs::remove_dir_all(&dir);

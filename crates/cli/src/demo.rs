@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use tomus_client::{Blob, Client, ClientOptions};
 
-use crate::embedded::{ClusterSpec, EmbeddedCluster};
+use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
 use crate::pattern;
 use crate::size::{format_size, parse_size};
 
@@ -71,7 +71,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     if args.clients == 0 || args.providers == 0 {
         bail!("--clients and --providers must be at least 1");
     }
-    let exe = std::env::current_exe().context("cannot find the tomus executable")?;
+    let launcher = Launcher::current()?;
     let (dir, temporary) = match &args.data {
         Some(d) => (d.clone(), false),
         None => (crate::scratch_dir("demo"), true),
@@ -84,7 +84,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
             dir.display()
         ),
     );
-    let cluster = EmbeddedCluster::start(&exe, ClusterSpec::new(&dir, args.providers))?;
+    let cluster = EmbeddedCluster::start(&launcher, ClusterSpec::new(&dir, args.providers))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -36,8 +36,43 @@ impl ClusterSpec {
     }
 }
 
+/// How to start a `tomus` server process: a program and the arguments that come before the
+/// subcommand (the Python package runs servers as `python -m tomus ...`).
+#[derive(Clone, Debug)]
+pub struct Launcher {
+    pub program: PathBuf,
+    pub prefix: Vec<String>,
+}
+
+static PROCESS_LAUNCHER: OnceLock<Launcher> = OnceLock::new();
+
+impl Launcher {
+    /// Runs servers with the `tomus` executable at `path`.
+    pub fn binary(path: impl Into<PathBuf>) -> Self {
+        Launcher {
+            program: path.into(),
+            prefix: Vec::new(),
+        }
+    }
+
+    /// The launcher set for this process by [`Launcher::set_for_process`], else this executable.
+    pub fn current() -> Result<Self> {
+        if let Some(l) = PROCESS_LAUNCHER.get() {
+            return Ok(l.clone());
+        }
+        let exe = std::env::current_exe().context("cannot find the tomus executable")?;
+        Ok(Launcher::binary(exe))
+    }
+
+    /// Makes clusters started by this process use `launcher` (first call wins): for hosts such
+    /// as the Python interpreter, whose own executable is not `tomus`.
+    pub fn set_for_process(launcher: Launcher) {
+        let _ = PROCESS_LAUNCHER.set(launcher);
+    }
+}
+
 pub struct EmbeddedCluster {
-    exe: PathBuf,
+    launcher: Launcher,
     spec: ClusterSpec,
     /// The manager's bound address.
     pub addr: String,
@@ -51,11 +86,11 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl EmbeddedCluster {
     /// Starts the manager, then the providers, and waits until each is serving.
-    pub fn start(exe: &Path, spec: ClusterSpec) -> Result<Self> {
+    pub fn start(launcher: &Launcher, spec: ClusterSpec) -> Result<Self> {
         std::fs::create_dir_all(spec.data_dir.join("logs"))
             .with_context(|| format!("cannot create {}", spec.data_dir.display()))?;
         let mut cluster = EmbeddedCluster {
-            exe: exe.to_path_buf(),
+            launcher: launcher.clone(),
             addr: spec.manager_addr.clone(),
             spec,
             manager: None,
@@ -166,8 +201,9 @@ impl EmbeddedCluster {
             .append(true)
             .open(&log_path)
             .with_context(|| format!("cannot open {}", log_path.display()))?;
-        let mut cmd = Command::new(&self.exe);
-        cmd.args(args)
+        let mut cmd = Command::new(&self.launcher.program);
+        cmd.args(&self.launcher.prefix)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
@@ -181,7 +217,7 @@ impl EmbeddedCluster {
         }
         let mut child = cmd
             .spawn()
-            .with_context(|| format!("cannot start {} {name}", self.exe.display()))?;
+            .with_context(|| format!("cannot start {} {name}", self.launcher.program.display()))?;
         let stdout = child
             .stdout
             .take()

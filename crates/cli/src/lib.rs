@@ -1,6 +1,8 @@
-//! Library side of the `tomus` command: the embedded cluster launcher, the demo and the
-//! benchmarks (shared with the integration tests).
+//! The `tomus` command as a library: the command line itself (run by the binary and by the
+//! Python package), the embedded cluster, the demo and the benchmarks (shared with the
+//! integration tests).
 
+pub mod app;
 pub mod bench;
 pub mod demo;
 pub mod embedded;

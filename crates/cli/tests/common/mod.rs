@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use tomus_cli::embedded::{ClusterSpec, EmbeddedCluster};
+use tomus_cli::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
 use tomus_client::{Client, ClientOptions};
 
 pub struct TestCluster {
@@ -21,7 +21,8 @@ impl TestCluster {
         let mut spec = ClusterSpec::new(&dir, providers);
         spec.heartbeat_ms = 200;
         tweak(&mut spec);
-        let cluster = EmbeddedCluster::start(&exe(), spec).expect("start cluster");
+        let cluster =
+            EmbeddedCluster::start(&Launcher::binary(exe()), spec).expect("start cluster");
         TestCluster { cluster, dir }
     }
 

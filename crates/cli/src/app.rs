@@ -1,0 +1,626 @@
+//! The `tomus` command line: servers, embedded cluster, blob commands, demo and benchmarks.
+//! The `tomus` binary and the Python package's `tomus` script both run [`main_with`].
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
+use crate::size::{format_size, parse_size};
+use crate::{bench, demo};
+use anyhow::{Context, Result};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use serde_json::json;
+use tomus_client::{Blob, Client, ClientOptions};
+use tomus_wire::{ClusterSecret, ErrorKind, Placement, VersionState};
+
+#[derive(Parser)]
+#[command(
+    name = "tomus",
+    version,
+    about = "tomus: a versioned BLOB store over the disks of the machines a job runs on",
+    long_about = "tomus federates local disks into one versioned BLOB store with lock-free \
+concurrent writes and appends (BlobSeer's design).\n\nStart a single-machine cluster with \
+`tomus up`, then use `tomus blob ...` against it (TOMUS_ADDR or --addr names the manager)."
+)]
+struct Cli {
+    /// Manager address (host:port).
+    #[arg(
+        long,
+        global = true,
+        env = "TOMUS_ADDR",
+        default_value = "127.0.0.1:7070"
+    )]
+    addr: String,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    json: bool,
+    /// File holding the cluster secret (default: TOMUS_CLUSTER_SECRET). Required to listen on
+    /// a non-loopback address, and to talk to servers that require it.
+    #[arg(long, global = true, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an embedded cluster (a manager and N providers on loopback) in the foreground.
+    Up(UpArgs),
+    /// Run the manager (version manager, provider registry, placement).
+    Manager(ManagerArgs),
+    /// Run a provider (chunk store + metadata DHT shard) that joins a manager.
+    Provider(ProviderArgs),
+    /// Blob commands: create, write, append, read, stat, versions, locations, list.
+    #[command(subcommand)]
+    Blob(BlobCommand),
+    /// List the providers the manager knows, with capacity and liveness.
+    Providers,
+    /// Storage demo: start an embedded cluster, write/append/read concurrently, report.
+    Demo(demo::DemoArgs),
+    /// Benchmarks (BlobSeer scenarios S1-S5, manager micro-benchmark, loopback TCP limit).
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Args)]
+struct UpArgs {
+    /// Number of providers.
+    #[arg(long, default_value_t = 4)]
+    providers: usize,
+    /// Directory for all data (manager state, chunks, logs).
+    #[arg(long, default_value = "tomus-data")]
+    data: PathBuf,
+    /// Memory tier per provider (e.g. 256MiB; 0: off).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    memory_tier: u64,
+    /// Acknowledge writes once in the page cache instead of after fdatasync.
+    #[arg(long)]
+    no_fsync: bool,
+}
+
+#[derive(Args)]
+struct ManagerArgs {
+    /// Directory of the manager's durable state.
+    #[arg(long)]
+    data: PathBuf,
+    /// Seconds without a heartbeat before a provider counts as down.
+    #[arg(long, default_value_t = 10)]
+    provider_timeout: u64,
+}
+
+#[derive(Args)]
+struct ProviderArgs {
+    /// Manager address.
+    #[arg(long, env = "TOMUS_MANAGER")]
+    manager: String,
+    /// Directory for chunks and the metadata shard.
+    #[arg(long)]
+    data: PathBuf,
+    /// Address to register with the manager (default: the bound address).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Memory tier (e.g. 256MiB; 0: off).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    memory_tier: u64,
+    /// Heartbeat interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    heartbeat_ms: u64,
+    /// Acknowledge writes once in the page cache instead of after fdatasync.
+    #[arg(long)]
+    no_fsync: bool,
+}
+
+#[derive(Subcommand)]
+enum BlobCommand {
+    /// Create a blob; prints its id.
+    Create {
+        /// Chunk size: a power of two from 4KiB to 256MiB.
+        #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+        chunk_size: u64,
+        /// Replicas of every chunk and metadata node.
+        #[arg(long, default_value_t = 1)]
+        replication: u32,
+    },
+    /// Write FILE (or stdin) at OFFSET; prints the new version.
+    Write {
+        /// Blob id.
+        id: u64,
+        /// Where to write (any offset; past the end leaves a hole that reads as zeros).
+        #[arg(value_parser = parse_size)]
+        offset: u64,
+        /// Input file; `-` or nothing reads stdin.
+        file: Option<PathBuf>,
+        /// Put the first replica on this machine's provider when there is one.
+        #[arg(long)]
+        local: bool,
+    },
+    /// Append FILE (or stdin); prints the new version and the offset it landed at.
+    Append {
+        /// Blob id.
+        id: u64,
+        /// Input file; `-` or nothing reads stdin.
+        file: Option<PathBuf>,
+        /// Put the first replica on this machine's provider when there is one.
+        #[arg(long)]
+        local: bool,
+    },
+    /// Read bytes to stdout (default: the whole latest version).
+    Read(RangeArgs),
+    /// Show a version's size, range and state.
+    Stat {
+        /// Blob id.
+        id: u64,
+        /// Version (default: the latest published).
+        #[arg(long)]
+        version: Option<u64>,
+    },
+    /// List published versions (and aborted ones).
+    Versions {
+        /// Blob id.
+        id: u64,
+    },
+    /// Show which providers hold each range.
+    Locations(RangeArgs),
+    /// List all blobs.
+    List,
+}
+
+/// A byte range of one version of a blob.
+#[derive(Args)]
+struct RangeArgs {
+    /// Blob id.
+    id: u64,
+    /// Version (default: the latest published).
+    #[arg(long)]
+    version: Option<u64>,
+    /// First byte (accepts units: 4MiB).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    offset: u64,
+    /// Bytes (default: to the end).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+}
+
+/// Runs the command line `args` (the program name first) and returns the process exit code.
+pub fn main_with<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = match Cli::command().try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    // A provider binds --addr only when given on the command line: TOMUS_ADDR names the manager.
+    let explicit_addr = matches.value_source("addr") == Some(ValueSource::CommandLine);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    let server = matches!(cli.command, Command::Manager(_) | Command::Provider(_));
+    let default_level = if server { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOMUS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // Fails only when a subscriber is already set (a second call in one process): keep it.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    match run(cli, explicit_addr) {
+        Ok(()) => 0,
+        Err(e) => {
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("tomus: error: {msg}");
+            exit_code(&e)
+        }
+    }
+}
+
+/// Exit codes by error kind, so scripts can tell "bad input" from "cluster down".
+fn exit_code(e: &anyhow::Error) -> i32 {
+    match e.downcast_ref::<tomus_wire::Error>().map(|e| e.kind) {
+        Some(ErrorKind::InvalidArgument | ErrorKind::OutOfRange) => 2,
+        Some(ErrorKind::NotFound | ErrorKind::VersionNotPublished | ErrorKind::VersionAborted) => 3,
+        Some(ErrorKind::Unavailable) => 4,
+        Some(ErrorKind::AuthFailed) => 5,
+        Some(ErrorKind::Corrupt) => 6,
+        Some(ErrorKind::NoSpace) => 7,
+        _ => 1,
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
+    let secret = ClusterSecret::load(cli.secret_file.as_deref())?;
+    match cli.command {
+        Command::Up(a) => up(&cli.addr, a),
+        Command::Manager(a) => {
+            let config = tomus_manager::ManagerConfig {
+                data_dir: a.data,
+                listen: cli.addr,
+                secret,
+                provider_timeout: Duration::from_secs(a.provider_timeout.max(1)),
+            };
+            serve("manager", |ready| tomus_manager::run(config, Some(ready)))
+        }
+        Command::Provider(a) => {
+            let config = tomus_provider::ProviderConfig {
+                data_dir: a.data,
+                listen: if explicit_addr {
+                    cli.addr
+                } else {
+                    "127.0.0.1:0".to_string()
+                },
+                advertise: a.advertise,
+                manager: a.manager,
+                secret,
+                memory_tier_bytes: a.memory_tier,
+                heartbeat_interval: Duration::from_millis(a.heartbeat_ms),
+                fsync: !a.no_fsync,
+            };
+            serve("provider", |ready| tomus_provider::run(config, Some(ready)))
+        }
+        Command::Blob(cmd) => runtime()?.block_on(blob_command(&cli.addr, secret, cli.json, cmd)),
+        Command::Providers => runtime()?.block_on(providers(&cli.addr, secret, cli.json)),
+        Command::Demo(a) => demo::run(demo::DemoArgs {
+            json: cli.json,
+            ..a
+        }),
+        Command::Bench(a) => bench::run(a),
+    }
+}
+
+/// Runs a server and prints `tomus ROLE listening on ADDR` on stdout once it serves.
+fn serve<F, Fut>(role: &str, start: F) -> Result<()>
+where
+    F: FnOnce(tokio::sync::oneshot::Sender<String>) -> Fut,
+    Fut: std::future::Future<Output = tomus_wire::Result<()>> + Send + 'static,
+{
+    let rt = runtime()?;
+    rt.block_on(async {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(start(tx));
+        if let Ok(addr) = rx.await {
+            println!("tomus {role} listening on {addr}");
+            let _ = std::io::stdout().flush();
+        }
+        match server.await {
+            Ok(r) => r.map_err(anyhow::Error::from),
+            Err(e) => Err(anyhow::anyhow!("{role} task failed: {e}")),
+        }
+    })
+}
+
+fn up(addr: &str, a: UpArgs) -> Result<()> {
+    if a.providers == 0 {
+        anyhow::bail!("--providers must be at least 1");
+    }
+    let mut spec = ClusterSpec::new(&a.data, a.providers);
+    spec.manager_addr = addr.to_string();
+    spec.memory_tier = a.memory_tier;
+    spec.fsync = !a.no_fsync;
+    let mut cluster = EmbeddedCluster::start(&Launcher::current()?, spec)?;
+    println!("tomus cluster listening on {}", cluster.addr);
+    eprintln!(
+        "manager at {} with {} providers; data and logs in {}\n\
+         use it with: export TOMUS_ADDR={}   (Ctrl-C stops the cluster)",
+        cluster.addr,
+        a.providers,
+        a.data.display(),
+        cluster.addr
+    );
+    let _ = std::io::stdout().flush();
+    let rt = runtime()?;
+    rt.block_on(async {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+                _ = tick.tick() => {
+                    if let Some(what) = cluster.exited() {
+                        anyhow::bail!("{what}; see the logs in {}", cluster.data_dir().join("logs").display());
+                    }
+                }
+            }
+        }
+    })
+}
+
+async fn connect(addr: &str, secret: Option<ClusterSecret>, local: bool) -> Result<Client> {
+    let options = ClientOptions {
+        secret,
+        placement: if local {
+            Placement::Local
+        } else {
+            Placement::Balanced
+        },
+        ..ClientOptions::default()
+    };
+    Ok(Client::connect(addr, options).await?)
+}
+
+fn read_input(file: Option<PathBuf>) -> Result<Vec<u8>> {
+    let mut data = Vec::new();
+    match file {
+        Some(p) if p.as_os_str() != "-" => {
+            data = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        }
+        _ => {
+            std::io::stdin()
+                .read_to_end(&mut data)
+                .context("cannot read stdin")?;
+        }
+    }
+    Ok(data)
+}
+
+/// Reads are streamed in windows of this size, all at one version.
+const READ_WINDOW: u64 = 64 << 20;
+
+async fn blob_command(
+    addr: &str,
+    secret: Option<ClusterSecret>,
+    json_out: bool,
+    cmd: BlobCommand,
+) -> Result<()> {
+    let local = matches!(
+        cmd,
+        BlobCommand::Write { local: true, .. } | BlobCommand::Append { local: true, .. }
+    );
+    let client = connect(addr, secret, local).await?;
+    match cmd {
+        BlobCommand::Create {
+            chunk_size,
+            replication,
+        } => {
+            let b = client.create_blob(chunk_size, replication).await?;
+            if json_out {
+                println!(
+                    "{}",
+                    json!({"id": b.id(), "chunk_size": b.chunk_size(), "replication": b.replication()})
+                );
+            } else {
+                println!("{}", b.id());
+            }
+        }
+        BlobCommand::Write {
+            id, offset, file, ..
+        } => {
+            let blob = client.open_blob(id).await?;
+            let data = read_input(file)?;
+            let v = blob.write(offset, &data).await?;
+            print_landed(json_out, v, offset, data.len(), false);
+        }
+        BlobCommand::Append { id, file, .. } => {
+            let blob = client.open_blob(id).await?;
+            let data = read_input(file)?;
+            let (v, off) = blob.append(&data).await?;
+            print_landed(json_out, v, off, data.len(), true);
+        }
+        BlobCommand::Read(RangeArgs {
+            id,
+            version,
+            offset,
+            size,
+        }) => {
+            let blob = client.open_blob(id).await?;
+            read_to_stdout(&blob, version, offset, size).await?;
+        }
+        BlobCommand::Stat { id, version } => {
+            let blob = client.open_blob(id).await?;
+            let v = blob.stat(version).await?;
+            if json_out {
+                println!(
+                    "{}",
+                    json!({"blob": id, "version": v.version, "size": v.size, "chunk_size": blob.chunk_size(),
+                           "replication": blob.replication(), "write_offset": v.span.offset,
+                           "write_size": v.span.size, "append": v.append, "state": state_name(v.state)})
+                );
+            } else {
+                println!(
+                    "blob {id} version {} size {} ({})  chunk size {}  replication {}",
+                    v.version,
+                    v.size,
+                    format_size(v.size),
+                    format_size(blob.chunk_size()),
+                    blob.replication()
+                );
+            }
+        }
+        BlobCommand::Versions { id } => {
+            let blob = client.open_blob(id).await?;
+            let list = blob.versions().await?;
+            if json_out {
+                let versions: Vec<_> = list
+                    .versions
+                    .iter()
+                    .map(|v| json!({"version": v.version, "offset": v.span.offset, "size": v.span.size,
+                                    "blob_size": v.size, "append": v.append, "state": state_name(v.state)}))
+                    .collect();
+                let aborted: Vec<_> = list
+                    .aborted
+                    .iter()
+                    .map(|(a, b)| json!({"from": a, "to": b}))
+                    .collect();
+                println!("{}", json!({"versions": versions, "aborted": aborted}));
+            } else {
+                println!(
+                    "{:>8}  {:>9}  {:>14}  {:>12}  {:>14}",
+                    "VERSION", "STATE", "OFFSET", "WRITTEN", "BLOB SIZE"
+                );
+                for v in &list.versions {
+                    let kind = if v.append { "append" } else { "write" };
+                    println!(
+                        "{:>8}  {:>9}  {:>14}  {:>12}  {:>14}  {kind}",
+                        v.version,
+                        state_name(v.state),
+                        v.span.offset,
+                        v.span.size,
+                        v.size
+                    );
+                }
+                for (a, b) in &list.aborted {
+                    println!(
+                        "versions {a}..{} aborted (not published before a manager restart)",
+                        b - 1
+                    );
+                }
+            }
+        }
+        BlobCommand::Locations(RangeArgs {
+            id,
+            version,
+            offset,
+            size,
+        }) => {
+            let blob = client.open_blob(id).await?;
+            let total = blob.size(version).await?;
+            let size = size.unwrap_or(total.saturating_sub(offset));
+            let locs = blob.locations(offset, size, version).await?;
+            if json_out {
+                let rows: Vec<_> = locs
+                    .iter()
+                    .map(|l| json!({"offset": l.offset, "size": l.size, "providers": l.providers}))
+                    .collect();
+                println!("{}", serde_json::Value::Array(rows));
+            } else {
+                for l in locs {
+                    let where_ = if l.providers.is_empty() {
+                        "(hole: zeros)".to_string()
+                    } else {
+                        l.providers.join(",")
+                    };
+                    println!("{:>14} {:>12}  {where_}", l.offset, l.size);
+                }
+            }
+        }
+        BlobCommand::List => {
+            let blobs = client.list_blobs().await?;
+            if json_out {
+                let rows: Vec<_> = blobs
+                    .iter()
+                    .map(|b| json!({"id": b.id, "latest": b.latest, "size": b.size, "chunk_size": b.chunk_size, "replication": b.replication}))
+                    .collect();
+                println!("{}", serde_json::Value::Array(rows));
+            } else {
+                println!(
+                    "{:>8}  {:>8}  {:>14}  {:>10}  {:>3}",
+                    "ID", "VERSION", "SIZE", "CHUNK", "R"
+                );
+                for b in blobs {
+                    println!(
+                        "{:>8}  {:>8}  {:>14}  {:>10}  {:>3}",
+                        b.id,
+                        b.latest,
+                        b.size,
+                        format_size(b.chunk_size),
+                        b.replication
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn read_to_stdout(
+    blob: &Blob,
+    version: Option<u64>,
+    offset: u64,
+    size: Option<u64>,
+) -> Result<()> {
+    // Pin the version first so every window comes from the same snapshot.
+    let info = blob.stat(version).await?;
+    let past_end = || {
+        tomus_wire::Error::out_of_range(format!(
+            "offset {offset} is past the end of version {} (size {})",
+            info.version, info.size
+        ))
+    };
+    let size = match size {
+        Some(s) => s,
+        None => info.size.checked_sub(offset).ok_or_else(past_end)?,
+    };
+    let end = offset
+        .checked_add(size)
+        .filter(|e| *e <= info.size)
+        .ok_or_else(past_end)?;
+    let mut out = std::io::stdout().lock();
+    let mut at = offset;
+    while at < end {
+        let n = READ_WINDOW.min(end - at);
+        let buf = blob.read(at, n, Some(info.version)).await?;
+        out.write_all(&buf).context("cannot write to stdout")?;
+        at += n;
+    }
+    out.flush().context("cannot write to stdout")?;
+    Ok(())
+}
+
+/// Prints where a write landed: `VERSION` (or `VERSION OFFSET` for appends), or JSON.
+fn print_landed(json_out: bool, version: u64, offset: u64, size: usize, with_offset: bool) {
+    if json_out {
+        println!(
+            "{}",
+            json!({"version": version, "offset": offset, "size": size})
+        );
+    } else if with_offset {
+        println!("{version} {offset}");
+    } else {
+        println!("{version}");
+    }
+}
+
+fn state_name(s: VersionState) -> &'static str {
+    match s {
+        VersionState::Pending => "pending",
+        VersionState::Published => "published",
+        VersionState::Aborted => "aborted",
+    }
+}
+
+async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) -> Result<()> {
+    let client = connect(addr, secret, false).await?;
+    let list = client.providers().await?;
+    if json_out {
+        let rows: Vec<_> = list
+            .iter()
+            .map(|p| {
+                json!({"id": p.id, "addr": p.addr, "alive": p.alive, "capacity": p.capacity,
+                            "free": p.free, "chunks": p.chunks, "load": p.load})
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+    } else {
+        println!(
+            "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",
+            "ID", "ADDRESS", "ALIVE", "CAPACITY", "FREE", "CHUNKS"
+        );
+        for p in list {
+            println!(
+                "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",
+                p.id,
+                p.addr,
+                if p.alive { "yes" } else { "no" },
+                format_size(p.capacity),
+                format_size(p.free),
+                p.chunks
+            );
+        }
+    }
+    Ok(())
+}
