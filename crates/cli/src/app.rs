@@ -2,18 +2,20 @@
 //! The `tomus` binary and the Python package's `tomus` script both run [`main_with`].
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
+use crate::fs_cmd::FsCommand;
 use crate::size::{format_size, parse_size};
+use crate::transfer::{copy_range, fill_writer, open_input};
 use crate::{bench, demo};
 use anyhow::{Context, Result};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::json;
-use tomus_client::{Blob, Client, ClientOptions};
+use tomus_client::{Client, ClientOptions};
 use tomus_wire::{ClusterSecret, ErrorKind, Placement, VersionState};
 
 #[derive(Parser)]
@@ -56,6 +58,9 @@ enum Command {
     /// Blob commands: create, write, append, read, stat, versions, locations, list.
     #[command(subcommand)]
     Blob(BlobCommand),
+    /// The file namespace: put, get, cat, ls, stat, mkdir, rm, mv (files are blobs).
+    #[command(subcommand)]
+    Fs(FsCommand),
     /// List the providers the manager knows, with capacity and liveness.
     Providers,
     /// Storage demo: start an embedded cluster, write/append/read concurrently, report.
@@ -233,6 +238,8 @@ fn exit_code(e: &anyhow::Error) -> i32 {
         Some(ErrorKind::AuthFailed) => 5,
         Some(ErrorKind::Corrupt) => 6,
         Some(ErrorKind::NoSpace) => 7,
+        Some(ErrorKind::AlreadyExists) => 8,
+        Some(ErrorKind::NotEmpty | ErrorKind::IsADirectory | ErrorKind::NotADirectory) => 2,
         _ => 1,
     }
 }
@@ -275,6 +282,10 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
             serve("provider", |ready| tomus_provider::run(config, Some(ready)))
         }
         Command::Blob(cmd) => runtime()?.block_on(blob_command(&cli.addr, secret, cli.json, cmd)),
+        Command::Fs(cmd) => runtime()?.block_on(async {
+            let client = connect(&cli.addr, secret, false).await?;
+            crate::fs_cmd::run(&client, cli.json, cmd).await
+        }),
         Command::Providers => runtime()?.block_on(providers(&cli.addr, secret, cli.json)),
         Command::Demo(a) => demo::run(demo::DemoArgs {
             json: cli.json,
@@ -353,24 +364,6 @@ async fn connect(addr: &str, secret: Option<ClusterSecret>, local: bool) -> Resu
     Ok(Client::connect(addr, options).await?)
 }
 
-fn read_input(file: Option<PathBuf>) -> Result<Vec<u8>> {
-    let mut data = Vec::new();
-    match file {
-        Some(p) if p.as_os_str() != "-" => {
-            data = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
-        }
-        _ => {
-            std::io::stdin()
-                .read_to_end(&mut data)
-                .context("cannot read stdin")?;
-        }
-    }
-    Ok(data)
-}
-
-/// Reads are streamed in windows of this size, all at one version.
-const READ_WINDOW: u64 = 64 << 20;
-
 async fn blob_command(
     addr: &str,
     secret: Option<ClusterSecret>,
@@ -401,15 +394,21 @@ async fn blob_command(
             id, offset, file, ..
         } => {
             let blob = client.open_blob(id).await?;
-            let data = read_input(file)?;
-            let v = blob.write(offset, &data).await?;
-            print_landed(json_out, v, offset, data.len(), false);
+            let mut writer = blob.writer();
+            let (input, size) = open_input(file.as_deref())?;
+            fill_writer(input, size, &mut writer).await?;
+            let len = writer.len();
+            let v = writer.commit_write(offset).await?.ok_or_else(empty_input)?;
+            print_landed(json_out, v, offset, len, false);
         }
         BlobCommand::Append { id, file, .. } => {
             let blob = client.open_blob(id).await?;
-            let data = read_input(file)?;
-            let (v, off) = blob.append(&data).await?;
-            print_landed(json_out, v, off, data.len(), true);
+            let mut writer = blob.writer();
+            let (input, size) = open_input(file.as_deref())?;
+            fill_writer(input, size, &mut writer).await?;
+            let len = writer.len();
+            let (v, off) = writer.commit_append().await?.ok_or_else(empty_input)?;
+            print_landed(json_out, v, off, len, true);
         }
         BlobCommand::Read(RangeArgs {
             id,
@@ -418,7 +417,7 @@ async fn blob_command(
             size,
         }) => {
             let blob = client.open_blob(id).await?;
-            read_to_stdout(&blob, version, offset, size).await?;
+            copy_range(&blob, version, offset, size, &mut std::io::stdout().lock()).await?;
         }
         BlobCommand::Stat { id, version } => {
             let blob = client.open_blob(id).await?;
@@ -537,42 +536,12 @@ async fn blob_command(
     Ok(())
 }
 
-async fn read_to_stdout(
-    blob: &Blob,
-    version: Option<u64>,
-    offset: u64,
-    size: Option<u64>,
-) -> Result<()> {
-    // Pin the version first so every window comes from the same snapshot.
-    let info = blob.stat(version).await?;
-    let past_end = || {
-        tomus_wire::Error::out_of_range(format!(
-            "offset {offset} is past the end of version {} (size {})",
-            info.version, info.size
-        ))
-    };
-    let size = match size {
-        Some(s) => s,
-        None => info.size.checked_sub(offset).ok_or_else(past_end)?,
-    };
-    let end = offset
-        .checked_add(size)
-        .filter(|e| *e <= info.size)
-        .ok_or_else(past_end)?;
-    let mut out = std::io::stdout().lock();
-    let mut at = offset;
-    while at < end {
-        let n = READ_WINDOW.min(end - at);
-        let buf = blob.read(at, n, Some(info.version)).await?;
-        out.write_all(&buf).context("cannot write to stdout")?;
-        at += n;
-    }
-    out.flush().context("cannot write to stdout")?;
-    Ok(())
+fn empty_input() -> tomus_wire::Error {
+    tomus_wire::Error::invalid("the input is empty: nothing to write")
 }
 
 /// Prints where a write landed: `VERSION` (or `VERSION OFFSET` for appends), or JSON.
-fn print_landed(json_out: bool, version: u64, offset: u64, size: usize, with_offset: bool) {
+fn print_landed(json_out: bool, version: u64, offset: u64, size: u64, with_offset: bool) {
     if json_out {
         println!(
             "{}",

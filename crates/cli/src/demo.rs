@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::transfer::bytes_bar;
 use anyhow::{bail, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use tomus_client::{Blob, Client, ClientOptions};
 
@@ -52,19 +52,6 @@ struct Landed {
     offset: u64,
     len: u64,
     seed: u64,
-}
-
-fn bar(total: u64, label: &str) -> ProgressBar {
-    let pb = ProgressBar::new(total);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{prefix:>12} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {elapsed}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    pb.set_prefix(label.to_string());
-    pb
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
@@ -110,7 +97,7 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
             shared.id()
         ),
     );
-    let pb = bar(per_client * args.clients as u64, "appends");
+    let pb = bytes_bar(per_client * args.clients as u64, "appends");
     let done = Arc::new(AtomicBool::new(false));
     let landed = Arc::new(std::sync::Mutex::new(Vec::<Landed>::new()));
     let snapshots = Arc::new(AtomicU64::new(0));
@@ -184,7 +171,7 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
     if expect_offset != size {
         bail!("blob size {size} differs from the sum of appends {expect_offset}");
     }
-    let pbv = bar(size, "verify");
+    let pbv = bytes_bar(size, "verify");
     for l in &all {
         let got = shared.read(l.offset, l.len, Some(final_version)).await?;
         if got != pattern::generate(l.seed, l.len as usize) {
@@ -206,7 +193,7 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
             args.clients
         ),
     );
-    let pbw = bar(per_client * args.clients as u64, "writes");
+    let pbw = bytes_bar(per_client * args.clients as u64, "writes");
     let start = Instant::now();
     let writers: Vec<_> = (0..args.clients as u64)
         .map(|w| {
@@ -234,7 +221,7 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
     }
     let write_secs = start.elapsed().as_secs_f64();
     pbw.finish();
-    let pbr = bar(per_client * args.clients as u64, "reads");
+    let pbr = bytes_bar(per_client * args.clients as u64, "reads");
     let start = Instant::now();
     let reads: Vec<_> = blobs
         .iter()

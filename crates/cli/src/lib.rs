@@ -6,8 +6,10 @@ pub mod app;
 pub mod bench;
 pub mod demo;
 pub mod embedded;
+pub mod fs_cmd;
 pub mod pattern;
 pub mod size;
+pub mod transfer;
 
 /// A fresh directory under the system temp dir, for clusters that should not outlive a run.
 pub fn scratch_dir(tag: &str) -> std::path::PathBuf {

@@ -137,7 +137,103 @@ fn blob_commands_against_tomus_up() {
         Some(4)
     );
 
+    fs_commands(&addr, &dir);
+
     let _ = up.kill();
     let _ = up.wait();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `tomus fs ...` on the same cluster: put (replace and append), get, cat, ls, mv, rm.
+fn fs_commands(addr: &str, dir: &std::path::Path) {
+    let big = dir.join("big");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&big, &data).unwrap();
+    let put = json_out(&tomus(
+        addr,
+        &[
+            "fs",
+            "put",
+            big.to_str().unwrap(),
+            "/runs/r1/big.bin",
+            "--chunk-size",
+            "64KiB",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        (put["version"].as_u64(), put["size"].as_u64()),
+        (Some(1), Some(300_000))
+    );
+    let back = dir.join("back");
+    let get = tomus(
+        addr,
+        &["fs", "get", "/runs/r1/big.bin", back.to_str().unwrap()],
+    );
+    assert!(get.status.success());
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+
+    let small = dir.join("small");
+    std::fs::write(&small, b"short").unwrap();
+    let put = tomus(
+        addr,
+        &["fs", "put", small.to_str().unwrap(), "runs/r1/big.bin"],
+    );
+    assert_eq!(String::from_utf8_lossy(&put.stdout).trim(), "2");
+    assert_eq!(
+        tomus(addr, &["fs", "cat", "runs/r1/big.bin"]).stdout,
+        b"short"
+    );
+    let v1 = tomus(
+        addr,
+        &[
+            "fs",
+            "cat",
+            "runs/r1/big.bin",
+            "--version",
+            "1",
+            "--offset",
+            "299998",
+        ],
+    );
+    assert_eq!(v1.stdout, &data[299_998..]);
+    for expect in ["1 0", "2 5"] {
+        let put = tomus(
+            addr,
+            &["fs", "put", small.to_str().unwrap(), "/logs/a", "--append"],
+        );
+        assert_eq!(String::from_utf8_lossy(&put.stdout).trim(), expect);
+    }
+
+    tomus(addr, &["fs", "mv", "/runs", "/archive/runs"]);
+    let ls = json_out(&tomus(addr, &["fs", "ls", "-r", "/", "--json"]));
+    let paths: Vec<&str> = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/archive",
+            "/archive/runs",
+            "/archive/runs/r1",
+            "/archive/runs/r1/big.bin",
+            "/logs",
+            "/logs/a"
+        ]
+    );
+    assert_eq!(ls[5]["size"], Value::from(10));
+    let rm = tomus(addr, &["fs", "rm", "/archive"]);
+    assert_eq!(rm.status.code(), Some(2), "a non-empty directory needs -r");
+    assert!(tomus(addr, &["fs", "rm", "-r", "/archive"])
+        .status
+        .success());
+    assert_eq!(
+        tomus(addr, &["fs", "cat", "/archive/runs/r1/big.bin"])
+            .status
+            .code(),
+        Some(3)
+    );
 }

@@ -7,7 +7,8 @@ use tomus_wire::{unexpected, Error, ProviderInfo, Request, Response, Result};
 use crate::cluster::Cluster;
 
 pub fn new_chunk_id() -> ChunkId {
-    ChunkId(rand::thread_rng().gen())
+    // Never ChunkId::ZEROS, which marks pieces that read as zeros.
+    ChunkId(rand::thread_rng().gen_range(1..=u128::MAX))
 }
 
 /// Stores `data` as one chunk on every provider of `replicas`; all must acknowledge.

@@ -9,6 +9,7 @@
 pub mod chunks;
 pub mod cluster;
 pub mod dht;
+pub mod namespace;
 pub mod placements;
 
 use std::sync::Arc;
@@ -16,8 +17,8 @@ use std::time::Duration;
 
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tomus_metadata::{
-    build_version, resolve_range, BlobId, ChunkPiece, InFlight, NodeRef, PublishedTree, Segment,
-    Span, StoredChunk, Version, WritePlan,
+    build_version, resolve_range, BlobId, ChunkId, ChunkPiece, InFlight, NodeRef, PublishedTree,
+    Segment, Span, StoredChunk, Version, WritePlan,
 };
 use tomus_wire::{
     unexpected, Assignment, BlobInfo, ClusterSecret, Error, Placement, Pool, ProviderInfo, Request,
@@ -27,6 +28,7 @@ use tomus_wire::{
 use crate::cluster::Cluster;
 use crate::dht::DhtSource;
 
+pub use namespace::{CreateOptions, Namespace};
 pub use tomus_wire;
 
 #[derive(Clone, Debug)]
@@ -175,30 +177,71 @@ impl Blob {
     /// Writes `data` at `offset` (any offset, any size > 0; past the end leaves a hole of zeros)
     /// and returns the new, published version.
     pub async fn write(&self, offset: u64, data: &[u8]) -> Result<Version> {
-        let op = WriteOp::Write {
-            offset,
-            size: data.len() as u64,
-        };
-        Ok(self.commit(op, data).await?.version)
+        if data.is_empty() {
+            return Err(Error::invalid("empty write"));
+        }
+        let chunks = self.store_chunks(data).await?;
+        Ok(self.commit_at(offset, chunks).await?.version)
     }
 
     /// Appends `data` and returns the new, published version and the offset it landed at.
     pub async fn append(&self, data: &[u8]) -> Result<(Version, u64)> {
-        let op = WriteOp::Append {
-            size: data.len() as u64,
-        };
-        let info = self.commit(op, data).await?;
+        if data.is_empty() {
+            return Err(Error::invalid("zero-length append"));
+        }
+        let chunks = self.store_chunks(data).await?;
+        let info = self
+            .commit(WriteOp::Append { size: len(&chunks) }, chunks)
+            .await?;
         Ok((info.version, info.span.offset))
     }
 
-    async fn commit(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
-        if data.is_empty() {
-            return Err(Error::invalid(match op {
-                WriteOp::Append { .. } => "zero-length append",
-                WriteOp::Write { .. } => "empty write",
-            }));
+    /// Makes `data` (possibly empty) the whole content: the new version has `data.len()`
+    /// bytes, whatever the previous size. Returns the new version (the latest one when both
+    /// old and new content are empty).
+    pub async fn replace(&self, data: &[u8]) -> Result<Version> {
+        let chunks = if data.is_empty() {
+            Vec::new()
+        } else {
+            self.store_chunks(data).await?
+        };
+        self.commit_replace(chunks).await
+    }
+
+    /// A streaming writer: data is stored chunk by chunk as it comes and becomes one version
+    /// when committed (a file written and then closed).
+    pub fn writer(&self) -> BlobWriter {
+        BlobWriter {
+            blob: self.clone(),
+            buffer: Vec::new(),
+            chunks: Vec::new(),
         }
-        let chunks = self.store_chunks(data).await?;
+    }
+
+    async fn commit_at(&self, offset: u64, chunks: Vec<StoredChunk>) -> Result<VersionInfo> {
+        let op = WriteOp::Write {
+            offset,
+            size: len(&chunks),
+        };
+        self.commit(op, chunks).await
+    }
+
+    async fn commit_replace(&self, chunks: Vec<StoredChunk>) -> Result<Version> {
+        let size = len(&chunks);
+        if size == 0 {
+            let latest = self.stat(None).await?;
+            if latest.size == 0 {
+                return Ok(latest.version);
+            }
+        }
+        Ok(self
+            .commit(WriteOp::Replace { size }, chunks)
+            .await?
+            .version)
+    }
+
+    /// Gets a version for stored `chunks`, stores its metadata and waits for publication.
+    async fn commit(&self, op: WriteOp, mut chunks: Vec<StoredChunk>) -> Result<VersionInfo> {
         let assignment = match self
             .cluster()
             .manager_call(&Request::Assign { blob: self.id, op })
@@ -207,6 +250,15 @@ impl Blob {
             Response::Assigned(a) => a,
             other => return Err(unexpected(&other)),
         };
+        // A replacement spans the previous content too: what its data does not cover is cleared.
+        let data = len(&chunks);
+        if assignment.span.size > data {
+            chunks.push(StoredChunk {
+                chunk: ChunkId::ZEROS,
+                len: assignment.span.size - data,
+                replicas: Vec::new(),
+            });
+        }
         self.store_metadata(&assignment, &chunks).await?;
         let complete = Request::Complete {
             blob: self.id,
@@ -437,6 +489,100 @@ impl Blob {
             }
         }
         Ok(out)
+    }
+}
+
+/// Total bytes of `chunks`.
+fn len(chunks: &[StoredChunk]) -> u64 {
+    chunks.iter().map(|c| c.len).sum()
+}
+
+/// Data buffered by a [`BlobWriter`] before its whole chunks are stored (in parallel): at
+/// least one chunk.
+const WRITER_BATCH: u64 = 32 << 20;
+
+/// Writes one version from data that arrives in parts, storing whole chunks as they fill so
+/// memory stays bounded; nothing is visible until a commit publishes the version. Chunks of
+/// a writer dropped without a commit are left for garbage collection.
+pub struct BlobWriter {
+    blob: Blob,
+    buffer: Vec<u8>,
+    chunks: Vec<StoredChunk>,
+}
+
+impl BlobWriter {
+    /// Bytes written so far.
+    pub fn len(&self) -> u64 {
+        len(&self.chunks) + self.buffer.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn batch(&self) -> usize {
+        let cs = self.blob.chunk_size;
+        (WRITER_BATCH / cs).max(1).saturating_mul(cs) as usize
+    }
+
+    pub async fn write(&mut self, mut data: &[u8]) -> Result<()> {
+        let batch = self.batch();
+        while !data.is_empty() {
+            if self.buffer.is_empty() && data.len() >= batch {
+                // Large writes go straight from the caller's buffer, whole chunks only.
+                let whole = data.len() - data.len() % self.blob.chunk_size as usize;
+                let stored = self.blob.store_chunks(&data[..whole]).await?;
+                self.chunks.extend(stored);
+                data = &data[whole..];
+                continue;
+            }
+            let take = (batch - self.buffer.len()).min(data.len());
+            self.buffer.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.buffer.len() == batch {
+                self.flush_buffer().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush_buffer(&mut self) -> Result<()> {
+        if !self.buffer.is_empty() {
+            let stored = self.blob.store_chunks(&self.buffer).await?;
+            self.chunks.extend(stored);
+            self.buffer.clear();
+        }
+        Ok(())
+    }
+
+    /// Publishes the data as the blob's whole new content; returns the version.
+    pub async fn commit_replace(mut self) -> Result<Version> {
+        self.flush_buffer().await?;
+        self.blob.commit_replace(self.chunks).await
+    }
+
+    /// Publishes the data as one append; `None` when nothing was written.
+    pub async fn commit_append(mut self) -> Result<Option<(Version, u64)>> {
+        self.flush_buffer().await?;
+        if self.chunks.is_empty() {
+            return Ok(None);
+        }
+        let op = WriteOp::Append {
+            size: len(&self.chunks),
+        };
+        let info = self.blob.commit(op, self.chunks).await?;
+        Ok(Some((info.version, info.span.offset)))
+    }
+
+    /// Publishes the data as one write at `offset`; `None` when nothing was written.
+    pub async fn commit_write(mut self, offset: u64) -> Result<Option<Version>> {
+        self.flush_buffer().await?;
+        if self.chunks.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.blob.commit_at(offset, self.chunks).await?.version,
+        ))
     }
 }
 

@@ -1,6 +1,8 @@
-//! The tomus manager: version manager, namespace of blobs, provider registry and placement in
-//! one process (BlobSeer's version manager and provider manager). Its state is durable.
+//! The tomus manager: version manager, file namespace, provider registry and placement in one
+//! process (BlobSeer's version manager, namespace manager and provider manager). Its state is
+//! durable.
 
+pub mod namespace;
 pub mod placement;
 pub mod registry;
 pub mod service;
@@ -33,6 +35,7 @@ pub async fn run(
 ) -> Result<()> {
     let store = Arc::new(store::Store::open(&config.data_dir)?);
     let versions = VersionManager::open(store.clone())?;
+    let namespace = Arc::new(namespace::Namespace::open(store.clone(), versions.clone())?);
     let registry = Arc::new(registry::Registry::open(store, config.provider_timeout)?);
     let listener = TcpListener::bind(&config.listen)
         .await
@@ -46,7 +49,11 @@ pub async fn run(
     if let Some(tx) = ready {
         let _ = tx.send(local.to_string());
     }
-    let service = Arc::new(service::ManagerService { versions, registry });
+    let service = Arc::new(service::ManagerService {
+        versions,
+        namespace,
+        registry,
+    });
     tomus_wire::serve(
         listener,
         config.secret,

@@ -5,16 +5,40 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tomus_wire::{Error, Handler, Payload, Request, Response, Result};
 
+use crate::namespace::Namespace;
 use crate::placement::place;
 use crate::registry::Registry;
 use crate::versions::VersionManager;
 
 pub struct ManagerService {
     pub versions: Arc<VersionManager>,
+    pub namespace: Arc<Namespace>,
     pub registry: Arc<Registry>,
 }
 
 impl ManagerService {
+    /// Runs a namespace operation (an fsynced transaction) off the async workers.
+    async fn namespace<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&Namespace) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let ns = self.namespace.clone();
+        tokio::task::spawn_blocking(move || op(&ns))
+            .await
+            .map_err(|e| Error::internal(format!("namespace task failed: {e}")))?
+    }
+
+    fn check_replication(&self, replication: u32) -> Result<()> {
+        let providers = self.registry.list().len();
+        if replication as usize > providers.max(1) {
+            return Err(Error::invalid(format!(
+                "replication {replication} needs at least {replication} providers; \
+                 {providers} registered"
+            )));
+        }
+        Ok(())
+    }
+
     async fn dispatch(&self, req: Request) -> Result<Response> {
         Ok(match req {
             Request::Ping => Response::Ok,
@@ -22,13 +46,7 @@ impl ManagerService {
                 chunk_size,
                 replication,
             } => {
-                let providers = self.registry.list().len();
-                if replication as usize > providers.max(1) {
-                    return Err(Error::invalid(format!(
-                        "replication {replication} needs at least {replication} providers; \
-                         {providers} registered"
-                    )));
-                }
+                self.check_replication(replication)?;
                 Response::Blob(self.versions.create_blob(chunk_size, replication)?)
             }
             Request::BlobInfo { blob } => Response::Blob(self.versions.blob_info(blob)?),
@@ -75,6 +93,42 @@ impl ManagerService {
                 Response::Ok
             }
             Request::Providers => Response::Providers(self.registry.list()),
+            Request::FsMkdir { path, parents } => {
+                Response::Entry(self.namespace(move |ns| ns.mkdir(&path, parents)).await?)
+            }
+            Request::FsCreate {
+                path,
+                chunk_size,
+                replication,
+                exclusive,
+            } => {
+                self.check_replication(replication)?;
+                let create =
+                    move |ns: &Namespace| ns.create(&path, chunk_size, replication, exclusive);
+                Response::Entry(self.namespace(create).await?)
+            }
+            Request::FsStat { path } => {
+                Response::Entry(self.namespace(move |ns| ns.stat(&path)).await?)
+            }
+            Request::FsList {
+                path,
+                recursive,
+                start_after,
+                limit,
+            } => {
+                let list =
+                    move |ns: &Namespace| ns.list(&path, recursive, start_after.as_deref(), limit);
+                Response::Entries(self.namespace(list).await?)
+            }
+            Request::FsRename { from, to } => {
+                self.namespace(move |ns| ns.rename(&from, &to)).await?;
+                Response::Ok
+            }
+            Request::FsDelete { path, recursive } => {
+                self.namespace(move |ns| ns.delete(&path, recursive))
+                    .await?;
+                Response::Ok
+            }
             Request::PutChunk { .. }
             | Request::GetChunk { .. }
             | Request::PutNodes { .. }

@@ -27,6 +27,8 @@ pub struct BlobRecord {
     pub published: Version,
     pub size: u64,
     pub capacity: u64,
+    /// Creation time, then the publication time of the latest version (Unix ms).
+    pub modified_ms: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -39,15 +41,15 @@ pub struct Store {
     db: Database,
 }
 
-fn db_err(e: impl std::fmt::Display) -> Error {
+pub(crate) fn db_err(e: impl std::fmt::Display) -> Error {
     Error::internal(format!("manager state store: {e}"))
 }
 
-fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     bincode::serialize(v).map_err(db_err)
 }
 
-fn decode<T: for<'a> Deserialize<'a>>(b: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: for<'a> Deserialize<'a>>(b: &[u8]) -> Result<T> {
     bincode::deserialize(b).map_err(db_err)
 }
 
@@ -72,6 +74,11 @@ impl Store {
         }
         txn.commit().map_err(db_err)?;
         Ok(Store { db })
+    }
+
+    /// The database, for modules that keep tables of their own (the namespace).
+    pub(crate) fn db(&self) -> &Database {
+        &self.db
     }
 
     pub fn blobs(&self) -> Result<Vec<BlobRecord>> {

@@ -74,7 +74,16 @@ fn version_zero(blob: BlobId) -> VersionInfo {
         capacity: 0,
         state: VersionState::Published,
         append: false,
+        published_ms: 0,
     }
+}
+
+/// Wall-clock time in Unix milliseconds (for modification times shown to users).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn blob_info(s: &BlobState) -> BlobInfo {
@@ -84,6 +93,7 @@ fn blob_info(s: &BlobState) -> BlobInfo {
         replication: s.record.replication,
         latest: s.record.published,
         size: s.record.size,
+        modified_ms: s.record.modified_ms,
     }
 }
 
@@ -171,6 +181,7 @@ impl VersionManager {
             published: 0,
             size: 0,
             capacity: 0,
+            modified_ms: now_ms(),
         };
         self.store.put_blob(&record)?;
         let (tx, _) = watch::channel(0);
@@ -223,8 +234,13 @@ impl VersionManager {
         let (offset, size, append) = match op {
             WriteOp::Write { size: 0, .. } => return Err(Error::invalid("empty write")),
             WriteOp::Append { size: 0 } => return Err(Error::invalid("zero-length append")),
+            WriteOp::Replace { size: 0 } if s.assigned_size == 0 => {
+                return Err(Error::invalid("replacing empty content with empty content"))
+            }
             WriteOp::Write { offset, size } => (offset, size, false),
             WriteOp::Append { size } => (s.assigned_size, size, true),
+            // Spans the old content too, so the part past the new size is cleared.
+            WriteOp::Replace { size } => (0, size.max(s.assigned_size), false),
         };
         let end = offset
             .checked_add(size)
@@ -234,16 +250,19 @@ impl VersionManager {
                     "write of {size} bytes at offset {offset} passes the {MAX_BLOB_SIZE} byte limit"
                 ))
             })?;
+        let new_size = match op {
+            WriteOp::Replace { size } => size,
+            _ => s.assigned_size.max(end),
+        };
         let version = s.next_version;
         if version >= s.reserved {
             let upto = version + RESERVE_BLOCK;
             self.store.reserve(blob, upto)?;
             s.reserved = upto;
         }
-        let new_size = s.assigned_size.max(end);
         let capacity = s
             .assigned_capacity
-            .max(capacity_for(s.record.chunk_size, new_size));
+            .max(capacity_for(s.record.chunk_size, end));
         let in_flight = s
             .pending
             .values()
@@ -262,6 +281,7 @@ impl VersionManager {
                     capacity,
                     state: VersionState::Pending,
                     append,
+                    published_ms: 0,
                 },
                 completed: false,
             },
@@ -322,12 +342,14 @@ impl VersionManager {
         // skipped by a restart were never assigned, so the next pending entry is the next
         // version to publish.
         let mut batch = Vec::new();
+        let now = now_ms();
         for p in s.pending.range(s.sent_upto + 1..).map(|(_, p)| p) {
             if !p.completed {
                 break;
             }
             let mut info = p.info.clone();
             info.state = VersionState::Published;
+            info.published_ms = now;
             batch.push(info);
         }
         let Some(last) = batch.last() else { return };
@@ -336,6 +358,7 @@ impl VersionManager {
             published: last.version,
             size: last.size,
             capacity: last.capacity,
+            modified_ms: now,
             ..s.record.clone()
         };
         // The committer lives as long as the manager; a send failure means shutdown.

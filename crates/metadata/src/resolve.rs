@@ -137,7 +137,7 @@ pub async fn resolve_range<S: NodeSource>(
 fn take_pieces(pieces: &[ChunkPiece], want: Span, out: &mut Vec<Segment>) -> Vec<Span> {
     let mine: Vec<ChunkPiece> = pieces.iter().filter_map(|p| p.clip(&want)).collect();
     let left = gaps(want, &mine);
-    out.extend(mine.into_iter().map(Segment::Data));
+    out.extend(mine.into_iter().map(Segment::from_piece));
     left
 }
 

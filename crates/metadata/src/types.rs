@@ -11,6 +11,13 @@ pub type ProviderId = u32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ChunkId(pub u128);
 
+impl ChunkId {
+    /// Not a stored chunk: pieces of it read as zeros. A write uses it to clear a range
+    /// explicitly (the tail a shorter replacement leaves), so that older content below
+    /// does not show through.
+    pub const ZEROS: ChunkId = ChunkId(0);
+}
+
 impl std::fmt::Display for ChunkId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:032x}", self.0)
@@ -122,7 +129,8 @@ pub enum Node {
 }
 
 /// A physical chunk of a write's data, in data order: the write's bytes
-/// `[data_offset, data_offset + len)` were stored as chunk `chunk` on `replicas`.
+/// `[data_offset, data_offset + len)` were stored as chunk `chunk` on `replicas`
+/// ([`ChunkId::ZEROS`] with no replicas: a run of zeros that is not stored).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredChunk {
     pub chunk: ChunkId,
@@ -138,6 +146,15 @@ pub enum Segment {
 }
 
 impl Segment {
+    /// What a leaf piece reads as: its chunk's bytes, or zeros for [`ChunkId::ZEROS`].
+    pub fn from_piece(p: ChunkPiece) -> Segment {
+        if p.chunk == ChunkId::ZEROS {
+            Segment::Zeros(p.span())
+        } else {
+            Segment::Data(p)
+        }
+    }
+
     pub fn span(&self) -> Span {
         match self {
             Segment::Zeros(s) => *s,

@@ -45,6 +45,9 @@ impl ProviderService {
     async fn dispatch(&self, req: Request, body: Bytes) -> Result<(Response, Payload)> {
         let ok = (Response::Ok, Payload::empty());
         match req {
+            Request::PutChunk { id } if id == ChunkId::ZEROS => {
+                Err(Error::invalid("chunk id 0 is reserved for zero pieces"))
+            }
             Request::PutChunk { id } => self.put_chunk(id, body).await.map(|()| ok),
             Request::GetChunk { id, offset, len } => self
                 .get_chunk(id, offset, len)

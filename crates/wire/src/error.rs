@@ -27,6 +27,14 @@ pub enum ErrorKind {
     Protocol,
     /// A bug or an unexpected local failure (I/O error on the server's own state).
     Internal,
+    /// A namespace path that must be new already exists.
+    AlreadyExists,
+    /// A directory that must be empty is not.
+    NotEmpty,
+    /// A file operation named a directory.
+    IsADirectory,
+    /// A path goes through, or names, a file where a directory is needed.
+    NotADirectory,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -63,6 +71,9 @@ impl Error {
     }
     pub fn out_of_range(m: impl Into<String>) -> Self {
         Self::new(ErrorKind::OutOfRange, m)
+    }
+    pub fn already_exists(m: impl Into<String>) -> Self {
+        Self::new(ErrorKind::AlreadyExists, m)
     }
 }
 

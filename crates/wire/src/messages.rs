@@ -22,6 +22,8 @@ pub struct BlobInfo {
     pub latest: Version,
     /// Size at the latest published version.
     pub size: u64,
+    /// When the latest version was published (Unix milliseconds; creation time before that).
+    pub modified_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,12 +48,24 @@ pub struct VersionInfo {
     pub state: VersionState,
     /// Whether it was an append.
     pub append: bool,
+    /// When it was published (Unix milliseconds; 0 while pending).
+    pub published_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WriteOp {
-    Write { offset: u64, size: u64 },
-    Append { size: u64 },
+    Write {
+        offset: u64,
+        size: u64,
+    },
+    Append {
+        size: u64,
+    },
+    /// New whole content of `size` bytes: the version spans `[0, max(size, previous size))`,
+    /// zeros past `size`, and its size is `size` (a file rewritten on close).
+    Replace {
+        size: u64,
+    },
 }
 
 /// The versions of a blob: every published version, and the ranges of version numbers that
@@ -106,6 +120,23 @@ pub struct ProviderReport {
     pub load: u32,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EntryKind {
+    Dir,
+    File,
+}
+
+/// A namespace entry: a directory, or a file backed by a blob.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsEntry {
+    /// Normalized path: components joined by `/`, no leading or trailing `/`; `""` is the root.
+    pub path: String,
+    pub kind: EntryKind,
+    pub created_ms: u64,
+    /// The file's blob at its latest published version (`None` for directories).
+    pub blob: Option<BlobInfo>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     Ping,
@@ -146,6 +177,40 @@ pub enum Request {
     },
     Versions {
         blob: BlobId,
+    },
+
+    // ---- manager: namespace (paths are `/`-separated; parents of new entries are implicit)
+    FsMkdir {
+        path: String,
+        /// Also create missing parents, and accept an existing directory.
+        parents: bool,
+    },
+    /// Creates a file backed by a new blob; an existing file is returned unless `exclusive`.
+    FsCreate {
+        path: String,
+        chunk_size: u64,
+        replication: u32,
+        exclusive: bool,
+    },
+    FsStat {
+        path: String,
+    },
+    /// Entries under directory `path` in path order: its children, or with `recursive` every
+    /// descendant; only paths after `start_after`, at most `limit`.
+    FsList {
+        path: String,
+        recursive: bool,
+        start_after: Option<String>,
+        limit: u32,
+    },
+    /// Moves a file or a directory tree; an existing file at `to` is replaced.
+    FsRename {
+        from: String,
+        to: String,
+    },
+    FsDelete {
+        path: String,
+        recursive: bool,
     },
 
     // ---- manager: provider registry
@@ -204,6 +269,8 @@ pub enum Response {
     Chunk,
     Nodes(Vec<Option<Node>>),
     Path(Vec<(tomus_metadata::NodeRef, Node)>),
+    Entry(FsEntry),
+    Entries(Vec<FsEntry>),
 }
 
 impl Response {

@@ -1,0 +1,129 @@
+//! Streaming between local files (or stdin/stdout) and blobs, with progress bars on a
+//! terminal: nothing is held whole in memory.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use tomus_client::{Blob, BlobWriter};
+use tomus_wire::{Error, VersionInfo};
+
+/// Reads are fetched in windows of this size, all at one version.
+pub const READ_WINDOW: u64 = 64 << 20;
+/// Input is read and handed to the writer in pieces of this size.
+const INPUT_PIECE: usize = 8 << 20;
+
+/// A byte-count progress bar on stderr (drawn only when stderr is a terminal).
+pub fn bytes_bar(total: u64, label: &str) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>12} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {elapsed}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    pb.set_prefix(label.to_string());
+    pb
+}
+
+/// Opens `file` for reading (`None` or `-`: stdin) with its size when known.
+pub fn open_input(file: Option<&Path>) -> Result<(Box<dyn Read>, Option<u64>)> {
+    match file {
+        Some(p) if p.as_os_str() != "-" => {
+            let f =
+                std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
+            let size = f.metadata().ok().map(|m| m.len());
+            Ok((Box::new(f), size))
+        }
+        _ => Ok((Box::new(std::io::stdin()), None)),
+    }
+}
+
+/// Streams `input` into `writer`, storing chunks as they fill.
+pub async fn fill_writer(
+    mut input: Box<dyn Read>,
+    size_hint: Option<u64>,
+    writer: &mut BlobWriter,
+) -> Result<()> {
+    let pb = bytes_bar(size_hint.unwrap_or(0), "upload");
+    let mut piece = vec![0u8; INPUT_PIECE];
+    loop {
+        let n = fill(&mut input, &mut piece).context("cannot read the input")?;
+        if n == 0 {
+            break;
+        }
+        writer.write(&piece[..n]).await?;
+        pb.inc(n as u64);
+    }
+    pb.finish_and_clear();
+    Ok(())
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn fill(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// The range `[offset, offset + size)` of `version` (size `None`: to the end), checked.
+pub async fn pinned_range(
+    blob: &Blob,
+    version: Option<u64>,
+    offset: u64,
+    size: Option<u64>,
+) -> Result<(VersionInfo, u64)> {
+    // Pin the version first so every window comes from the same snapshot.
+    let info = blob.stat(version).await?;
+    let past_end = || {
+        Error::out_of_range(format!(
+            "offset {offset} is past the end of version {} (size {})",
+            info.version, info.size
+        ))
+    };
+    let size = match size {
+        Some(s) => s,
+        None => info.size.checked_sub(offset).ok_or_else(past_end)?,
+    };
+    offset
+        .checked_add(size)
+        .filter(|e| *e <= info.size)
+        .ok_or_else(past_end)?;
+    Ok((info, size))
+}
+
+/// Copies a range of one version of `blob` to `out`, window by window.
+pub async fn copy_range(
+    blob: &Blob,
+    version: Option<u64>,
+    offset: u64,
+    size: Option<u64>,
+    out: &mut dyn Write,
+) -> Result<VersionInfo> {
+    let (info, size) = pinned_range(blob, version, offset, size).await?;
+    let pb = bytes_bar(size, "download");
+    let mut buf = vec![0u8; READ_WINDOW.min(size) as usize];
+    let mut at = offset;
+    let end = offset + size;
+    while at < end {
+        let n = READ_WINDOW.min(end - at) as usize;
+        blob.read_into(at, &mut buf[..n], Some(info.version))
+            .await?;
+        out.write_all(&buf[..n])
+            .context("cannot write the output")?;
+        at += n as u64;
+        pb.inc(n as u64);
+    }
+    out.flush().context("cannot write the output")?;
+    pb.finish_and_clear();
+    Ok(info)
+}

@@ -1,0 +1,318 @@
+//! Files: the namespace on the manager, whole-content replacement and streaming writers,
+//! against real manager and provider processes.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use rand::{Rng, SeedableRng};
+use tomus_cli::pattern;
+use tomus_client::CreateOptions;
+use tomus_wire::{EntryKind, ErrorKind};
+
+use common::TestCluster;
+
+const CHUNK: u64 = 64 << 10;
+
+/// The kind of the error `r` must be.
+fn kind<T>(r: Result<T, tomus_wire::Error>) -> ErrorKind {
+    match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.kind,
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write(u64, Vec<u8>),
+    Append(Vec<u8>),
+    Replace(Vec<u8>),
+}
+
+/// Applies `op` to the byte-vector model; `landed` is where an append went.
+fn apply(model: &mut Vec<u8>, op: &Op, landed: u64) {
+    let (at, data) = match op {
+        Op::Write(off, d) => (*off, d),
+        Op::Append(d) => (landed, d),
+        Op::Replace(d) => {
+            *model = d.clone();
+            return;
+        }
+    };
+    let end = at as usize + data.len();
+    if model.len() < end {
+        model.resize(end, 0);
+    }
+    model[at as usize..end].copy_from_slice(data);
+}
+
+/// Concurrent writes, appends and shrinking/growing replacements: every published version
+/// reads exactly as the model that applies the operations in version order. In particular a
+/// replacement's cleared tail never shows through a later sparse write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_replacements_match_the_model_at_every_version() {
+    let tc = TestCluster::start(3);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 1).await.unwrap();
+    let tasks: Vec<_> = (0..6u64)
+        .map(|w| {
+            let blob = blob.clone();
+            tokio::spawn(async move {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(100 + w);
+                let mut done = Vec::new();
+                for seq in 0..12 {
+                    let len = rng.gen_range(1..5 * CHUNK) as usize;
+                    let data = pattern::generate(pattern::seed(w, seq), len);
+                    let op = match rng.gen_range(0..3) {
+                        0 => Op::Write(rng.gen_range(0..8 * CHUNK), data),
+                        1 => Op::Append(data),
+                        _ if rng.gen_bool(0.3) => Op::Replace(data[..len / 8].to_vec()),
+                        _ => Op::Replace(data),
+                    };
+                    let (version, landed) = match &op {
+                        Op::Write(off, d) => (blob.write(*off, d).await.unwrap(), *off),
+                        Op::Append(d) => blob.append(d).await.unwrap(),
+                        Op::Replace(d) => (blob.replace(d).await.unwrap(), 0),
+                    };
+                    done.push((version, op, landed));
+                }
+                done
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_by_key(|(v, _, _)| *v);
+    let versions: Vec<u64> = all.iter().map(|(v, _, _)| *v).collect();
+    assert_eq!(versions, (1..=72).collect::<Vec<_>>());
+    let mut model = Vec::new();
+    for (version, op, landed) in &all {
+        apply(&mut model, op, *landed);
+        let size = blob.size(Some(*version)).await.unwrap();
+        assert_eq!(size, model.len() as u64, "size at version {version}");
+        let got = blob.read(0, size, Some(*version)).await.unwrap();
+        assert!(
+            got == model,
+            "content of version {version} differs from the model"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_writer_commits_one_version_and_nothing_before() {
+    let tc = TestCluster::start(2);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 1).await.unwrap();
+    blob.write(0, &vec![7u8; (20 * CHUNK) as usize])
+        .await
+        .unwrap();
+
+    let data = pattern::generate(5, (3 * CHUNK + 123) as usize);
+    let mut w = blob.writer();
+    for part in data.chunks(10_000) {
+        w.write(part).await.unwrap();
+    }
+    assert_eq!(w.len(), data.len() as u64);
+    assert_eq!(
+        blob.latest().await.unwrap(),
+        1,
+        "nothing published before the commit"
+    );
+    let v = w.commit_replace().await.unwrap();
+    assert_eq!(v, 2);
+    assert_eq!(blob.size(None).await.unwrap(), data.len() as u64);
+    assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
+    // The cleared tail reads as zeros when a sparse write exposes it again.
+    let end = 20 * CHUNK;
+    blob.write(end - 1, b"!").await.unwrap();
+    let tail = blob
+        .read(data.len() as u64, end - 1 - data.len() as u64, None)
+        .await
+        .unwrap();
+    assert!(tail.iter().all(|b| *b == 0), "stale bytes showed through");
+    let locs = blob.locations(data.len() as u64, 10, None).await.unwrap();
+    assert!(locs[0].providers.is_empty(), "a cleared range is a hole");
+
+    // Empty writers publish nothing; replacing with empty content empties the blob.
+    assert_eq!(blob.writer().commit_append().await.unwrap(), None);
+    let v = blob.replace(b"").await.unwrap();
+    assert_eq!(blob.size(Some(v)).await.unwrap(), 0);
+    let (_, off) = blob.append(b"abc").await.unwrap();
+    assert_eq!(off, 0, "appends land at the replaced size");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_operations_and_their_errors() {
+    let tc = TestCluster::start(2);
+    let client = tc.client().await;
+    let ns = client.namespace();
+    let opts = CreateOptions {
+        chunk_size: CHUNK,
+        ..CreateOptions::default()
+    };
+    let (entry, blob) = ns.create("/data/run1/a.csv", opts).await.unwrap();
+    assert_eq!(entry.path, "data/run1/a.csv");
+    blob.replace(b"x,y\n1,2\n").await.unwrap();
+    ns.create("data/run1/b.csv", opts).await.unwrap();
+    ns.mkdir("data/empty", false).await.unwrap();
+
+    let names = |v: Vec<tomus_wire::FsEntry>| v.into_iter().map(|e| e.path).collect::<Vec<_>>();
+    assert_eq!(names(ns.list("/").await.unwrap()), ["data"]);
+    assert_eq!(
+        names(ns.list("data").await.unwrap()),
+        ["data/empty", "data/run1"]
+    );
+    assert_eq!(
+        names(ns.walk("").await.unwrap()),
+        [
+            "data",
+            "data/empty",
+            "data/run1",
+            "data/run1/a.csv",
+            "data/run1/b.csv"
+        ]
+    );
+    let stat = ns.stat("data/run1/a.csv").await.unwrap();
+    let info = stat.blob.unwrap();
+    assert_eq!((info.size, info.latest, info.id), (8, 1, blob.id()));
+    assert!(info.modified_ms >= stat.created_ms);
+
+    // Errors are typed and change nothing.
+    assert_eq!(kind(ns.stat("nope").await), ErrorKind::NotFound);
+    assert_eq!(
+        kind(ns.mkdir("data/run1", false).await),
+        ErrorKind::AlreadyExists
+    );
+    assert_eq!(kind(ns.mkdir("x/y", false).await), ErrorKind::NotFound);
+    assert_eq!(
+        kind(ns.create("data/run1/a.csv/z", opts).await),
+        ErrorKind::NotADirectory
+    );
+    assert_eq!(kind(ns.create("data", opts).await), ErrorKind::IsADirectory);
+    assert_eq!(kind(ns.open("data").await), ErrorKind::IsADirectory);
+    let exclusive = CreateOptions {
+        exclusive: true,
+        ..opts
+    };
+    assert_eq!(
+        kind(ns.create("data/run1/a.csv", exclusive).await),
+        ErrorKind::AlreadyExists
+    );
+    assert_eq!(kind(ns.delete("data", false).await), ErrorKind::NotEmpty);
+    assert_eq!(
+        kind(ns.rename("data", "data/run1/in").await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(ns.rename("data/run1", "data/empty").await),
+        ErrorKind::AlreadyExists
+    );
+    assert_eq!(kind(ns.stat("a/../b").await), ErrorKind::InvalidArgument);
+    assert_eq!(kind(ns.delete("/", true).await), ErrorKind::InvalidArgument);
+    let bad_chunk = CreateOptions {
+        chunk_size: 1000,
+        ..opts
+    };
+    assert_eq!(
+        kind(ns.create("c.bin", bad_chunk).await),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(kind(ns.stat("c.bin").await), ErrorKind::NotFound);
+    assert_eq!(
+        ns.walk("").await.unwrap().len(),
+        5,
+        "failed calls changed nothing"
+    );
+
+    // A directory moves with everything below it; a file replaces a file.
+    ns.rename("data/run1", "archive/2026/run1").await.unwrap();
+    let (_, moved) = ns.open("archive/2026/run1/a.csv").await.unwrap();
+    assert_eq!(moved.id(), blob.id());
+    assert_eq!(moved.read(0, 8, None).await.unwrap(), b"x,y\n1,2\n");
+    ns.rename("archive/2026/run1/b.csv", "archive/2026/run1/a.csv")
+        .await
+        .unwrap();
+    assert_eq!(
+        names(ns.walk("archive").await.unwrap()),
+        [
+            "archive/2026",
+            "archive/2026/run1",
+            "archive/2026/run1/a.csv"
+        ]
+    );
+    ns.delete("archive", true).await.unwrap();
+    assert_eq!(names(ns.walk("").await.unwrap()), ["data", "data/empty"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_agree_and_the_namespace_survives_a_manager_kill() {
+    let mut tc = TestCluster::start(2);
+    let client = tc.client().await;
+    let ns = client.namespace();
+    let opts = CreateOptions {
+        chunk_size: CHUNK,
+        ..CreateOptions::default()
+    };
+    // Eight racing creates of one path get one file; eight exclusive ones: one winner.
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let ns = ns.clone();
+            tokio::spawn(async move { ns.create("shared/log", opts).await.map(|(_, b)| b.id()) })
+        })
+        .collect();
+    let mut ids = BTreeSet::new();
+    for r in racers {
+        ids.insert(r.await.unwrap().unwrap());
+    }
+    assert_eq!(ids.len(), 1);
+    let exclusive = CreateOptions {
+        exclusive: true,
+        ..opts
+    };
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let ns = ns.clone();
+            tokio::spawn(async move { ns.create("shared/once", exclusive).await.is_ok() })
+        })
+        .collect();
+    let mut winners = 0;
+    for r in racers {
+        winners += r.await.unwrap() as usize;
+    }
+    assert_eq!(winners, 1);
+
+    // Enough entries for several listing pages.
+    for i in 0..1100 {
+        ns.create(&format!("many/f{i:05}"), opts).await.unwrap();
+    }
+    let page = ns
+        .list_page("many", false, Some("many/f00099"), 7)
+        .await
+        .unwrap();
+    let first: Vec<_> = page.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(first[0], "many/f00100");
+    assert_eq!(first.len(), 7);
+    let before = ns.walk("").await.unwrap();
+    assert_eq!(
+        before.len(),
+        3 + 1 + 1100,
+        "shared, its two files, many and its files"
+    );
+
+    tc.cluster.kill_manager();
+    tc.cluster.start_manager().unwrap();
+    let client = tc.client().await;
+    let after = client.namespace().walk("").await.unwrap();
+    let paths = |v: &[tomus_wire::FsEntry]| {
+        v.iter()
+            .map(|e| (e.path.clone(), e.kind))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(paths(&after), paths(&before));
+    assert!(after
+        .iter()
+        .filter(|e| e.kind == EntryKind::File)
+        .all(|e| e.blob.is_some()));
+}

@@ -1,0 +1,174 @@
+//! The file namespace: paths mapped to blobs by the manager (directories, files, rename,
+//! delete). A file's content is its blob; every close of a written file is a version.
+
+use tomus_wire::{
+    unexpected, EntryKind, Error, ErrorKind, FsEntry, Request, Response, Result, DEFAULT_CHUNK_SIZE,
+};
+
+use crate::{Blob, Client};
+
+/// Entries fetched per listing call.
+const PAGE: u32 = 1000;
+
+/// How `create` makes a new file.
+#[derive(Clone, Copy, Debug)]
+pub struct CreateOptions {
+    pub chunk_size: u64,
+    pub replication: u32,
+    /// Fail with `AlreadyExists` instead of returning an existing file.
+    pub exclusive: bool,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            replication: 1,
+            exclusive: false,
+        }
+    }
+}
+
+/// The namespace of a cluster, through one client connection. Cheap to clone.
+#[derive(Clone)]
+pub struct Namespace {
+    client: Client,
+}
+
+impl Client {
+    pub fn namespace(&self) -> Namespace {
+        Namespace {
+            client: self.clone(),
+        }
+    }
+}
+
+impl Namespace {
+    async fn call(&self, req: Request) -> Result<Response> {
+        self.client.cluster.manager_call(&req).await
+    }
+
+    async fn entry(&self, req: Request) -> Result<FsEntry> {
+        match self.call(req).await? {
+            Response::Entry(e) => Ok(e),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn done(&self, req: Request) -> Result<()> {
+        match self.call(req).await? {
+            Response::Ok => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The blob of a file entry.
+    fn blob_of(&self, entry: &FsEntry) -> Result<Blob> {
+        match (&entry.kind, &entry.blob) {
+            (EntryKind::File, Some(info)) => Ok(self.client.blob_handle(info.clone())),
+            _ => Err(Error::new(
+                ErrorKind::IsADirectory,
+                format!("/{} is a directory", entry.path),
+            )),
+        }
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<FsEntry> {
+        self.entry(Request::FsStat { path: path.into() }).await
+    }
+
+    /// Makes a directory; with `parents`, also its missing parents, and an existing
+    /// directory is fine.
+    pub async fn mkdir(&self, path: &str, parents: bool) -> Result<FsEntry> {
+        let req = Request::FsMkdir {
+            path: path.into(),
+            parents,
+        };
+        self.entry(req).await
+    }
+
+    /// Creates the file `path` (and its missing parent directories) on a new blob; an
+    /// existing file is opened instead unless `options.exclusive`.
+    pub async fn create(&self, path: &str, options: CreateOptions) -> Result<(FsEntry, Blob)> {
+        let req = Request::FsCreate {
+            path: path.into(),
+            chunk_size: options.chunk_size,
+            replication: options.replication,
+            exclusive: options.exclusive,
+        };
+        let entry = self.entry(req).await?;
+        let blob = self.blob_of(&entry)?;
+        Ok((entry, blob))
+    }
+
+    /// Opens an existing file.
+    pub async fn open(&self, path: &str) -> Result<(FsEntry, Blob)> {
+        let entry = self.stat(path).await?;
+        let blob = self.blob_of(&entry)?;
+        Ok((entry, blob))
+    }
+
+    /// One page of the entries under the directory `path`, in path order: its children, or
+    /// every descendant when `recursive`; only paths after `start_after`.
+    pub async fn list_page(
+        &self,
+        path: &str,
+        recursive: bool,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<FsEntry>> {
+        let req = Request::FsList {
+            path: path.into(),
+            recursive,
+            start_after: start_after.map(str::to_string),
+            limit,
+        };
+        match self.call(req).await? {
+            Response::Entries(e) => Ok(e),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn list_all(&self, path: &str, recursive: bool) -> Result<Vec<FsEntry>> {
+        let mut out: Vec<FsEntry> = Vec::new();
+        loop {
+            let after = out.last().map(|e| e.path.clone());
+            let page = self
+                .list_page(path, recursive, after.as_deref(), PAGE)
+                .await?;
+            let full = page.len() == PAGE as usize;
+            out.extend(page);
+            if !full {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The children of the directory `path`.
+    pub async fn list(&self, path: &str) -> Result<Vec<FsEntry>> {
+        self.list_all(path, false).await
+    }
+
+    /// Every entry below the directory `path`, in path order.
+    pub async fn walk(&self, path: &str) -> Result<Vec<FsEntry>> {
+        self.list_all(path, true).await
+    }
+
+    /// Moves a file or a directory tree (an existing file at `to` is replaced).
+    pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let req = Request::FsRename {
+            from: from.into(),
+            to: to.into(),
+        };
+        self.done(req).await
+    }
+
+    /// Removes a file, or a directory (everything below it when `recursive`).
+    pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
+        let req = Request::FsDelete {
+            path: path.into(),
+            recursive,
+        };
+        self.done(req).await
+    }
+}

@@ -1,0 +1,456 @@
+//! The hierarchical namespace (BSFS's namespace manager): directories and files, each file
+//! backed by a blob. Stored in the manager's redb database, one fsynced transaction per change.
+//!
+//! Keys are normalized paths (`a/b/c`), so a directory's subtree is one key range
+//! (`a/b/` up to `a/b0`, `0` being the byte after `/`) and listings come out in the path
+//! order S3 listings need. Every ancestor of an entry is itself an entry.
+
+use std::ops::Bound;
+use std::sync::{Arc, Mutex};
+
+use redb::{ReadableTable, Table, TableDefinition};
+use serde::{Deserialize, Serialize};
+use tomus_metadata::BlobId;
+use tomus_wire::{EntryKind, Error, ErrorKind, FsEntry, Result};
+
+use crate::store::{db_err, decode, encode, Store};
+use crate::versions::{now_ms, VersionManager};
+
+const NAMESPACE: TableDefinition<&str, &[u8]> = TableDefinition::new("namespace");
+
+/// Longest path (bytes), as S3 keys; longest component, as most file systems.
+pub const MAX_PATH: usize = 1024;
+pub const MAX_COMPONENT: usize = 255;
+/// Most entries one listing call returns.
+pub const MAX_LIST: u32 = 10_000;
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+enum Record {
+    Dir { created_ms: u64 },
+    File { blob: BlobId, created_ms: u64 },
+}
+
+/// Checks `path` and returns it normalized: empty components (leading, trailing or doubled
+/// `/`) are dropped; `.`, `..` and NUL bytes are refused.
+pub fn normalize(path: &str) -> Result<String> {
+    let mut parts = Vec::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        if part == "." || part == ".." {
+            return Err(Error::invalid(format!(
+                "path {path:?}: '.' and '..' are not allowed"
+            )));
+        }
+        if part.contains('\0') {
+            return Err(Error::invalid(format!("path {path:?} contains a NUL byte")));
+        }
+        if part.len() > MAX_COMPONENT {
+            return Err(Error::invalid(format!(
+                "path {path:?}: a component is longer than {MAX_COMPONENT} bytes"
+            )));
+        }
+        parts.push(part);
+    }
+    let joined = parts.join("/");
+    if joined.len() > MAX_PATH {
+        return Err(Error::invalid(format!(
+            "path is {} bytes long; the limit is {MAX_PATH}",
+            joined.len()
+        )));
+    }
+    Ok(joined)
+}
+
+/// `path`'s directory's key range prefix: `a/b/` for `a/b`, `` for the root.
+fn subtree_prefix(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!("{path}/")
+    }
+}
+
+/// First key after every key starting with `prefix` (which ends in `/`); `None`: unbounded.
+fn subtree_end(prefix: &str) -> Option<String> {
+    prefix.strip_suffix('/').map(|p| format!("{p}0"))
+}
+
+/// Every proper ancestor of `path`, outermost first, without the root.
+fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('/').map(move |(i, _)| &path[..i])
+}
+
+fn get(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    path: &str,
+) -> Result<Option<Record>> {
+    if path.is_empty() {
+        return Ok(Some(Record::Dir { created_ms: 0 }));
+    }
+    match table.get(path).map_err(db_err)? {
+        Some(v) => Ok(Some(decode(v.value())?)),
+        None => Ok(None),
+    }
+}
+
+fn put(table: &mut Table<&'static str, &'static [u8]>, path: &str, r: &Record) -> Result<()> {
+    table.insert(path, encode(r)?.as_slice()).map_err(db_err)?;
+    Ok(())
+}
+
+/// Keys under the directory `path`, in order.
+fn subtree_keys(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    path: &str,
+) -> Result<Vec<String>> {
+    let prefix = subtree_prefix(path);
+    let end = subtree_end(&prefix);
+    let upper = match &end {
+        Some(e) => Bound::Excluded(e.as_str()),
+        None => Bound::Unbounded,
+    };
+    let mut keys = Vec::new();
+    for row in table
+        .range::<&str>((Bound::Included(prefix.as_str()), upper))
+        .map_err(db_err)?
+    {
+        let (k, _) = row.map_err(db_err)?;
+        keys.push(k.value().to_string());
+    }
+    Ok(keys)
+}
+
+fn not_found(path: &str) -> Error {
+    Error::not_found(format!("no such file or directory: /{path}"))
+}
+
+fn not_a_dir(path: &str) -> Error {
+    Error::new(
+        ErrorKind::NotADirectory,
+        format!("/{path} is a file, not a directory"),
+    )
+}
+
+fn is_a_dir(path: &str) -> Error {
+    Error::new(ErrorKind::IsADirectory, format!("/{path} is a directory"))
+}
+
+pub struct Namespace {
+    store: Arc<Store>,
+    versions: Arc<VersionManager>,
+    /// Serializes changes, so a file's blob is created only once its path was found free.
+    writer: Mutex<()>,
+}
+
+impl Namespace {
+    pub fn open(store: Arc<Store>, versions: Arc<VersionManager>) -> Result<Self> {
+        let txn = store.db().begin_write().map_err(db_err)?;
+        txn.open_table(NAMESPACE).map_err(db_err)?;
+        txn.commit().map_err(db_err)?;
+        Ok(Namespace {
+            store,
+            versions,
+            writer: Mutex::new(()),
+        })
+    }
+
+    fn entry(&self, path: String, r: Record) -> Result<FsEntry> {
+        Ok(match r {
+            Record::Dir { created_ms } => FsEntry {
+                path,
+                kind: EntryKind::Dir,
+                created_ms,
+                blob: None,
+            },
+            Record::File { blob, created_ms } => FsEntry {
+                path,
+                kind: EntryKind::File,
+                created_ms,
+                blob: Some(self.versions.blob_info(blob)?),
+            },
+        })
+    }
+
+    /// Runs `change` in one write transaction, committed (fsynced) only if it succeeds.
+    fn change<T>(
+        &self,
+        change: impl FnOnce(&mut Table<&'static str, &'static [u8]>) -> Result<T>,
+    ) -> Result<T> {
+        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let out = {
+            let mut table = txn.open_table(NAMESPACE).map_err(db_err)?;
+            change(&mut table)?
+        };
+        txn.commit().map_err(db_err)?;
+        Ok(out)
+    }
+
+    fn read(&self, path: &str) -> Result<Option<Record>> {
+        let txn = self.store.db().begin_read().map_err(db_err)?;
+        let table = txn.open_table(NAMESPACE).map_err(db_err)?;
+        get(&table, path)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn stat(&self, path: &str) -> Result<FsEntry> {
+        let path = normalize(path)?;
+        match self.read(&path)? {
+            Some(r) => self.entry(path, r),
+            None => Err(not_found(&path)),
+        }
+    }
+
+    pub fn mkdir(&self, path: &str, parents: bool) -> Result<FsEntry> {
+        let path = normalize(path)?;
+        let _guard = self.lock();
+        let record = self.change(|t| {
+            match get(t, &path)? {
+                Some(Record::Dir { created_ms }) if parents => {
+                    return Ok(Record::Dir { created_ms })
+                }
+                Some(Record::Dir { .. }) => {
+                    return Err(Error::already_exists(format!("/{path} already exists")))
+                }
+                Some(Record::File { .. }) => return Err(not_a_dir(&path)),
+                None => {}
+            }
+            let now = now_ms();
+            if parents {
+                make_parents(t, &path, now)?;
+            } else {
+                let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+                match get(t, parent)? {
+                    Some(Record::Dir { .. }) => {}
+                    Some(Record::File { .. }) => return Err(not_a_dir(parent)),
+                    None => return Err(not_found(parent)),
+                }
+            }
+            let r = Record::Dir { created_ms: now };
+            put(t, &path, &r)?;
+            Ok(r)
+        })?;
+        self.entry(path, record)
+    }
+
+    /// Creates the file `path` on a new blob, creating missing parent directories. An
+    /// existing file is returned as it is unless `exclusive`.
+    pub fn create(
+        &self,
+        path: &str,
+        chunk_size: u64,
+        replication: u32,
+        exclusive: bool,
+    ) -> Result<FsEntry> {
+        let path = normalize(path)?;
+        if path.is_empty() {
+            return Err(is_a_dir(&path));
+        }
+        let _guard = self.lock();
+        match self.read(&path)? {
+            Some(r @ Record::File { .. }) if !exclusive => return self.entry(path, r),
+            Some(Record::File { .. }) => {
+                return Err(Error::already_exists(format!("/{path} already exists")))
+            }
+            Some(Record::Dir { .. }) => return Err(is_a_dir(&path)),
+            None => {}
+        }
+        // Checked before the blob exists, so a refused path leaves no blob behind.
+        {
+            let txn = self.store.db().begin_read().map_err(db_err)?;
+            let table = txn.open_table(NAMESPACE).map_err(db_err)?;
+            for a in ancestors(&path) {
+                if let Some(Record::File { .. }) = get(&table, a)? {
+                    return Err(not_a_dir(a));
+                }
+            }
+        }
+        let blob = self.versions.create_blob(chunk_size, replication)?;
+        let record = self.change(|t| {
+            let now = now_ms();
+            make_parents(t, &path, now)?;
+            let r = Record::File {
+                blob: blob.id,
+                created_ms: now,
+            };
+            put(t, &path, &r)?;
+            Ok(r)
+        })?;
+        self.entry(path, record)
+    }
+
+    /// Entries under the directory `path` in path order, after `start_after`, at most `limit`.
+    pub fn list(
+        &self,
+        path: &str,
+        recursive: bool,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<FsEntry>> {
+        let path = normalize(path)?;
+        if limit == 0 || limit > MAX_LIST {
+            return Err(Error::invalid(format!(
+                "list limit {limit} must be between 1 and {MAX_LIST}"
+            )));
+        }
+        let txn = self.store.db().begin_read().map_err(db_err)?;
+        let table = txn.open_table(NAMESPACE).map_err(db_err)?;
+        match get(&table, &path)? {
+            Some(Record::Dir { .. }) => {}
+            Some(Record::File { .. }) => return Err(not_a_dir(&path)),
+            None => return Err(not_found(&path)),
+        }
+        let prefix = subtree_prefix(&path);
+        let end = subtree_end(&prefix);
+        let mut from = match start_after {
+            Some(s) if s > prefix.as_str() => Bound::Excluded(s.to_string()),
+            _ => Bound::Included(prefix.clone()),
+        };
+        let mut out = Vec::new();
+        'scan: while out.len() < limit as usize {
+            let lower = match &from {
+                Bound::Included(s) => Bound::Included(s.as_str()),
+                Bound::Excluded(s) => Bound::Excluded(s.as_str()),
+                Bound::Unbounded => Bound::Unbounded,
+            };
+            let upper = match &end {
+                Some(e) => Bound::Excluded(e.as_str()),
+                None => Bound::Unbounded,
+            };
+            for row in table.range::<&str>((lower, upper)).map_err(db_err)? {
+                let (k, v) = row.map_err(db_err)?;
+                let key = k.value();
+                if let (false, Some((child, _))) = (recursive, key[prefix.len()..].split_once('/'))
+                {
+                    // Below a child directory: skip its whole subtree in one step.
+                    from = Bound::Included(format!("{prefix}{child}0"));
+                    continue 'scan;
+                }
+                out.push(self.entry(key.to_string(), decode(v.value())?)?);
+                if out.len() == limit as usize {
+                    break;
+                }
+            }
+            break;
+        }
+        Ok(out)
+    }
+
+    /// Moves a file or a directory tree to `to` (creating its parents); an existing file at
+    /// `to` is replaced, an existing directory is not.
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let from = normalize(from)?;
+        let to = normalize(to)?;
+        if from.is_empty() || to.is_empty() {
+            return Err(Error::invalid(
+                "the root directory cannot be renamed or replaced",
+            ));
+        }
+        if from == to {
+            return Ok(());
+        }
+        if to.starts_with(&subtree_prefix(&from)) {
+            return Err(Error::invalid(format!(
+                "cannot move /{from} into itself (/{to})"
+            )));
+        }
+        let _guard = self.lock();
+        self.change(|t| {
+            let record = get(t, &from)?.ok_or_else(|| not_found(&from))?;
+            match (get(t, &to)?, record) {
+                (None, _) => {}
+                (Some(Record::File { .. }), Record::File { .. }) => {}
+                (Some(_), _) => return Err(Error::already_exists(format!("/{to} already exists"))),
+            }
+            make_parents(t, &to, now_ms())?;
+            let mut moves = vec![(from.clone(), to.clone())];
+            if let Record::Dir { .. } = record {
+                for key in subtree_keys(t, &from)? {
+                    let moved = format!("{to}{}", &key[from.len()..]);
+                    moves.push((key, moved));
+                }
+            }
+            for (old, new) in moves {
+                let r = get(t, &old)?.ok_or_else(|| not_found(&old))?;
+                t.remove(old.as_str()).map_err(db_err)?;
+                put(t, &new, &r)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes a file, or a directory (with everything below it when `recursive`; it must be
+    /// empty otherwise). The blobs of removed files stay until garbage collection.
+    pub fn delete(&self, path: &str, recursive: bool) -> Result<()> {
+        let path = normalize(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid("the root directory cannot be deleted"));
+        }
+        let _guard = self.lock();
+        self.change(|t| {
+            match get(t, &path)? {
+                None => return Err(not_found(&path)),
+                Some(Record::File { .. }) => {}
+                Some(Record::Dir { .. }) => {
+                    let below = subtree_keys(t, &path)?;
+                    if !below.is_empty() && !recursive {
+                        return Err(Error::new(
+                            ErrorKind::NotEmpty,
+                            format!("directory /{path} is not empty"),
+                        ));
+                    }
+                    for key in below {
+                        t.remove(key.as_str()).map_err(db_err)?;
+                    }
+                }
+            }
+            t.remove(path.as_str()).map_err(db_err)?;
+            Ok(())
+        })
+    }
+}
+
+/// Creates the missing ancestors of `path` as directories; an ancestor that is a file fails.
+fn make_parents(t: &mut Table<&'static str, &'static [u8]>, path: &str, now: u64) -> Result<()> {
+    for a in ancestors(path) {
+        match get(t, a)? {
+            Some(Record::Dir { .. }) => {}
+            Some(Record::File { .. }) => return Err(not_a_dir(a)),
+            None => put(t, a, &Record::Dir { created_ms: now })?,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_normalized_and_checked() {
+        assert_eq!(normalize("/a//b/c/").unwrap(), "a/b/c");
+        assert_eq!(normalize("/").unwrap(), "");
+        assert_eq!(normalize("").unwrap(), "");
+        for bad in ["a/../b", "./a", "a\0b"] {
+            assert_eq!(normalize(bad).unwrap_err().kind, ErrorKind::InvalidArgument);
+        }
+        assert!(normalize(&"x".repeat(MAX_COMPONENT + 1)).is_err());
+        let long = vec!["y".repeat(200); 6].join("/");
+        assert!(normalize(&long).is_err());
+    }
+
+    #[test]
+    fn subtree_bounds_cover_exactly_the_subtree() {
+        assert_eq!(subtree_prefix("a/b"), "a/b/");
+        assert_eq!(subtree_end("a/b/").as_deref(), Some("a/b0"));
+        assert_eq!(subtree_end(""), None);
+        // Siblings that sort around the subtree stay outside it.
+        for outside in ["a/b", "a/b-c", "a/b0", "a/ba"] {
+            let p = subtree_prefix("a/b");
+            let inside = outside >= p.as_str() && outside < subtree_end(&p).unwrap().as_str();
+            assert!(!inside, "{outside}");
+        }
+        assert_eq!(ancestors("a/b/c").collect::<Vec<_>>(), ["a", "a/b"]);
+    }
+}
