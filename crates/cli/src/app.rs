@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
 use crate::fs_cmd::FsCommand;
+use crate::s3_cmd::S3Args;
 use crate::size::{format_size, parse_size};
 use crate::transfer::{copy_range, fill_writer, open_input};
 use crate::{bench, demo};
@@ -63,6 +64,8 @@ enum Command {
     Fs(FsCommand),
     /// List the providers the manager knows, with capacity and liveness.
     Providers,
+    /// Serve the S3 API over the cluster (buckets are top-level directories).
+    S3(S3Args),
     /// Storage demo: start an embedded cluster, write/append/read concurrently, report.
     Demo(demo::DemoArgs),
     /// Benchmarks (BlobSeer scenarios S1-S5, manager micro-benchmark, loopback TCP limit).
@@ -83,6 +86,15 @@ struct UpArgs {
     /// Acknowledge writes once in the page cache instead of after fdatasync.
     #[arg(long)]
     no_fsync: bool,
+    /// Also serve the S3 API on this address (port 0: any free port; printed on stdout).
+    #[arg(long, value_name = "HOST:PORT")]
+    s3: Option<String>,
+    /// Access keys file of the S3 gateway (see `tomus s3 --help`).
+    #[arg(long, value_name = "FILE", requires = "s3")]
+    s3_keys: Option<PathBuf>,
+    /// Let the S3 gateway accept unsigned requests.
+    #[arg(long, requires = "s3")]
+    s3_anonymous: bool,
 }
 
 #[derive(Args)]
@@ -210,10 +222,14 @@ where
             return e.exit_code();
         }
     };
-    let server = matches!(cli.command, Command::Manager(_) | Command::Provider(_));
+    let server = matches!(
+        cli.command,
+        Command::Manager(_) | Command::Provider(_) | Command::S3(_)
+    );
     let default_level = if server { "info" } else { "warn" };
+    // s3s logs every client error (a 404, a bad signature) at error level: off by default.
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOMUS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default_level},s3s=off")));
     // Fails only when a subscriber is already set (a second call in one process): keep it.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -254,7 +270,11 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
     let secret = ClusterSecret::load(cli.secret_file.as_deref())?;
     match cli.command {
-        Command::Up(a) => up(&cli.addr, a),
+        Command::Up(a) => up(&cli.addr, secret, a),
+        Command::S3(a) => {
+            let config = crate::s3_cmd::config(&cli.addr, secret, &a)?;
+            serve("s3", |ready| tomus_s3::run(config, Some(ready)))
+        }
         Command::Manager(a) => {
             let config = tomus_manager::ManagerConfig {
                 data_dir: a.data,
@@ -316,10 +336,24 @@ where
     })
 }
 
-fn up(addr: &str, a: UpArgs) -> Result<()> {
+fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result<()> {
     if a.providers == 0 {
         anyhow::bail!("--providers must be at least 1");
     }
+    let gateway = match &a.s3 {
+        Some(listen) => {
+            let args = S3Args {
+                listen: listen.clone(),
+                keys: a.s3_keys.clone(),
+                anonymous: a.s3_anonymous,
+                chunk_size: tomus_wire::DEFAULT_CHUNK_SIZE,
+                replication: 1,
+            };
+            // Checked before the cluster starts: bad keys fail fast.
+            Some(crate::s3_cmd::config("", secret, &args)?)
+        }
+        None => None,
+    };
     let mut spec = ClusterSpec::new(&a.data, a.providers);
     spec.manager_addr = addr.to_string();
     spec.memory_tier = a.memory_tier;
@@ -337,10 +371,36 @@ fn up(addr: &str, a: UpArgs) -> Result<()> {
     let _ = std::io::stdout().flush();
     let rt = runtime()?;
     rt.block_on(async {
+        let mut s3 = match gateway {
+            Some(mut config) => {
+                config.manager = cluster.addr.clone();
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let task = tokio::spawn(tomus_s3::run(config, Some(tx)));
+                if let Ok(s3_addr) = rx.await {
+                    println!("tomus s3 listening on {s3_addr}");
+                    let _ = std::io::stdout().flush();
+                }
+                Some(task)
+            }
+            None => None,
+        };
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => return Ok(()),
+                done = async {
+                    match s3.as_mut() {
+                        Some(task) => task.await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    s3 = None;
+                    match done {
+                        Ok(Err(e)) => return Err(anyhow::Error::from(e).context("S3 gateway")),
+                        Ok(Ok(())) => {}
+                        Err(e) => anyhow::bail!("S3 gateway task failed: {e}"),
+                    }
+                }
                 _ = tick.tick() => {
                     if let Some(what) = cluster.exited() {
                         anyhow::bail!("{what}; see the logs in {}", cluster.data_dir().join("logs").display());

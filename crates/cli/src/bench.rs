@@ -37,7 +37,8 @@ pub struct BenchArgs {
     /// Runs per point (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Scenarios: loopback, s1, s2, s3s4 (S3 and S4 interleaved), s5, manager.
+    /// Scenarios: loopback, s1, s2, s3s4 (S3 and S4 interleaved), s5, manager, objects (the S3
+    /// gateway's workload with the native client; not run by default).
     #[arg(
         long,
         default_value = "loopback,s1,s2,s3s4,s5,manager",
@@ -59,10 +60,17 @@ pub struct BenchArgs {
     /// Providers acknowledge from the page cache (default: after fdatasync).
     #[arg(long)]
     pub no_fsync: bool,
+    /// Measure this running cluster (its manager's address) instead of starting one; for
+    /// the client scenarios (s1, s2, s3s4, s5, objects).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub cluster: Option<String>,
+    /// Size of the large objects of the objects scenario.
+    #[arg(long, default_value = "128MiB", value_parser = parse_size)]
+    pub object_size: u64,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    const KNOWN: [&str; 6] = ["loopback", "s1", "s2", "s3s4", "s5", "manager"];
+    const KNOWN: [&str; 7] = ["loopback", "s1", "s2", "s3s4", "s5", "manager", "objects"];
     if let Some(bad) = args.scenarios.iter().find(|s| !KNOWN.contains(&s.as_str())) {
         bail!("unknown scenario {bad:?} (known: {})", KNOWN.join(", "));
     }
@@ -84,6 +92,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         eprintln!("bench: {scenario}");
         let named = if scenario == "loopback" {
             vec![("loopback".to_string(), rt.block_on(loopback())?)]
+        } else if let Some(addr) = args.cluster.as_deref().filter(|_| scenario != "manager") {
+            let dir = crate::scratch_dir(&format!("bench-{scenario}"));
+            rt.block_on(scenario_run(scenario, addr, &args, &dir))?
         } else {
             let dir = crate::scratch_dir(&format!("bench-{scenario}"));
             let mut spec = ClusterSpec::new(&dir, args.providers);
@@ -121,6 +132,7 @@ async fn scenario_run(
             vec![("s3".to_string(), s3), ("s4".to_string(), s4)]
         }
         "s5" => named(s5(&client, args).await?),
+        "objects" => named(crate::bench_objects::objects(&client, args).await?),
         "manager" => named(manager(addr, dir).await?),
         other => bail!("unknown scenario {other:?}"),
     })

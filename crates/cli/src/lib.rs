@@ -4,10 +4,12 @@
 
 pub mod app;
 pub mod bench;
+pub mod bench_objects;
 pub mod demo;
 pub mod embedded;
 pub mod fs_cmd;
 pub mod pattern;
+pub mod s3_cmd;
 pub mod size;
 pub mod transfer;
 

@@ -7,8 +7,10 @@ use tomus_wire::{unexpected, Error, ProviderInfo, Request, Response, Result};
 use crate::cluster::Cluster;
 
 pub fn new_chunk_id() -> ChunkId {
-    // Never ChunkId::ZEROS, which marks pieces that read as zeros.
-    ChunkId(rand::thread_rng().gen_range(1..=u128::MAX))
+    // From the OS, not a user-space generator: a forked child (Python multiprocessing) would
+    // repeat the parent's buffered values and store different chunks under one id. Never
+    // ChunkId::ZEROS, which marks pieces that read as zeros.
+    ChunkId(rand::rngs::OsRng.gen_range(1..=u128::MAX))
 }
 
 /// Stores `data` as one chunk on every provider of `replicas`; all must acknowledge.
@@ -40,6 +42,7 @@ pub async fn put_chunk(
         chunk: id,
         len: data.len() as u64,
         replicas: replicas.iter().map(|p| p.id).collect(),
+        chunk_offset: 0,
     })
 }
 

@@ -21,8 +21,8 @@ use tomus_metadata::{
     Segment, Span, StoredChunk, Version, WritePlan,
 };
 use tomus_wire::{
-    unexpected, Assignment, BlobInfo, ClusterSecret, Error, Placement, Pool, ProviderInfo, Request,
-    Response, Result, RpcConfig, VersionInfo, VersionList, WriteOp,
+    unexpected, Assignment, Attrs, BlobInfo, ClusterSecret, Error, Placement, Pool, ProviderInfo,
+    Request, Response, Result, RpcConfig, VersionInfo, VersionList, WriteOp,
 };
 
 use crate::cluster::Cluster;
@@ -133,6 +133,12 @@ impl Client {
         self.cluster.providers().await
     }
 
+    /// A handle on the blob described by `info` (e.g. from a namespace entry), without asking
+    /// the manager.
+    pub fn blob(&self, info: &BlobInfo) -> Blob {
+        self.blob_handle(info.clone())
+    }
+
     fn blob_handle(&self, info: BlobInfo) -> Blob {
         Blob {
             client: self.clone(),
@@ -148,6 +154,25 @@ fn local_host_towards(addr: &str) -> Option<String> {
     let sock = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
     sock.connect(addr).ok()?;
     Some(sock.local_addr().ok()?.ip().to_string())
+}
+
+/// What a commit publishes with its version, and the condition it sets.
+#[derive(Clone, Debug, Default)]
+pub struct CommitOptions {
+    /// Attributes published atomically with the version (see [`Attrs`]).
+    pub attrs: Attrs,
+    /// Commit only if the blob's size after every version assigned so far is this (an append
+    /// at a known offset); a `PreconditionFailed` error otherwise, with nothing published.
+    pub expect_size: Option<u64>,
+}
+
+/// A byte range of a published version of a blob: one source of [`Blob::compose`].
+#[derive(Clone)]
+pub struct Extent {
+    pub blob: Blob,
+    pub version: Version,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// A handle on one blob. Cheap to clone.
@@ -226,6 +251,40 @@ impl Blob {
         self.commit(op, chunks).await
     }
 
+    /// Makes the concatenation of `sources` the whole new content without copying any data:
+    /// the new version's metadata refers to the chunks the sources' bytes are stored in (a
+    /// copy or a multipart upload made of metadata only). Returns the new version's record.
+    pub async fn compose(
+        &self,
+        sources: &[Extent],
+        options: &CommitOptions,
+    ) -> Result<VersionInfo> {
+        let resolves: Vec<_> = sources
+            .iter()
+            .map(|s| async move {
+                s.blob
+                    .segments(s.offset, s.len, Some(s.version))
+                    .await
+                    .map(|(_, segs)| segs)
+            })
+            .collect();
+        let resolved: Vec<Vec<Segment>> = stream::iter(resolves)
+            .buffered(self.client.options.parallelism)
+            .try_collect()
+            .await?;
+        let chunks: Vec<StoredChunk> = resolved
+            .iter()
+            .flatten()
+            .map(StoredChunk::from_segment)
+            .collect();
+        self.commit_with(
+            WriteOp::Replace { size: len(&chunks) },
+            chunks,
+            Some(options),
+        )
+        .await
+    }
+
     async fn commit_replace(&self, chunks: Vec<StoredChunk>) -> Result<Version> {
         let size = len(&chunks);
         if size == 0 {
@@ -241,12 +300,27 @@ impl Blob {
     }
 
     /// Gets a version for stored `chunks`, stores its metadata and waits for publication.
-    async fn commit(&self, op: WriteOp, mut chunks: Vec<StoredChunk>) -> Result<VersionInfo> {
-        let assignment = match self
-            .cluster()
-            .manager_call(&Request::Assign { blob: self.id, op })
-            .await?
-        {
+    async fn commit(&self, op: WriteOp, chunks: Vec<StoredChunk>) -> Result<VersionInfo> {
+        self.commit_with(op, chunks, None).await
+    }
+
+    /// [`Blob::commit`] with attributes and a condition.
+    async fn commit_with(
+        &self,
+        op: WriteOp,
+        mut chunks: Vec<StoredChunk>,
+        options: Option<&CommitOptions>,
+    ) -> Result<VersionInfo> {
+        let req = match options {
+            None => Request::Assign { blob: self.id, op },
+            Some(o) => Request::AssignWith {
+                blob: self.id,
+                op,
+                attrs: o.attrs.clone(),
+                expect_size: o.expect_size,
+            },
+        };
+        let assignment = match self.cluster().manager_call(&req).await? {
             Response::Assigned(a) => a,
             other => return Err(unexpected(&other)),
         };
@@ -257,6 +331,7 @@ impl Blob {
                 chunk: ChunkId::ZEROS,
                 len: assignment.span.size - data,
                 replicas: Vec::new(),
+                chunk_offset: 0,
             });
         }
         self.store_metadata(&assignment, &chunks).await?;
@@ -376,6 +451,18 @@ impl Blob {
         Ok(self.stat(version).await?.size)
     }
 
+    /// Every published version with its attributes.
+    pub async fn versions_attrs(&self) -> Result<Vec<(VersionInfo, Attrs)>> {
+        match self
+            .cluster()
+            .manager_call(&Request::VersionsAttrs { blob: self.id })
+            .await?
+        {
+            Response::VersionsAttrs(v) => Ok(v),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     pub async fn versions(&self) -> Result<VersionList> {
         match self
             .cluster()
@@ -395,6 +482,17 @@ impl Blob {
         version: Option<Version>,
     ) -> Result<(VersionInfo, Vec<Segment>)> {
         let info = self.stat(version).await?;
+        let segments = self.segments_at(&info, offset, size).await?;
+        Ok((info, segments))
+    }
+
+    /// Segments of `[offset, offset + size)` of the version `info` describes.
+    async fn segments_at(
+        &self,
+        info: &VersionInfo,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<Segment>> {
         let end = offset
             .checked_add(size)
             .ok_or_else(|| Error::out_of_range("offset + size overflows"))?;
@@ -405,7 +503,7 @@ impl Blob {
             )));
         }
         if size == 0 {
-            return Ok((info, Vec::new()));
+            return Ok(Vec::new());
         }
         let root = NodeRef {
             version: info.version,
@@ -417,7 +515,7 @@ impl Blob {
             blob: self.id,
         };
         let segments = resolve_range(root, Span::new(offset, size), &source).await?;
-        Ok((info, coalesce(segments)))
+        Ok(coalesce(segments))
     }
 
     /// Reads `size` bytes at `offset` of `version` (`None`: latest published).
@@ -436,6 +534,30 @@ impl Blob {
         version: Option<Version>,
     ) -> Result<Version> {
         let (info, segments) = self.segments(offset, buf.len() as u64, version).await?;
+        self.read_segments(segments, buf).await?;
+        Ok(info.version)
+    }
+
+    /// Fills `buf` with the bytes at `offset` of the published version `info` describes (from
+    /// [`Blob::stat`] or a namespace lookup), saving the version lookup of [`Blob::read_into`].
+    pub async fn read_version_into(
+        &self,
+        info: &VersionInfo,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        if info.blob != self.id {
+            return Err(Error::invalid(format!(
+                "version record of blob {} used to read blob {}",
+                info.blob, self.id
+            )));
+        }
+        let segments = self.segments_at(info, offset, buf.len() as u64).await?;
+        self.read_segments(segments, buf).await
+    }
+
+    /// Fetches `segments` (which tile `buf`) into `buf`, in parallel.
+    async fn read_segments(&self, segments: Vec<Segment>, buf: &mut [u8]) -> Result<()> {
         let mut jobs: Vec<(ChunkPiece, &mut [u8])> = Vec::new();
         let mut rest = buf;
         for seg in segments {
@@ -454,8 +576,7 @@ impl Blob {
         stream::iter(reads)
             .buffer_unordered(self.client.options.parallelism)
             .try_collect::<()>()
-            .await?;
-        Ok(info.version)
+            .await
     }
 
     /// Which providers hold each part of `[offset, offset + size)` at `version`.
@@ -559,6 +680,35 @@ impl BlobWriter {
     pub async fn commit_replace(mut self) -> Result<Version> {
         self.flush_buffer().await?;
         self.blob.commit_replace(self.chunks).await
+    }
+
+    /// Publishes the data (possibly none) as the blob's whole new content with `options`;
+    /// always a new version (one per S3 PUT), returned as its record.
+    pub async fn commit_replace_with(mut self, options: &CommitOptions) -> Result<VersionInfo> {
+        self.flush_buffer().await?;
+        let op = WriteOp::Replace {
+            size: len(&self.chunks),
+        };
+        self.blob.commit_with(op, self.chunks, Some(options)).await
+    }
+
+    /// Publishes the data as one append with `options`; `None` when nothing was written.
+    pub async fn commit_append_with(
+        mut self,
+        options: &CommitOptions,
+    ) -> Result<Option<VersionInfo>> {
+        self.flush_buffer().await?;
+        if self.chunks.is_empty() {
+            return Ok(None);
+        }
+        let op = WriteOp::Append {
+            size: len(&self.chunks),
+        };
+        let info = self
+            .blob
+            .commit_with(op, self.chunks, Some(options))
+            .await?;
+        Ok(Some(info))
     }
 
     /// Publishes the data as one append; `None` when nothing was written.

@@ -1,8 +1,10 @@
 //! The file namespace: paths mapped to blobs by the manager (directories, files, rename,
 //! delete). A file's content is its blob; every close of a written file is a version.
 
+use tomus_metadata::Version;
 use tomus_wire::{
-    unexpected, EntryKind, Error, ErrorKind, FsEntry, Request, Response, Result, DEFAULT_CHUNK_SIZE,
+    unexpected, Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Request, Response, Result,
+    DEFAULT_CHUNK_SIZE,
 };
 
 use crate::{Blob, Client};
@@ -125,6 +127,43 @@ impl Namespace {
         };
         match self.call(req).await? {
             Response::Entries(e) => Ok(e),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The file `path` with one of its versions (`None`: the latest published) and that
+    /// version's attributes, in one round trip.
+    pub async fn object(&self, path: &str, version: Option<Version>) -> Result<(ObjectInfo, Blob)> {
+        let req = Request::FsObject {
+            path: path.into(),
+            version,
+        };
+        match self.call(req).await? {
+            Response::Object(o) => {
+                let blob = self.blob_of(&o.entry)?;
+                Ok((o, blob))
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// [`Namespace::list_page`] with the attributes of each file's latest published version
+    /// (empty for directories).
+    pub async fn list_page_attrs(
+        &self,
+        path: &str,
+        recursive: bool,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<(FsEntry, Attrs)>> {
+        let req = Request::FsListAttrs {
+            path: path.into(),
+            recursive,
+            start_after: start_after.map(str::to_string),
+            limit,
+        };
+        match self.call(req).await? {
+            Response::EntriesAttrs(e) => Ok(e),
             other => Err(unexpected(&other)),
         }
     }

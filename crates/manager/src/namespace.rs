@@ -10,16 +10,17 @@ use std::sync::{Arc, Mutex};
 
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
-use tomus_metadata::BlobId;
-use tomus_wire::{EntryKind, Error, ErrorKind, FsEntry, Result};
+use tomus_metadata::{BlobId, Version};
+use tomus_wire::{Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result};
 
 use crate::store::{db_err, decode, encode, Store};
 use crate::versions::{now_ms, VersionManager};
 
 const NAMESPACE: TableDefinition<&str, &[u8]> = TableDefinition::new("namespace");
 
-/// Longest path (bytes), as S3 keys; longest component, as most file systems.
-pub const MAX_PATH: usize = 1024;
+/// Longest path (bytes): an S3 key (1024) under a bucket name (63) and `/`; longest
+/// component, as most file systems.
+pub const MAX_PATH: usize = 1024 + 64;
 pub const MAX_COMPONENT: usize = 255;
 /// Most entries one listing call returns.
 pub const MAX_LIST: u32 = 10_000;
@@ -335,6 +336,54 @@ impl Namespace {
             break;
         }
         Ok(out)
+    }
+
+    /// The file at `path` with one of its versions (`None`: the latest published) and that
+    /// version's attributes.
+    pub fn object(&self, path: &str, version: Option<Version>) -> Result<ObjectInfo> {
+        let entry = self.stat(path)?;
+        let blob = match (&entry.kind, &entry.blob) {
+            (EntryKind::File, Some(b)) => b.id,
+            _ => return Err(is_a_dir(&entry.path)),
+        };
+        let version = self.versions.version(blob, version)?;
+        let attrs = match version.version {
+            0 => Attrs::new(),
+            v => self.versions.attrs(&[(blob, v)])?.pop().unwrap_or_default(),
+        };
+        Ok(ObjectInfo {
+            entry,
+            version,
+            attrs,
+        })
+    }
+
+    /// [`Namespace::list`] with the attributes of each file's latest published version.
+    pub fn list_attrs(
+        &self,
+        path: &str,
+        recursive: bool,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<(FsEntry, Attrs)>> {
+        let entries = self.list(path, recursive, start_after, limit)?;
+        let keys: Vec<(BlobId, Version)> = entries
+            .iter()
+            .filter_map(|e| e.blob.as_ref())
+            .filter(|b| b.latest > 0)
+            .map(|b| (b.id, b.latest))
+            .collect();
+        let mut attrs = self.versions.attrs(&keys)?.into_iter();
+        Ok(entries
+            .into_iter()
+            .map(|e| {
+                let a = match &e.blob {
+                    Some(b) if b.latest > 0 => attrs.next().unwrap_or_default(),
+                    _ => Attrs::new(),
+                };
+                (e, a)
+            })
+            .collect())
     }
 
     /// Moves a file or a directory tree to `to` (creating its parents); an existing file at

@@ -129,6 +129,29 @@ impl ManagerService {
                     .await?;
                 Response::Ok
             }
+            Request::AssignWith {
+                blob,
+                op,
+                attrs,
+                expect_size,
+            } => Response::Assigned(self.versions.assign_with(blob, op, attrs, expect_size)?),
+            Request::VersionsAttrs { blob } => {
+                Response::VersionsAttrs(self.versions.versions_attrs(blob)?)
+            }
+            Request::FsObject { path, version } => {
+                Response::Object(self.namespace(move |ns| ns.object(&path, version)).await?)
+            }
+            Request::FsListAttrs {
+                path,
+                recursive,
+                start_after,
+                limit,
+            } => {
+                let list = move |ns: &Namespace| {
+                    ns.list_attrs(&path, recursive, start_after.as_deref(), limit)
+                };
+                Response::EntriesAttrs(self.namespace(list).await?)
+            }
             Request::PutChunk { .. }
             | Request::GetChunk { .. }
             | Request::PutNodes { .. }

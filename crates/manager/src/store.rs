@@ -6,7 +6,7 @@ use std::path::Path;
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, ProviderId, Version};
-use tomus_wire::{Error, Result, VersionInfo};
+use tomus_wire::{Attrs, Error, Result, VersionInfo};
 
 const BLOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("blobs");
 /// Key: (blob, version). Only published versions are stored.
@@ -17,6 +17,8 @@ const ABORTED: TableDefinition<(u64, u64), u64> = TableDefinition::new("aborted"
 const RESERVED: TableDefinition<u64, u64> = TableDefinition::new("reserved");
 const PROVIDERS: TableDefinition<u32, &[u8]> = TableDefinition::new("providers");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+/// Key: (blob, version); value: the version's attributes. Only versions that have some.
+const ATTRS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("attrs");
 
 /// A blob's durable record.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -53,10 +55,13 @@ pub(crate) fn decode<T: for<'a> Deserialize<'a>>(b: &[u8]) -> Result<T> {
     bincode::deserialize(b).map_err(db_err)
 }
 
-/// One publication: the versions made visible and the blob's new record.
+/// One publication: the versions made visible (with their attributes) and the blob's new
+/// record.
 pub struct Publication {
     pub blob: BlobRecord,
     pub versions: Vec<VersionInfo>,
+    /// Attributes of the versions that have some, committed in the same transaction.
+    pub attrs: Vec<(tomus_metadata::Version, Attrs)>,
 }
 
 impl Store {
@@ -71,6 +76,7 @@ impl Store {
             txn.open_table(RESERVED).map_err(db_err)?;
             txn.open_table(PROVIDERS).map_err(db_err)?;
             txn.open_table(COUNTERS).map_err(db_err)?;
+            txn.open_table(ATTRS).map_err(db_err)?;
         }
         txn.commit().map_err(db_err)?;
         Ok(Store { db })
@@ -184,10 +190,16 @@ impl Store {
         {
             let mut blobs = txn.open_table(BLOBS).map_err(db_err)?;
             let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;
+            let mut attrs = txn.open_table(ATTRS).map_err(db_err)?;
             for p in batch {
                 for v in &p.versions {
                     versions
                         .insert((v.blob, v.version), encode(v)?.as_slice())
+                        .map_err(db_err)?;
+                }
+                for (v, a) in &p.attrs {
+                    attrs
+                        .insert((p.blob.id, *v), encode(a)?.as_slice())
                         .map_err(db_err)?;
                 }
                 blobs
@@ -205,6 +217,18 @@ impl Store {
             Some(v) => Ok(Some(decode(v.value())?)),
             None => Ok(None),
         }
+    }
+
+    /// Attributes of each (blob, version) (empty when it has none), in one read transaction.
+    pub fn attrs(&self, keys: &[(BlobId, Version)]) -> Result<Vec<Attrs>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(ATTRS).map_err(db_err)?;
+        keys.iter()
+            .map(|k| match t.get(*k).map_err(db_err)? {
+                Some(v) => decode(v.value()),
+                None => Ok(Attrs::new()),
+            })
+            .collect()
     }
 
     pub fn versions(&self, blob: BlobId) -> Result<Vec<VersionInfo>> {

@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tomus_metadata::{capacity_for, BlobId, Span, Version};
 use tomus_wire::{
-    Assignment, BlobInfo, Error, ErrorKind, Result, VersionInfo, VersionList, VersionState,
-    WriteOp, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
+    Assignment, Attrs, BlobInfo, Error, ErrorKind, Result, VersionInfo, VersionList, VersionState,
+    WriteOp, MAX_ATTRS_BYTES, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
 
 use crate::store::{BlobRecord, Publication, Store};
@@ -30,6 +30,8 @@ const COMPLETE_WAIT: Duration = Duration::from_secs(20);
 struct Pending {
     info: VersionInfo,
     completed: bool,
+    /// Published with the version.
+    attrs: Attrs,
 }
 
 struct BlobState {
@@ -229,17 +231,42 @@ impl VersionManager {
 
     /// Assigns the next version of `blob` for `op`.
     pub fn assign(&self, blob: BlobId, op: WriteOp) -> Result<Assignment> {
+        self.assign_with(blob, op, Attrs::new(), None)
+    }
+
+    /// Assigns the next version of `blob` for `op`, to be published with `attrs`; with
+    /// `expect_size`, only if the size after every assigned version is that.
+    pub fn assign_with(
+        &self,
+        blob: BlobId,
+        op: WriteOp,
+        attrs: Attrs,
+        expect_size: Option<u64>,
+    ) -> Result<Assignment> {
+        let attr_bytes: usize = attrs.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if attr_bytes > MAX_ATTRS_BYTES {
+            return Err(Error::invalid(format!(
+                "version attributes hold {attr_bytes} bytes; the limit is {MAX_ATTRS_BYTES}"
+            )));
+        }
         let slot = self.slot(blob)?;
         let mut s = slot.lock();
+        if let Some(expected) = expect_size.filter(|e| *e != s.assigned_size) {
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "blob {blob} has size {} (counting writes in flight), not {expected}",
+                    s.assigned_size
+                ),
+            ));
+        }
         let (offset, size, append) = match op {
             WriteOp::Write { size: 0, .. } => return Err(Error::invalid("empty write")),
             WriteOp::Append { size: 0 } => return Err(Error::invalid("zero-length append")),
-            WriteOp::Replace { size: 0 } if s.assigned_size == 0 => {
-                return Err(Error::invalid("replacing empty content with empty content"))
-            }
             WriteOp::Write { offset, size } => (offset, size, false),
             WriteOp::Append { size } => (s.assigned_size, size, true),
-            // Spans the old content too, so the part past the new size is cleared.
+            // Spans the old content too, so the part past the new size is cleared. Empty by
+            // empty gives an empty span: a version that changes no byte (new attributes).
             WriteOp::Replace { size } => (0, size.max(s.assigned_size), false),
         };
         let end = offset
@@ -284,6 +311,7 @@ impl VersionManager {
                     published_ms: 0,
                 },
                 completed: false,
+                attrs,
             },
         );
         s.next_version += 1;
@@ -342,6 +370,7 @@ impl VersionManager {
         // skipped by a restart were never assigned, so the next pending entry is the next
         // version to publish.
         let mut batch = Vec::new();
+        let mut attrs = Vec::new();
         let now = now_ms();
         for p in s.pending.range(s.sent_upto + 1..).map(|(_, p)| p) {
             if !p.completed {
@@ -350,6 +379,9 @@ impl VersionManager {
             let mut info = p.info.clone();
             info.state = VersionState::Published;
             info.published_ms = now;
+            if !p.attrs.is_empty() {
+                attrs.push((info.version, p.attrs.clone()));
+            }
             batch.push(info);
         }
         let Some(last) = batch.last() else { return };
@@ -365,6 +397,7 @@ impl VersionManager {
         let _ = self.commits.send(Publication {
             blob: record,
             versions: batch,
+            attrs,
         });
     }
 
@@ -433,6 +466,19 @@ impl VersionManager {
             ErrorKind::VersionAborted,
             format!("version {v} of blob {blob} was aborted and holds no data"),
         ))
+    }
+
+    /// Attributes of published versions of blobs (empty for versions that have none).
+    pub fn attrs(&self, keys: &[(BlobId, Version)]) -> Result<Vec<Attrs>> {
+        self.store.attrs(keys)
+    }
+
+    /// Every published version of `blob` with its attributes.
+    pub fn versions_attrs(&self, blob: BlobId) -> Result<Vec<(VersionInfo, Attrs)>> {
+        let versions = self.versions(blob)?.versions;
+        let keys: Vec<_> = versions.iter().map(|v| (blob, v.version)).collect();
+        let attrs = self.store.attrs(&keys)?;
+        Ok(versions.into_iter().zip(attrs).collect())
     }
 
     pub fn versions(&self, blob: BlobId) -> Result<VersionList> {

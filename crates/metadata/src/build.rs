@@ -56,8 +56,10 @@ impl WritePlan<'_> {
     fn validate(&self) -> Result<(), MetaError> {
         let total: u64 = self.chunks.iter().map(|c| c.len).sum();
         let bad = |m: String| Err(MetaError::Inconsistent(m));
-        if self.span.size == 0 {
-            return bad("empty write".into());
+        // An empty span is a version that changes no byte (it carries attributes, or
+        // replaces empty content by empty content): it gets a root and no leaves of its own.
+        if self.span.size == 0 && !self.chunks.is_empty() {
+            return bad("empty write with chunks".into());
         }
         if total != self.span.size {
             return bad(format!(
@@ -109,7 +111,7 @@ impl WritePlan<'_> {
                 start,
                 len: c.len,
                 chunk: c.chunk,
-                chunk_offset: 0,
+                chunk_offset: c.chunk_offset,
                 replicas: c.replicas.clone(),
             };
             if let Some(p) = piece.clip(&slot) {
@@ -162,7 +164,7 @@ pub async fn build_version<S: NodeSource>(
     plan.validate()?;
     let cs = plan.chunk_size;
     let mut out = Vec::new();
-    if let Some(p) = plan.published {
+    if let (Some(p), false) = (plan.published, plan.span.size == 0) {
         // Only the two borders of the write need the published tree.
         let borders = [
             Span::new(plan.span.offset, 1),

@@ -128,14 +128,38 @@ pub enum Node {
     },
 }
 
-/// A physical chunk of a write's data, in data order: the write's bytes
-/// `[data_offset, data_offset + len)` were stored as chunk `chunk` on `replicas`
-/// ([`ChunkId::ZEROS`] with no replicas: a run of zeros that is not stored).
+/// A physical chunk of a write's data, in data order: the write's next `len` bytes are bytes
+/// `[chunk_offset, chunk_offset + len)` of chunk `chunk` on `replicas` ([`ChunkId::ZEROS`]
+/// with no replicas: a run of zeros that is not stored). A freshly stored chunk is used whole
+/// (`chunk_offset` 0); a composed version (a copy or a multipart upload made of metadata only)
+/// refers to pieces of chunks stored by earlier writes, possibly of other blobs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredChunk {
     pub chunk: ChunkId,
     pub len: u64,
     pub replicas: Vec<ProviderId>,
+    #[serde(default)]
+    pub chunk_offset: u64,
+}
+
+impl StoredChunk {
+    /// The chunk data of a read segment, as a piece of a new version.
+    pub fn from_segment(seg: &Segment) -> StoredChunk {
+        match seg {
+            Segment::Zeros(span) => StoredChunk {
+                chunk: ChunkId::ZEROS,
+                len: span.size,
+                replicas: Vec::new(),
+                chunk_offset: 0,
+            },
+            Segment::Data(p) => StoredChunk {
+                chunk: p.chunk,
+                len: p.len,
+                replicas: p.replicas.clone(),
+                chunk_offset: p.chunk_offset,
+            },
+        }
+    }
 }
 
 /// What a reader gets for a range: data from a chunk, or zeros.

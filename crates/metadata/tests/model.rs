@@ -30,8 +30,20 @@ impl NodeSource for MemSource {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { offset: u64, len: u64 },
-    Append { len: u64 },
+    Write {
+        offset: u64,
+        len: u64,
+    },
+    Append {
+        len: u64,
+    },
+    /// Writes, at `offset`, a range of the latest published version as pieces of its chunks
+    /// (a composed version: no data stored).
+    Copy {
+        from: u64,
+        len: u64,
+        offset: u64,
+    },
 }
 
 struct Assigned {
@@ -41,6 +53,8 @@ struct Assigned {
     published: Option<PublishedTree>,
     in_flight: Vec<InFlight>,
     data: Vec<u8>,
+    /// For a copy: the published version and range its data comes from.
+    source: Option<(PublishedTree, Span)>,
 }
 
 /// A minimal version manager + writer simulation.
@@ -78,18 +92,35 @@ impl Sim {
     }
 
     fn assign(&mut self, op: &Op, fill: u8) {
+        let mut source = None;
         let (offset, len) = match *op {
             Op::Write { offset, len } => (offset, len),
             Op::Append { len } => (self.size, len),
+            Op::Copy { from, len, offset } => {
+                let Some(p) = self.published else { return };
+                let size = self.sizes[p.version as usize];
+                if size == 0 {
+                    return;
+                }
+                let from = from % size;
+                let len = len.min(size - from);
+                source = Some((p, Span::new(from, len)));
+                (offset, len)
+            }
         };
         let version = self.next_version;
         self.next_version += 1;
         let end = offset + len;
         self.size = self.size.max(end);
         self.capacity = self.capacity.max(capacity_for(self.cs, self.size));
-        let data: Vec<u8> = (0..len)
-            .map(|i| fill.wrapping_add((i % 251) as u8) | 1)
-            .collect();
+        let data: Vec<u8> = match source {
+            Some((p, span)) => {
+                self.model[p.version as usize][span.offset as usize..span.end() as usize].to_vec()
+            }
+            None => (0..len)
+                .map(|i| fill.wrapping_add((i % 251) as u8) | 1)
+                .collect(),
+        };
         let mut content = self.model.last().unwrap().clone();
         content.resize(self.size as usize, 0);
         content[offset as usize..end as usize].copy_from_slice(&data);
@@ -112,6 +143,7 @@ impl Sim {
             published: self.published,
             in_flight,
             data,
+            source,
         };
         self.pending.insert(version, (a, false));
     }
@@ -129,13 +161,18 @@ impl Sim {
         }
         let v = open[pick % open.len()];
         let (a, _) = &self.pending[&v];
-        // Store the data as chunks of varying size (at most one chunk size each).
         let mut stored = Vec::new();
+        if let Some((p, span)) = a.source {
+            // Composed: the pieces of the source range, referenced, not copied.
+            let segs = block_on(resolve_range(p.root(), span, &self.source)).expect("resolve");
+            stored = segs.iter().map(StoredChunk::from_segment).collect();
+        }
+        // Store the data as chunks of varying size (at most one chunk size each).
         let step = match cut % self.cs {
             0 => self.cs,
             r => r,
         };
-        let mut at = 0usize;
+        let mut at = if a.source.is_some() { a.data.len() } else { 0 };
         while at < a.data.len() {
             let n = (step as usize).min(a.data.len() - at);
             let id = ChunkId(self.next_chunk);
@@ -145,6 +182,7 @@ impl Sim {
                 chunk: id,
                 len: n as u64,
                 replicas: vec![1],
+                chunk_offset: 0,
             });
             at += n;
         }
@@ -206,6 +244,13 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0u64..400, 1u64..120).prop_map(|(offset, len)| Op::Write { offset, len }),
         (1u64..90).prop_map(|len| Op::Append { len }),
+        // A version that changes no byte (it only carries attributes).
+        Just(Op::Write { offset: 0, len: 0 }),
+        (0u64..1000, 1u64..300, 0u64..500).prop_map(|(from, len, offset)| Op::Copy {
+            from,
+            len,
+            offset
+        }),
     ]
 }
 

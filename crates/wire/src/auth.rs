@@ -87,7 +87,8 @@ pub fn check_bind(addr: &SocketAddr, secret: Option<&ClusterSecret>) -> Result<(
 
 fn nonce() -> [u8; 32] {
     let mut n = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut n);
+    // From the OS: a forked child must not repeat its parent's nonces.
+    rand::rngs::OsRng.fill_bytes(&mut n);
     n
 }
 

@@ -35,6 +35,9 @@ pub enum ErrorKind {
     IsADirectory,
     /// A path goes through, or names, a file where a directory is needed.
     NotADirectory,
+    /// A condition the request set on the current state did not hold (e.g. the size an
+    /// append at a known offset expected).
+    PreconditionFailed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

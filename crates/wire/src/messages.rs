@@ -3,6 +3,8 @@
 //! Bulk data (chunk contents) never goes through these enums: it travels as the frame's raw body
 //! next to the encoded header, so it is read straight into its final buffer.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, ChunkId, Node, NodeKey, ProviderId, Span, Version};
 
@@ -66,6 +68,22 @@ pub enum WriteOp {
     Replace {
         size: u64,
     },
+}
+
+/// Attributes of a version (through the S3 gateway: an object's ETag, content type and user
+/// metadata). Set by the version's writer with its assignment and published atomically with
+/// it; immutable afterwards. Opaque to the store.
+pub type Attrs = BTreeMap<String, String>;
+
+/// Most bytes (keys and values together) a version's attributes may hold.
+pub const MAX_ATTRS_BYTES: usize = 16 << 10;
+
+/// A file with one of its versions and that version's attributes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectInfo {
+    pub entry: FsEntry,
+    pub version: VersionInfo,
+    pub attrs: Attrs,
 }
 
 /// The versions of a blob: every published version, and the ranges of version numbers that
@@ -251,6 +269,35 @@ pub enum Request {
         targets: Vec<Span>,
         limit: u32,
     },
+
+    // ---- manager: version attributes and conditional assignment (added after the above, so
+    // the encoding of earlier requests is unchanged)
+    /// [`Request::Assign`] with attributes published with the version; with `expect_size`,
+    /// only if the blob's size after every version assigned so far is that (an append at a
+    /// known offset), else a `PreconditionFailed` error.
+    AssignWith {
+        blob: BlobId,
+        op: WriteOp,
+        attrs: Attrs,
+        expect_size: Option<u64>,
+    },
+    /// Every published version of a blob with its attributes.
+    VersionsAttrs {
+        blob: BlobId,
+    },
+    /// The file at `path`, one of its versions (`None`: the latest published) and that
+    /// version's attributes, in one round trip.
+    FsObject {
+        path: String,
+        version: Option<Version>,
+    },
+    /// [`Request::FsList`] with the attributes of each file's latest published version.
+    FsListAttrs {
+        path: String,
+        recursive: bool,
+        start_after: Option<String>,
+        limit: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,6 +318,10 @@ pub enum Response {
     Path(Vec<(tomus_metadata::NodeRef, Node)>),
     Entry(FsEntry),
     Entries(Vec<FsEntry>),
+    VersionsAttrs(Vec<(VersionInfo, Attrs)>),
+    Object(ObjectInfo),
+    /// Entries with attributes (empty for directories).
+    EntriesAttrs(Vec<(FsEntry, Attrs)>),
 }
 
 impl Response {

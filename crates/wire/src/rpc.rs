@@ -11,14 +11,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::auth::{self, ClusterSecret};
 use crate::error::{Error, ErrorKind, Result};
 use crate::frame::{read_frame, read_frame_to, write_frame, write_head, Body, BodySink};
 use crate::messages::{Request, Response};
 
-/// Idle connections kept per peer.
-const MAX_IDLE_PER_PEER: usize = 64;
+/// Connections open to one peer at most (busy or idle): more would only queue at the peer,
+/// and a burst beyond its listen backlog would fail handshakes instead of waiting.
+const MAX_CONNS_PER_PEER: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct RpcConfig {
@@ -37,18 +39,40 @@ impl Default for RpcConfig {
     }
 }
 
+/// The connections to one peer: idle ones, and permits for every open one.
+struct Peer {
+    idle: Vec<TcpStream>,
+    slots: Arc<Semaphore>,
+}
+
 /// A pool of authenticated connections to any number of peers.
 pub struct Pool {
     config: RpcConfig,
-    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    peers: Mutex<HashMap<String, Peer>>,
 }
 
 impl Pool {
     pub fn new(config: RpcConfig) -> Arc<Self> {
         Arc::new(Pool {
             config,
-            idle: Mutex::new(HashMap::new()),
+            peers: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Waits for one of the peer's connection slots (held until the call ends).
+    async fn slot(&self, addr: &str) -> Result<OwnedSemaphorePermit> {
+        let slots = {
+            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            let peer = peers.entry(addr.to_string()).or_insert_with(|| Peer {
+                idle: Vec::new(),
+                slots: Arc::new(Semaphore::new(MAX_CONNS_PER_PEER)),
+            });
+            peer.slots.clone()
+        };
+        slots
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::internal("connection pool closed"))
     }
 
     pub fn config(&self) -> &RpcConfig {
@@ -104,6 +128,7 @@ impl Pool {
         timeout: Duration,
         mut sink: BodySink<'_>,
     ) -> Result<(Response, Body)> {
+        let _slot = self.slot(addr).await?;
         let pooled = self.take_idle(addr);
         let reused = pooled.is_some();
         let stream = match pooled {
@@ -181,15 +206,15 @@ impl Pool {
     }
 
     fn take_idle(&self, addr: &str) -> Option<TcpStream> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.get_mut(addr).and_then(|v| v.pop())
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.get_mut(addr).and_then(|p| p.idle.pop())
     }
 
+    /// Keeps a connection for reuse; there are never more than the peer's slots.
     fn put_idle(&self, addr: &str, stream: TcpStream) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let list = idle.entry(addr.to_string()).or_default();
-        if list.len() < MAX_IDLE_PER_PEER {
-            list.push(stream);
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(peer) = peers.get_mut(addr) {
+            peer.idle.push(stream);
         }
     }
 }

@@ -1,0 +1,91 @@
+//! An S3-compatible gateway over a tomus cluster (`tomus s3`).
+//!
+//! Buckets are the top-level directories of the namespace and objects are the files below
+//! them, so what `tomus fs` or fsspec writes is an object and back. Every PUT is one version
+//! of the file's blob; ETag, content type and user metadata are attributes published with
+//! that version. CopyObject and CompleteMultipartUpload compose new versions from existing
+//! chunks without moving data. The protocol (routing, XML, SigV4) is the `s3s` crate's.
+
+mod auth;
+mod buckets;
+mod deletes;
+mod errors;
+mod listing;
+mod meta;
+mod multipart;
+mod objects;
+mod paths;
+mod server;
+mod service;
+mod versions;
+mod writes;
+
+use tokio::net::TcpListener;
+use tomus_client::{Client, ClientOptions, CreateOptions};
+use tomus_wire::{check_bind, Error, Result};
+
+pub use auth::{Keys, ACCESS_KEY_ENV, SECRET_KEY_ENV};
+pub use service::Gateway;
+
+/// How to run a gateway.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// `host:port` to listen on (port 0: any free port).
+    pub listen: String,
+    /// The manager's address.
+    pub manager: String,
+    /// How to reach the cluster (its secret, timeouts).
+    pub client: ClientOptions,
+    /// Access keys whose signatures are accepted.
+    pub keys: Keys,
+    /// Also accept unsigned requests.
+    pub anonymous: bool,
+    /// Chunk size and replication of the files new objects create.
+    pub files: CreateOptions,
+}
+
+/// Runs the gateway until the task is dropped. Sends the bound address on `ready` once it
+/// accepts connections.
+pub async fn run(
+    config: GatewayConfig,
+    ready: Option<tokio::sync::oneshot::Sender<String>>,
+) -> Result<()> {
+    if config.keys.is_empty() && !config.anonymous {
+        return Err(Error::invalid(format!(
+            "no S3 access keys: set {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}, pass --keys FILE, \
+             or allow unsigned requests with --anonymous"
+        )));
+    }
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| Error::invalid(format!("cannot listen on {}: {e}", config.listen)))?;
+    let local = listener.local_addr()?;
+    check_bind(&local, config.client.secret.as_ref())?;
+    let client = Client::connect(&config.manager, config.client.clone()).await?;
+    let gateway = Gateway::new(client, config.files);
+    let mut builder = s3s::service::S3ServiceBuilder::new(gateway);
+    if !config.keys.is_empty() {
+        builder.set_auth(config.keys.clone());
+        builder.set_access(auth::Access {
+            anonymous: config.anonymous,
+        });
+    }
+    // Without keys (only with --anonymous) there is no auth provider: s3s lets unsigned
+    // requests through and refuses signed ones, whose signature nothing could check.
+    let service = builder.build();
+    tracing::info!(
+        "S3 gateway listening on {local} for the cluster at {} ({} access keys{})",
+        config.manager,
+        config.keys.len(),
+        if config.anonymous {
+            ", anonymous allowed"
+        } else {
+            ""
+        }
+    );
+    if let Some(tx) = ready {
+        let _ = tx.send(local.to_string());
+    }
+    server::serve(listener, service).await;
+    Ok(())
+}

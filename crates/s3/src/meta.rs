@@ -1,0 +1,161 @@
+//! Object metadata as version attributes: what a PUT records with its version and a GET,
+//! HEAD or listing reads back.
+
+use md5::{Digest, Md5};
+use s3s::dto::{ETag, Metadata, Timestamp};
+use tomus_metadata::{BlobId, Version};
+use tomus_wire::Attrs;
+
+const ETAG: &str = "s3:etag";
+const CONTENT_TYPE: &str = "s3:content-type";
+const CONTENT_ENCODING: &str = "s3:content-encoding";
+const CONTENT_DISPOSITION: &str = "s3:content-disposition";
+const CONTENT_LANGUAGE: &str = "s3:content-language";
+const CACHE_CONTROL: &str = "s3:cache-control";
+const USER_PREFIX: &str = "s3:meta:";
+const DELETE_MARKER: &str = "s3:delete-marker";
+const PARTS: &str = "s3:parts";
+
+/// Content type of objects written without one (as S3).
+pub const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
+
+/// The metadata of one object version.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Without quotes; `None` when the version was not written through S3 (see [`etag`]).
+    pub etag: Option<String>,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub cache_control: Option<String>,
+    pub user: Metadata,
+    pub delete_marker: bool,
+    /// Parts of a multipart upload.
+    pub parts: Option<i32>,
+}
+
+impl ObjectMeta {
+    pub fn from_attrs(attrs: &Attrs) -> ObjectMeta {
+        let get = |k: &str| attrs.get(k).cloned();
+        ObjectMeta {
+            etag: get(ETAG),
+            content_type: get(CONTENT_TYPE),
+            content_encoding: get(CONTENT_ENCODING),
+            content_disposition: get(CONTENT_DISPOSITION),
+            content_language: get(CONTENT_LANGUAGE),
+            cache_control: get(CACHE_CONTROL),
+            user: attrs
+                .iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix(USER_PREFIX)?.to_string(), v.clone())))
+                .collect(),
+            delete_marker: attrs.contains_key(DELETE_MARKER),
+            parts: attrs.get(PARTS).and_then(|p| p.parse().ok()),
+        }
+    }
+
+    pub fn to_attrs(&self) -> Attrs {
+        let mut a = Attrs::new();
+        let mut put = |k: &str, v: &Option<String>| {
+            if let Some(v) = v {
+                a.insert(k.to_string(), v.clone());
+            }
+        };
+        put(ETAG, &self.etag);
+        put(CONTENT_TYPE, &self.content_type);
+        put(CONTENT_ENCODING, &self.content_encoding);
+        put(CONTENT_DISPOSITION, &self.content_disposition);
+        put(CONTENT_LANGUAGE, &self.content_language);
+        put(CACHE_CONTROL, &self.cache_control);
+        put(PARTS, &self.parts.map(|p| p.to_string()));
+        for (k, v) in &self.user {
+            a.insert(
+                format!("{USER_PREFIX}{}", k.to_ascii_lowercase()),
+                v.clone(),
+            );
+        }
+        if self.delete_marker {
+            a.insert(DELETE_MARKER.into(), "1".into());
+        }
+        a
+    }
+
+    /// The same metadata without the ETag and part count (those describe content).
+    pub fn descriptive(&self) -> ObjectMeta {
+        ObjectMeta {
+            etag: None,
+            parts: None,
+            delete_marker: false,
+            ..self.clone()
+        }
+    }
+
+    pub fn content_type_or_default(&self) -> String {
+        self.content_type
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_string())
+    }
+
+    pub fn user_metadata(&self) -> Option<Metadata> {
+        (!self.user.is_empty()).then(|| self.user.clone())
+    }
+}
+
+/// Hex MD5 of the concatenation of `parts` (for S3's multipart ETag).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The ETag of a version: the one its S3 writer recorded (MD5 of a single PUT, `md5-N` of a
+/// multipart upload), else a stable tag derived from the blob and version, so versions
+/// written by other clients (the CLI, Python, appends) still get a distinct validator.
+pub fn etag(meta: &ObjectMeta, blob: BlobId, version: Version) -> String {
+    match &meta.etag {
+        Some(e) => e.clone(),
+        None => hex(&Md5::digest(format!("tomus:{blob}:{version}").as_bytes())),
+    }
+}
+
+pub fn etag_header(meta: &ObjectMeta, blob: BlobId, version: Version) -> ETag {
+    ETag::Strong(etag(meta, blob, version))
+}
+
+/// The S3 timestamp of Unix milliseconds.
+pub fn timestamp(ms: u64) -> Timestamp {
+    Timestamp::from(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
+/// Whole seconds since the epoch of an S3 timestamp (HTTP dates have second precision).
+pub fn unix_seconds(t: &Timestamp) -> i64 {
+    time::OffsetDateTime::from(t.clone()).unix_timestamp()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_round_trip() {
+        let mut m = ObjectMeta {
+            etag: Some("abc".into()),
+            content_type: Some("text/csv".into()),
+            cache_control: Some("no-cache".into()),
+            parts: Some(3),
+            ..ObjectMeta::default()
+        };
+        m.user.insert("color".into(), "blue".into());
+        assert_eq!(ObjectMeta::from_attrs(&m.to_attrs()), m);
+        let d = m.descriptive();
+        assert_eq!((d.etag, d.parts), (None, None));
+        assert_eq!(d.user.get("color").map(String::as_str), Some("blue"));
+    }
+
+    #[test]
+    fn versions_without_an_etag_get_a_stable_distinct_one() {
+        let m = ObjectMeta::default();
+        assert_eq!(etag(&m, 1, 2), etag(&m, 1, 2));
+        assert_ne!(etag(&m, 1, 2), etag(&m, 1, 3));
+        assert_eq!(etag(&m, 1, 2).len(), 32);
+        assert_eq!(unix_seconds(&timestamp(1_500_000_000_999)), 1_500_000_000);
+    }
+}

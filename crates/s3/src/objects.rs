@@ -1,0 +1,463 @@
+//! Reading objects: GET and HEAD of a version (conditional, ranged, streamed out in windows),
+//! and the lookup every read and copy starts with.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use s3s::dto::*;
+use s3s::stream::{ByteStream, RemainingLength};
+use s3s::{Body, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, StdError};
+use tokio::sync::mpsc;
+use tomus_client::Blob;
+use tomus_metadata::Version;
+use tomus_wire::{ErrorKind, ObjectInfo, VersionInfo};
+
+use crate::buckets::BucketState;
+use crate::errors::{object_err, s3_err};
+use crate::meta::{self, ObjectMeta};
+use crate::paths::{self, Target};
+use crate::service::Gateway;
+
+/// Bytes read from the store per request of a streamed GET; two are in flight.
+const WINDOW: u64 = 16 << 20;
+/// MD5 of no bytes: the ETag of directory ("folder") objects.
+pub(crate) const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+
+/// An object version found for a read.
+pub(crate) struct Found {
+    pub obj: ObjectInfo,
+    pub blob: Blob,
+    pub meta: ObjectMeta,
+    pub etag: String,
+    pub bucket: BucketState,
+}
+
+impl Found {
+    pub fn size(&self) -> u64 {
+        self.obj.version.size
+    }
+
+    /// When this version was published (creation time for a file never written).
+    pub fn modified_ms(&self) -> u64 {
+        match self.obj.version.published_ms {
+            0 => self.obj.entry.created_ms,
+            t => t,
+        }
+    }
+
+    pub fn version_id(&self) -> Option<String> {
+        self.bucket
+            .versioned()
+            .then(|| self.obj.version.version.to_string())
+    }
+}
+
+/// A blob version number from an S3 version id.
+pub(crate) fn parse_version_id(id: Option<&str>) -> S3Result<Option<Version>> {
+    match id {
+        None => Ok(None),
+        Some(s) => s.parse::<Version>().map(Some).map_err(|_| {
+            s3_err(
+                S3ErrorCode::InvalidArgument,
+                format!("Invalid version id specified: {s:?}"),
+            )
+        }),
+    }
+}
+
+/// Conditional request headers.
+#[derive(Default)]
+pub(crate) struct Conditions<'a> {
+    pub if_match: Option<&'a ETagCondition>,
+    pub if_none_match: Option<&'a ETagCondition>,
+    pub if_modified_since: Option<&'a Timestamp>,
+    pub if_unmodified_since: Option<&'a Timestamp>,
+}
+
+fn etag_matches(cond: &ETagCondition, etag: &str) -> bool {
+    match cond {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == etag,
+    }
+}
+
+impl Conditions<'_> {
+    /// RFC 9110 evaluation as S3 does it: If-Match (else If-Unmodified-Since) failing is 412;
+    /// If-None-Match (else If-Modified-Since) failing is 304 for reads (`not_modified`),
+    /// 412 otherwise (copy sources).
+    pub fn check(&self, etag: &str, modified_ms: u64, not_modified: S3ErrorCode) -> S3Result<()> {
+        let secs = (modified_ms / 1000) as i64;
+        let failed = |m: &str| Err(s3_err(S3ErrorCode::PreconditionFailed, m.to_string()));
+        match (self.if_match, self.if_unmodified_since) {
+            (Some(m), _) if !etag_matches(m, etag) => return failed("If-Match did not match"),
+            (None, Some(t)) if secs > meta::unix_seconds(t) => {
+                return failed("modified since If-Unmodified-Since")
+            }
+            _ => {}
+        }
+        let unchanged = match (self.if_none_match, self.if_modified_since) {
+            (Some(m), _) => etag_matches(m, etag),
+            (None, Some(t)) => secs <= meta::unix_seconds(t),
+            (None, None) => false,
+        };
+        if unchanged {
+            return Err(S3Error::with_message(not_modified, "Not Modified"));
+        }
+        Ok(())
+    }
+}
+
+/// The bytes `[start, end)` a Range asks for, or `InvalidRange`.
+pub(crate) fn byte_range(range: Option<&Range>, size: u64) -> S3Result<Option<(u64, u64)>> {
+    let Some(r) = range else { return Ok(None) };
+    match r.check(size) {
+        Ok(r) => Ok(Some((r.start, r.end))),
+        Err(_) => Err(s3_err(
+            S3ErrorCode::InvalidRange,
+            format!("The requested range is not satisfiable (object size {size})"),
+        )),
+    }
+}
+
+/// `partNumber` reads: part 1 of an object that was not uploaded in parts is the whole
+/// object (as in S3); parts of multipart objects are not kept apart after completion.
+fn whole_part(part: Option<i32>, f: &Found) -> S3Result<()> {
+    match part {
+        None => Ok(()),
+        Some(1) if f.meta.parts.is_none() => Ok(()),
+        Some(n) if f.meta.parts.is_none() => Err(crate::errors::custom(
+            "InvalidPartNumber",
+            http::StatusCode::RANGE_NOT_SATISFIABLE,
+            format!("the object has one part; part {n} does not exist"),
+        )),
+        Some(_) => Err(s3_err(
+            S3ErrorCode::NotImplemented,
+            "reading one part of a multipart object (partNumber) is not supported; use Range",
+        )),
+    }
+}
+
+/// A response body fed by a task that reads the object window by window.
+struct Windows {
+    rx: mpsc::Receiver<Result<Bytes, StdError>>,
+    remaining: usize,
+}
+
+impl Stream for Windows {
+    type Item = Result<Bytes, StdError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let p = self.rx.poll_recv(cx);
+        if let Poll::Ready(Some(Ok(b))) = &p {
+            self.remaining = self.remaining.saturating_sub(b.len());
+        }
+        p
+    }
+}
+
+impl ByteStream for Windows {
+    fn remaining_length(&self) -> RemainingLength {
+        RemainingLength::new_exact(self.remaining)
+    }
+}
+
+async fn read_window(blob: &Blob, info: &VersionInfo, offset: u64, len: u64) -> S3Result<Bytes> {
+    let mut buf = vec![0u8; len as usize];
+    blob.read_version_into(info, offset, &mut buf)
+        .await
+        .map_err(object_err)?;
+    Ok(Bytes::from(buf))
+}
+
+/// The body of bytes `[start, end)` of a version. One window is read before answering, so a
+/// small object's read errors are proper S3 errors; larger ones stream, two windows ahead.
+async fn body(blob: Blob, info: VersionInfo, start: u64, end: u64) -> S3Result<StreamingBlob> {
+    let first = (end - start).min(WINDOW);
+    let head = read_window(&blob, &info, start, first).await?;
+    if start + first == end {
+        return Ok(StreamingBlob::from(Body::from(head)));
+    }
+    let (tx, rx) = mpsc::channel(2);
+    let _ = tx.try_send(Ok(head));
+    tokio::spawn(async move {
+        let windows = (start + first..end)
+            .step_by(WINDOW as usize)
+            .map(|o| (o, WINDOW.min(end - o)));
+        let mut reads = futures::stream::iter(windows)
+            .map(|(o, n)| {
+                let (blob, info) = (&blob, &info);
+                async move { read_window(blob, info, o, n).await }
+            })
+            .buffered(2);
+        while let Some(r) = reads.next().await {
+            let failed = r.is_err();
+            let item = r.map_err(|e| -> StdError { Box::new(e) });
+            // A closed channel: the client went away.
+            if tx.send(item).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    Ok(StreamingBlob::new(Windows {
+        rx,
+        remaining: (end - start) as usize,
+    }))
+}
+
+impl Gateway {
+    /// The object version `key` (at `version_id`) names, for reads; delete markers are
+    /// reported as S3 does.
+    pub(crate) async fn find(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> S3Result<Found> {
+        let state = self.bucket(bucket).await?;
+        let path = paths::file_path(bucket, key)?;
+        let version = parse_version_id(version_id)?;
+        let (obj, blob) = match self.ns.object(&path, version).await {
+            Ok(x) => x,
+            Err(e) => {
+                let missing = match e.kind {
+                    _ if version.is_some() => S3ErrorCode::NoSuchVersion,
+                    ErrorKind::NotFound | ErrorKind::IsADirectory | ErrorKind::NotADirectory => {
+                        S3ErrorCode::NoSuchKey
+                    }
+                    _ => return Err(object_err(e)),
+                };
+                return Err(s3_err(missing, format!("{key}: {}", e.message)));
+            }
+        };
+        let meta = ObjectMeta::from_attrs(&obj.attrs);
+        if meta.delete_marker {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                "x-amz-delete-marker",
+                http::HeaderValue::from_static("true"),
+            );
+            if let Ok(v) = http::HeaderValue::from_str(&obj.version.version.to_string()) {
+                headers.insert("x-amz-version-id", v);
+            }
+            let mut e = match version {
+                Some(_) => s3_err(
+                    S3ErrorCode::MethodNotAllowed,
+                    "The specified method is not allowed against a delete marker",
+                ),
+                None => s3_err(S3ErrorCode::NoSuchKey, format!("{key} was deleted")),
+            };
+            e.set_headers(headers);
+            return Err(e);
+        }
+        let etag = meta::etag(&meta, blob.id(), obj.version.version);
+        Ok(Found {
+            obj,
+            blob,
+            meta,
+            etag,
+            bucket: state,
+        })
+    }
+
+    /// The creation time of the directory a `key/` names (an empty "folder" object).
+    async fn find_dir(&self, bucket: &str, path: &str, key: &str) -> S3Result<u64> {
+        self.bucket(bucket).await?;
+        match self.ns.stat(path).await {
+            Ok(e) if e.kind == tomus_wire::EntryKind::Dir => Ok(e.created_ms),
+            Ok(_) => Err(s3_err(S3ErrorCode::NoSuchKey, key.to_string())),
+            Err(e) if e.kind == ErrorKind::NotFound || e.kind == ErrorKind::NotADirectory => {
+                Err(s3_err(S3ErrorCode::NoSuchKey, key.to_string()))
+            }
+            Err(e) => Err(object_err(e)),
+        }
+    }
+
+    pub(crate) async fn get_object_op(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let i = req.input;
+        if let Target::Dir(path) = paths::target(&i.bucket, &i.key)? {
+            let created = self.find_dir(&i.bucket, &path, &i.key).await?;
+            return Ok(S3Response::new(GetObjectOutput {
+                body: Some(StreamingBlob::from(Body::empty())),
+                content_length: Some(0),
+                e_tag: Some(ETag::Strong(EMPTY_MD5.into())),
+                last_modified: Some(meta::timestamp(created)),
+                content_type: Some(meta::DEFAULT_CONTENT_TYPE.into()),
+                ..GetObjectOutput::default()
+            }));
+        }
+        let f = self
+            .find(&i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        whole_part(i.part_number, &f)?;
+        let conditions = Conditions {
+            if_match: i.if_match.as_ref(),
+            if_none_match: i.if_none_match.as_ref(),
+            if_modified_since: i.if_modified_since.as_ref(),
+            if_unmodified_since: i.if_unmodified_since.as_ref(),
+        };
+        conditions.check(&f.etag, f.modified_ms(), S3ErrorCode::NotModified)?;
+        let size = f.size();
+        let range = byte_range(i.range.as_ref(), size)?;
+        let (start, end) = range.unwrap_or((0, size));
+        let body = if start == end {
+            StreamingBlob::from(Body::empty())
+        } else {
+            body(f.blob.clone(), f.obj.version.clone(), start, end).await?
+        };
+        let m = &f.meta;
+        Ok(S3Response::new(GetObjectOutput {
+            body: Some(body),
+            content_length: Some((end - start) as i64),
+            content_range: range.map(|(s, e)| format!("bytes {s}-{}/{size}", e - 1)),
+            accept_ranges: Some("bytes".into()),
+            content_type: Some(m.content_type_or_default()),
+            content_encoding: m.content_encoding.clone(),
+            content_disposition: m.content_disposition.clone(),
+            content_language: m.content_language.clone(),
+            cache_control: m.cache_control.clone(),
+            e_tag: Some(ETag::Strong(f.etag.clone())),
+            last_modified: Some(meta::timestamp(f.modified_ms())),
+            metadata: m.user_metadata(),
+            parts_count: m.parts,
+            version_id: f.version_id(),
+            ..GetObjectOutput::default()
+        }))
+    }
+
+    pub(crate) async fn head_object_op(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let i = req.input;
+        if let Target::Dir(path) = paths::target(&i.bucket, &i.key)? {
+            let created = self.find_dir(&i.bucket, &path, &i.key).await?;
+            return Ok(S3Response::new(HeadObjectOutput {
+                content_length: Some(0),
+                e_tag: Some(ETag::Strong(EMPTY_MD5.into())),
+                last_modified: Some(meta::timestamp(created)),
+                content_type: Some(meta::DEFAULT_CONTENT_TYPE.into()),
+                ..HeadObjectOutput::default()
+            }));
+        }
+        let f = self
+            .find(&i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        whole_part(i.part_number, &f)?;
+        let conditions = Conditions {
+            if_match: i.if_match.as_ref(),
+            if_none_match: i.if_none_match.as_ref(),
+            if_modified_since: i.if_modified_since.as_ref(),
+            if_unmodified_since: i.if_unmodified_since.as_ref(),
+        };
+        conditions.check(&f.etag, f.modified_ms(), S3ErrorCode::NotModified)?;
+        let size = f.size();
+        let range = byte_range(i.range.as_ref(), size)?;
+        let (start, end) = range.unwrap_or((0, size));
+        let m = &f.meta;
+        Ok(S3Response::new(HeadObjectOutput {
+            content_length: Some((end - start) as i64),
+            content_range: range.map(|(s, e)| format!("bytes {s}-{}/{size}", e - 1)),
+            accept_ranges: Some("bytes".into()),
+            content_type: Some(m.content_type_or_default()),
+            content_encoding: m.content_encoding.clone(),
+            content_disposition: m.content_disposition.clone(),
+            content_language: m.content_language.clone(),
+            cache_control: m.cache_control.clone(),
+            e_tag: Some(ETag::Strong(f.etag.clone())),
+            last_modified: Some(meta::timestamp(f.modified_ms())),
+            metadata: m.user_metadata(),
+            parts_count: m.parts,
+            version_id: f.version_id(),
+            ..HeadObjectOutput::default()
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_resolve_or_are_unsatisfiable() {
+        let r = |s: &str| Range::parse(s).unwrap();
+        assert_eq!(byte_range(None, 10).unwrap(), None);
+        assert_eq!(byte_range(Some(&r("bytes=0-3")), 10).unwrap(), Some((0, 4)));
+        assert_eq!(byte_range(Some(&r("bytes=5-")), 10).unwrap(), Some((5, 10)));
+        assert_eq!(byte_range(Some(&r("bytes=-3")), 10).unwrap(), Some((7, 10)));
+        assert_eq!(
+            byte_range(Some(&r("bytes=8-100")), 10).unwrap(),
+            Some((8, 10))
+        );
+        for bad in ["bytes=10-20", "bytes=-0", "bytes=0-"] {
+            let size = if bad == "bytes=0-" { 0 } else { 10 };
+            let e = byte_range(Some(&r(bad)), size).unwrap_err();
+            assert_eq!(e.code(), &S3ErrorCode::InvalidRange, "{bad}");
+        }
+        assert!(Range::parse("bytes=5-2").is_err());
+    }
+
+    #[test]
+    fn conditions_follow_s3_precedence() {
+        let tag = ETagCondition::ETag(ETag::Strong("abc".into()));
+        let other = ETagCondition::ETag(ETag::Strong("zzz".into()));
+        let old = meta::timestamp(1_000_000);
+        let new = meta::timestamp(9_000_000);
+        let code = |c: Conditions<'_>, modified: u64| {
+            c.check("abc", modified, S3ErrorCode::NotModified)
+                .err()
+                .map(|e| e.code().clone())
+        };
+        assert_eq!(code(Conditions::default(), 5_000_000), None);
+        let c = Conditions {
+            if_match: Some(&other),
+            ..Conditions::default()
+        };
+        assert_eq!(code(c, 5_000_000), Some(S3ErrorCode::PreconditionFailed));
+        // If-Match holds, so a failing If-Unmodified-Since is ignored.
+        let c = Conditions {
+            if_match: Some(&tag),
+            if_unmodified_since: Some(&old),
+            ..Conditions::default()
+        };
+        assert_eq!(code(c, 5_000_000), None);
+        let c = Conditions {
+            if_unmodified_since: Some(&old),
+            ..Conditions::default()
+        };
+        assert_eq!(code(c, 5_000_000), Some(S3ErrorCode::PreconditionFailed));
+        let c = Conditions {
+            if_none_match: Some(&tag),
+            ..Conditions::default()
+        };
+        assert_eq!(code(c, 5_000_000), Some(S3ErrorCode::NotModified));
+        // If-None-Match does not match, so If-Modified-Since is ignored.
+        let c = Conditions {
+            if_none_match: Some(&other),
+            if_modified_since: Some(&new),
+            ..Conditions::default()
+        };
+        assert_eq!(code(c, 5_000_000), None);
+        let c = Conditions {
+            if_modified_since: Some(&new),
+            ..Conditions::default()
+        };
+        assert_eq!(code(c, 5_000_000), Some(S3ErrorCode::NotModified));
+        let c = Conditions {
+            if_modified_since: Some(&old),
+            ..Conditions::default()
+        };
+        assert_eq!(code(c, 5_000_000), None);
+    }
+
+    #[test]
+    fn version_ids_are_blob_versions() {
+        assert_eq!(parse_version_id(Some("12")).unwrap(), Some(12));
+        assert_eq!(parse_version_id(None).unwrap(), None);
+        assert!(parse_version_id(Some("null")).is_err());
+    }
+}

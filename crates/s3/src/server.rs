@@ -1,0 +1,164 @@
+//! The HTTP side: accept loop (TCP_NODELAY on every socket), HTTP/1.1 and HTTP/2 via
+//! hyper-util, and a wrapper around the s3s service that gives every response a request id
+//! and turns a panic into a 500 instead of a dropped connection.
+
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use rand::Rng;
+use s3s::service::S3Service;
+use s3s::{Body, HttpError};
+use tokio::net::TcpListener;
+
+/// Serves `service` on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, service: S3Service) {
+    let builder = Builder::new(TokioExecutor::new());
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Small requests must not wait for Nagle's algorithm (~40 ms per 4 KiB GET).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY on {peer}: {e}");
+        }
+        let svc = Tracked {
+            inner: service.clone(),
+        };
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), svc)
+            .into_owned();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("connection from {peer}: {e}");
+            }
+        });
+    }
+}
+
+/// The s3s service with request ids and panic containment.
+#[derive(Clone)]
+struct Tracked {
+    inner: S3Service,
+}
+
+/// A fresh request id: 16 hex digits, as S3's.
+pub fn request_id() -> String {
+    format!("{:016X}", rand::thread_rng().gen::<u64>())
+}
+
+type Response = http::Response<Body>;
+
+impl hyper::service::Service<http::Request<Incoming>> for Tracked {
+    type Response = Response;
+    type Error = HttpError;
+    type Future = BoxFuture<'static, Result<Response, HttpError>>;
+
+    fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        let id = request_id();
+        let method = req.method().clone();
+        let uri = req.uri().clone();
+        let withheld_body = req.version() == http::Version::HTTP_11
+            && req
+                .headers()
+                .get(http::header::EXPECT)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let fut = hyper::service::Service::call(&self.inner, req);
+        Box::pin(async move {
+            let mut resp = match AssertUnwindSafe(fut).catch_unwind().await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    tracing::error!("{method} {uri}: {e:?}");
+                    internal_error()
+                }
+                Err(_) => {
+                    tracing::error!("{method} {uri}: handler panicked");
+                    internal_error()
+                }
+            };
+            stamp(&mut resp, &id);
+            if withheld_body && !resp.status().is_success() {
+                // The client waited for "100 Continue" and got a final answer instead, so it
+                // never sends the body; closing keeps the next request from being read as the
+                // rest of this one's body.
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            Ok(resp)
+        })
+    }
+}
+
+fn internal_error() -> Response {
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InternalError</Code>\
+                <Message>We encountered an internal error. Please try again.</Message></Error>";
+    let mut resp = http::Response::new(Body::from(Bytes::from_static(body.as_bytes())));
+    *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    resp
+}
+
+/// Adds the request id headers, and the id into an error document that lacks it (errors raised
+/// inside s3s, such as signature mismatches, carry none).
+fn stamp(resp: &mut Response, id: &str) {
+    if let Ok(v) = http::HeaderValue::from_str(id) {
+        resp.headers_mut().insert("x-amz-request-id", v.clone());
+        resp.headers_mut().insert("x-amz-id-2", v);
+    }
+    if resp.status().as_u16() < 400 {
+        return;
+    }
+    let Some(bytes) = resp.body().bytes() else {
+        return;
+    };
+    if let Some(with_id) = with_request_id(&bytes, id) {
+        let len = with_id.len();
+        *resp.body_mut() = Body::from(Bytes::from(with_id));
+        resp.headers_mut()
+            .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+    }
+}
+
+/// `doc` (an S3 error document) with a `RequestId` element, if it is one and has none.
+fn with_request_id(doc: &[u8], id: &str) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(doc).ok()?;
+    if text.contains("<RequestId>") {
+        return None;
+    }
+    let at = text.rfind("</Error>")?;
+    Some(format!("{}<RequestId>{id}</RequestId>{}", &text[..at], &text[at..]).into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_documents_get_a_request_id() {
+        let doc = b"<?xml?><Error><Code>NoSuchKey</Code></Error>";
+        let out = with_request_id(doc, "ABC").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "<?xml?><Error><Code>NoSuchKey</Code><RequestId>ABC</RequestId></Error>"
+        );
+        assert!(with_request_id(b"<Error><RequestId>X</RequestId></Error>", "Y").is_none());
+        assert!(with_request_id(b"not xml", "Y").is_none());
+        assert_eq!(request_id().len(), 16);
+    }
+}

@@ -1,0 +1,419 @@
+//! Writing objects: PUT streamed into one version of the file's blob (a replacement, an S3
+//! Express append at a checked offset, or an append where the store puts it), and CopyObject
+//! as a metadata-only composition.
+
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use tomus_client::{Blob, BlobWriter, CommitOptions, CreateOptions, Extent};
+use tomus_wire::{ErrorKind, VersionInfo};
+
+use crate::errors::{custom, from_store, object_err, path_conflict, s3_err, Missing};
+use crate::meta::{self, ObjectMeta};
+use crate::objects::{Conditions, EMPTY_MD5};
+use crate::paths::{self, Target};
+use crate::service::Gateway;
+
+/// Extension: append at the offset the store assigns (concurrent appenders never overlap).
+pub const APPEND_HEADER: &str = "x-tomus-append";
+/// Where such an append landed, and the version it made.
+pub const OFFSET_HEADER: &str = "x-tomus-offset";
+pub const VERSION_HEADER: &str = "x-tomus-version";
+
+fn invalid_write_offset(detail: &str) -> S3Error {
+    custom(
+        "InvalidWriteOffset",
+        http::StatusCode::BAD_REQUEST,
+        format!(
+            "The write offset value that you specified does not match the current object size \
+             ({detail})"
+        ),
+    )
+}
+
+/// What a PUT does with its body.
+enum Mode {
+    Replace,
+    /// S3 Express One Zone append: the object's size must be this.
+    AppendAt(u64),
+    /// `x-tomus-append: true`: wherever the store puts it.
+    Append,
+}
+
+/// Descriptive metadata of a write from its headers.
+fn meta_from_input(
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    content_disposition: Option<String>,
+    content_language: Option<String>,
+    cache_control: Option<String>,
+    user: Option<Metadata>,
+) -> ObjectMeta {
+    ObjectMeta {
+        content_type,
+        content_encoding,
+        content_disposition,
+        content_language,
+        cache_control,
+        user: user.unwrap_or_default(),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Streams `body` into `writer`, returning its MD5 and length; with `content_md5` (the
+/// base64 Content-MD5 header), a body whose MD5 differs is refused (`BadDigest`) before
+/// anything is committed.
+pub(crate) async fn drain(
+    body: Option<StreamingBlob>,
+    writer: &mut BlobWriter,
+    content_md5: Option<&str>,
+) -> S3Result<([u8; 16], u64)> {
+    let mut md5 = Md5::new();
+    let mut n = 0u64;
+    if let Some(mut body) = body {
+        while let Some(part) = body.next().await {
+            let part = part.map_err(|e| {
+                s3_err(
+                    S3ErrorCode::IncompleteBody,
+                    format!("reading the request body failed: {e}"),
+                )
+            })?;
+            md5.update(&part);
+            n += part.len() as u64;
+            writer.write(&part).await.map_err(object_err)?;
+        }
+    }
+    let md5: [u8; 16] = md5.finalize().into();
+    if let Some(expected) = content_md5 {
+        if base64_simd::STANDARD.encode_to_string(md5) != expected.trim() {
+            return Err(s3_err(
+                S3ErrorCode::BadDigest,
+                "The Content-MD5 you specified did not match what we received.",
+            ));
+        }
+    }
+    Ok((md5, n))
+}
+
+fn header_is_true(headers: &http::HeaderMap, name: &str) -> bool {
+    headers
+        .get(name)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+}
+
+impl Gateway {
+    /// Opens the file of `path` for a new version, creating it (and its parent directories);
+    /// `exclusive` refuses an existing file (If-None-Match: *). An empty directory in the
+    /// way (left by a deleted "folder") is removed; anything else in the way is a conflict.
+    /// Returns the blob and whether the file had no version yet (made by this request, or by
+    /// one still writing).
+    pub(crate) async fn open_for_write(
+        &self,
+        path: &str,
+        exclusive: bool,
+    ) -> S3Result<(Blob, bool)> {
+        let options = CreateOptions {
+            exclusive,
+            ..self.files
+        };
+        for _ in 0..2 {
+            match self.ns.create(path, options).await {
+                Ok((entry, blob)) => {
+                    let fresh = entry.blob.is_some_and(|b| b.latest == 0);
+                    return Ok((blob, fresh));
+                }
+                Err(e) if e.kind == ErrorKind::AlreadyExists => {
+                    return Err(s3_err(
+                        S3ErrorCode::PreconditionFailed,
+                        "the object exists (If-None-Match: *)",
+                    ))
+                }
+                Err(e) if e.kind == ErrorKind::IsADirectory => {
+                    match self.ns.delete(path, false).await {
+                        Ok(()) => continue,
+                        Err(d) if d.kind == ErrorKind::NotFound => continue,
+                        Err(d) if d.kind == ErrorKind::NotEmpty => {
+                            return Err(path_conflict(format!(
+                                "/{path} is a directory holding other keys (\"{path}/...\"); \
+                                 tomus keeps keys as file paths, so a key cannot also be a \
+                                 prefix of other keys followed by '/'"
+                            )))
+                        }
+                        Err(d) => return Err(object_err(d)),
+                    }
+                }
+                Err(e) if e.kind == ErrorKind::NotADirectory => {
+                    return Err(path_conflict(format!(
+                        "a parent of /{path} is an object; tomus keeps keys as file paths, so \
+                         a key cannot extend another key with '/' ({})",
+                        e.message
+                    )))
+                }
+                Err(e) => return Err(object_err(e)),
+            }
+        }
+        Err(path_conflict(format!("/{path} keeps changing kind; retry")))
+    }
+
+    pub(crate) async fn put_object_op(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let tomus_append = header_is_true(&req.headers, APPEND_HEADER);
+        let i = req.input;
+        let state = self.bucket(&i.bucket).await?;
+        let mode = match (tomus_append, i.write_offset_bytes) {
+            (true, _) => Mode::Append,
+            (false, Some(o)) => Mode::AppendAt(u64::try_from(o).map_err(|_| {
+                s3_err(
+                    S3ErrorCode::InvalidArgument,
+                    "x-amz-write-offset-bytes is negative",
+                )
+            })?),
+            (false, None) => Mode::Replace,
+        };
+        let path = match paths::target(&i.bucket, &i.key)? {
+            Target::File(p) => p,
+            Target::Dir(p) => return self.put_dir(&p, i.body).await,
+        };
+        let mut described = meta_from_input(
+            i.content_type,
+            i.content_encoding,
+            i.content_disposition,
+            i.content_language,
+            i.cache_control,
+            i.metadata,
+        );
+        if !matches!(mode, Mode::Replace) {
+            let latest = self.latest_meta(&path).await?;
+            if let (Mode::AppendAt(o), None) = (&mode, &latest) {
+                if *o > 0 {
+                    return Err(invalid_write_offset(&format!(
+                        "the object does not exist; offset {o}"
+                    )));
+                }
+            }
+            if described == ObjectMeta::default() {
+                // Appends keep the object's content type and user metadata.
+                described = latest.map(|m| m.descriptive()).unwrap_or_default();
+            }
+        }
+        let exclusive = matches!(&i.if_none_match, Some(ETagCondition::Any));
+        let (blob, fresh) = self.open_for_write(&path, exclusive).await?;
+        let content_md5 = i.content_md5.as_deref();
+        let written = self
+            .write(&blob, mode, &mut described, i.body, content_md5)
+            .await;
+        let (info, headers) = match written {
+            Ok(x) => x,
+            Err(e) => {
+                if fresh {
+                    self.discard_unwritten(&i.bucket, &path).await;
+                }
+                return Err(e);
+            }
+        };
+        let out = PutObjectOutput {
+            e_tag: Some(meta::etag_header(&described, blob.id(), info.version)),
+            version_id: state.versioned().then(|| info.version.to_string()),
+            size: Some(info.size as i64),
+            ..PutObjectOutput::default()
+        };
+        Ok(S3Response::with_headers(out, headers))
+    }
+
+    /// Streams `body` into one new version of `blob` as `mode` says, with `described`
+    /// (given an ETag for replacements) as its metadata. Returns the version and the
+    /// extension headers of an append.
+    async fn write(
+        &self,
+        blob: &Blob,
+        mode: Mode,
+        described: &mut ObjectMeta,
+        body: Option<StreamingBlob>,
+        content_md5: Option<&str>,
+    ) -> S3Result<(VersionInfo, http::HeaderMap)> {
+        let mut writer = blob.writer();
+        let (md5, len) = drain(body, &mut writer, content_md5).await?;
+        let mut headers = http::HeaderMap::new();
+        let expect_size = match mode {
+            Mode::Replace => {
+                described.etag = Some(meta::hex(&md5));
+                let options = CommitOptions {
+                    attrs: described.to_attrs(),
+                    expect_size: None,
+                };
+                let info = writer
+                    .commit_replace_with(&options)
+                    .await
+                    .map_err(object_err)?;
+                return Ok((info, headers));
+            }
+            Mode::AppendAt(o) => Some(o),
+            Mode::Append => None,
+        };
+        if len == 0 {
+            return Err(s3_err(S3ErrorCode::InvalidArgument, "empty append"));
+        }
+        let options = CommitOptions {
+            attrs: described.to_attrs(),
+            expect_size,
+        };
+        let info = match writer.commit_append_with(&options).await {
+            Ok(Some(info)) => info,
+            Ok(None) => return Err(s3_err(S3ErrorCode::InvalidArgument, "empty append")),
+            Err(e) if e.kind == ErrorKind::PreconditionFailed => {
+                return Err(invalid_write_offset(&e.message))
+            }
+            Err(e) => return Err(object_err(e)),
+        };
+        if let Ok(v) = http::HeaderValue::from_str(&info.span.offset.to_string()) {
+            headers.insert(OFFSET_HEADER, v);
+        }
+        if let Ok(v) = http::HeaderValue::from_str(&info.version.to_string()) {
+            headers.insert(VERSION_HEADER, v);
+        }
+        Ok((info, headers))
+    }
+
+    /// Metadata of the latest version of the file at `path` (`None`: no such file).
+    async fn latest_meta(&self, path: &str) -> S3Result<Option<ObjectMeta>> {
+        match self.ns.object(path, None).await {
+            Ok((o, _)) => Ok(Some(ObjectMeta::from_attrs(&o.attrs))),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+            // Whatever is in the way, opening the file for the write reports it.
+            Err(e) if matches!(e.kind, ErrorKind::IsADirectory | ErrorKind::NotADirectory) => {
+                Ok(None)
+            }
+            Err(e) => Err(object_err(e)),
+        }
+    }
+
+    /// Removes a file this request created when the write failed before any version, so a
+    /// failed PUT does not leave an empty object behind.
+    pub(crate) async fn discard_unwritten(&self, bucket: &str, path: &str) {
+        if let Ok((o, _)) = self.ns.object(path, None).await {
+            if o.version.version == 0 && self.ns.delete(path, false).await.is_ok() {
+                self.prune_parents(bucket, path).await;
+            }
+        }
+    }
+
+    /// PUT of a `key/` "folder" object: a directory; only an empty body makes sense.
+    async fn put_dir(
+        &self,
+        path: &str,
+        body: Option<StreamingBlob>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        if let Some(mut body) = body {
+            while let Some(part) = body.next().await {
+                let part = part.map_err(|e| s3_err(S3ErrorCode::IncompleteBody, e.to_string()))?;
+                if !part.is_empty() {
+                    return Err(s3_err(
+                        S3ErrorCode::InvalidArgument,
+                        "a key ending in '/' is a directory in tomus and cannot hold data",
+                    ));
+                }
+            }
+        }
+        self.ns.mkdir(path, true).await.map_err(object_err)?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(ETag::Strong(EMPTY_MD5.into())),
+            ..PutObjectOutput::default()
+        }))
+    }
+
+    pub(crate) async fn copy_object_op(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let i = req.input;
+        let (src_bucket, src_key, src_version) = match &i.copy_source {
+            CopySource::Bucket {
+                bucket,
+                key,
+                version_id,
+            } => (bucket.to_string(), key.to_string(), version_id.clone()),
+            _ => {
+                return Err(s3_err(
+                    S3ErrorCode::NotImplemented,
+                    "copy sources must be bucket/key",
+                ))
+            }
+        };
+        let dst = self.bucket(&i.bucket).await?;
+        let src = self
+            .find(&src_bucket, &src_key, src_version.as_deref())
+            .await?;
+        let conditions = Conditions {
+            if_match: i.copy_source_if_match.as_ref(),
+            if_none_match: i.copy_source_if_none_match.as_ref(),
+            if_modified_since: i.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: i.copy_source_if_unmodified_since.as_ref(),
+        };
+        conditions.check(
+            &src.etag,
+            src.modified_ms(),
+            S3ErrorCode::PreconditionFailed,
+        )?;
+        let replace = i
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let dst_path = paths::file_path(&i.bucket, &i.key)?;
+        let src_path = paths::file_path(&src_bucket, &src_key)?;
+        if dst_path == src_path && !replace && src_version.is_none() {
+            return Err(s3_err(
+                S3ErrorCode::InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself \
+                 without changing the object's metadata.",
+            ));
+        }
+        let mut described = if replace {
+            meta_from_input(
+                i.content_type,
+                i.content_encoding,
+                i.content_disposition,
+                i.content_language,
+                i.cache_control,
+                i.metadata,
+            )
+        } else {
+            src.meta.descriptive()
+        };
+        // The content is the source's: so are its ETag and part count.
+        described.etag = Some(src.etag.clone());
+        described.parts = src.meta.parts;
+        let (blob, fresh) = self.open_for_write(&dst_path, false).await?;
+        let source = Extent {
+            blob: src.blob.clone(),
+            version: src.obj.version.version,
+            offset: 0,
+            len: src.size(),
+        };
+        let options = CommitOptions {
+            attrs: described.to_attrs(),
+            expect_size: None,
+        };
+        let info = match blob.compose(&[source], &options).await {
+            Ok(info) => info,
+            Err(e) => {
+                if fresh {
+                    self.discard_unwritten(&i.bucket, &dst_path).await;
+                }
+                return Err(from_store(e, Missing::Key));
+            }
+        };
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(ETag::Strong(src.etag.clone())),
+                last_modified: Some(meta::timestamp(info.published_ms)),
+                ..CopyObjectResult::default()
+            }),
+            version_id: dst.versioned().then(|| info.version.to_string()),
+            copy_source_version_id: src.version_id(),
+            ..CopyObjectOutput::default()
+        }))
+    }
+}

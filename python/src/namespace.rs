@@ -1,0 +1,140 @@
+//! `tomus.Namespace`: the cluster's directories and files (each file a blob), for the fsspec
+//! file system in `tomus/fs.py`. Entries come back as dicts in fsspec's `info` shape.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tomus_client::CreateOptions;
+use tomus_wire::{EntryKind, FsEntry};
+
+use crate::blob::Blob;
+use crate::client::Conn;
+use crate::errors::{non_negative, to_py};
+use crate::runtime::block_on;
+
+#[pyclass(frozen, module = "tomus")]
+pub struct Namespace {
+    pub conn: Arc<Conn>,
+}
+
+/// An entry as fsspec describes files: name (no leading `/`), type, size, and tomus's own
+/// fields (version, blob, chunk_size, replication, created and mtime in Unix seconds).
+fn entry_dict<'py>(py: Python<'py>, e: &FsEntry) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &e.path)?;
+    d.set_item("created", e.created_ms as f64 / 1000.0)?;
+    match (&e.kind, &e.blob) {
+        (EntryKind::File, Some(b)) => {
+            d.set_item("type", "file")?;
+            d.set_item("size", b.size)?;
+            d.set_item("version", b.latest)?;
+            d.set_item("blob", b.id)?;
+            d.set_item("chunk_size", b.chunk_size)?;
+            d.set_item("replication", b.replication)?;
+            d.set_item("mtime", b.modified_ms as f64 / 1000.0)?;
+        }
+        _ => {
+            d.set_item("type", "directory")?;
+            d.set_item("size", 0)?;
+            d.set_item("mtime", e.created_ms as f64 / 1000.0)?;
+        }
+    }
+    Ok(d)
+}
+
+impl Namespace {
+    /// Runs a namespace call with the GIL released.
+    fn run<T: Send, F, Fut>(&self, py: Python<'_>, op: F) -> PyResult<T>
+    where
+        F: FnOnce(tomus_client::Namespace) -> Fut + Send,
+        Fut: std::future::Future<Output = tomus_wire::Result<T>> + Send,
+    {
+        let conn = self.conn.clone();
+        block_on(
+            py,
+            async move { op(conn.client().await?.namespace()).await },
+        )?
+        .map_err(to_py)
+    }
+}
+
+#[pymethods]
+impl Namespace {
+    /// The entry at `path` (`NotFound` if none).
+    fn stat<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyDict>> {
+        let e = self.run(py, |ns| async move { ns.stat(&path).await })?;
+        entry_dict(py, &e)
+    }
+
+    /// The children of a directory, or with `recursive` every entry below it, in path order.
+    #[pyo3(signature = (path, recursive=false))]
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        recursive: bool,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let entries = self.run(py, |ns| async move {
+            if recursive {
+                ns.walk(&path).await
+            } else {
+                ns.list(&path).await
+            }
+        })?;
+        entries.iter().map(|e| entry_dict(py, e)).collect()
+    }
+
+    /// Makes a directory (with `parents`: and its missing parents; existing is fine).
+    #[pyo3(signature = (path, parents=false))]
+    fn mkdir<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        parents: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let e = self.run(py, |ns| async move { ns.mkdir(&path, parents).await })?;
+        entry_dict(py, &e)
+    }
+
+    /// Creates a file on a new blob (missing parents are made); an existing file is opened
+    /// unless `exclusive`. Returns `(entry, blob)`.
+    #[pyo3(signature = (path, chunk_size=4 << 20, replication=1, exclusive=false))]
+    fn create<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        chunk_size: i64,
+        replication: u32,
+        exclusive: bool,
+    ) -> PyResult<(Bound<'py, PyDict>, Blob)> {
+        let options = CreateOptions {
+            chunk_size: non_negative("chunk_size", chunk_size)?,
+            replication,
+            exclusive,
+        };
+        let (e, b) = self.run(py, |ns| async move { ns.create(&path, options).await })?;
+        Ok((entry_dict(py, &e)?, Blob::new(self.conn.clone(), b)))
+    }
+
+    /// Opens an existing file: `(entry, blob)`.
+    fn open<'py>(&self, py: Python<'py>, path: String) -> PyResult<(Bound<'py, PyDict>, Blob)> {
+        let (e, b) = self.run(py, |ns| async move { ns.open(&path).await })?;
+        Ok((entry_dict(py, &e)?, Blob::new(self.conn.clone(), b)))
+    }
+
+    /// Moves a file or a directory tree; an existing file at `dst` is replaced.
+    fn rename(&self, py: Python<'_>, src: String, dst: String) -> PyResult<()> {
+        self.run(py, |ns| async move { ns.rename(&src, &dst).await })
+    }
+
+    /// Removes a file, or a directory (everything below it with `recursive`).
+    #[pyo3(signature = (path, recursive=false))]
+    fn delete(&self, py: Python<'_>, path: String, recursive: bool) -> PyResult<()> {
+        self.run(py, |ns| async move { ns.delete(&path, recursive).await })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<tomus.Namespace of {}>", self.conn.addr)
+    }
+}

@@ -1,0 +1,195 @@
+"""Multipart uploads and CopyObject: both compose a version from existing chunks."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from botocore.exceptions import ClientError
+
+from .conftest import error_code, status
+
+MiB = 1 << 20
+
+
+def multipart_etag(parts: list[bytes]) -> str:
+    digests = b"".join(hashlib.md5(p).digest() for p in parts)
+    return f'"{hashlib.md5(digests).hexdigest()}-{len(parts)}"'
+
+
+def test_parts_of_different_sizes_uploaded_out_of_order(gateway, s3, bucket) -> None:
+    sizes = [5 * MiB + 17, 7 * MiB, 5 * MiB, 123_457]
+    parts = [os.urandom(n) for n in sizes]
+    up = s3.create_multipart_upload(
+        Bucket=bucket,
+        Key="mp/object.bin",
+        ContentType="application/x-test",
+        Metadata={"origin": "multipart"},
+    )
+    uid = up["UploadId"]
+    listed = s3.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    assert [(u["Key"], u["UploadId"]) for u in listed] == [("mp/object.bin", uid)]
+
+    def upload(n: int) -> tuple[int, str]:
+        r = s3.upload_part(
+            Bucket=bucket, Key="mp/object.bin", UploadId=uid, PartNumber=n + 1, Body=parts[n]
+        )
+        return n + 1, r["ETag"]
+
+    # Concurrently, and the last parts first.
+    with ThreadPoolExecutor(4) as pool:
+        etags = dict(pool.map(upload, [3, 1, 2, 0]))
+    assert etags[2] == f'"{hashlib.md5(parts[1]).hexdigest()}"'
+    got = s3.list_parts(Bucket=bucket, Key="mp/object.bin", UploadId=uid)["Parts"]
+    assert [(p["PartNumber"], p["Size"], p["ETag"]) for p in got] == [
+        (n, sizes[n - 1], etags[n]) for n in (1, 2, 3, 4)
+    ]
+    page = s3.list_parts(Bucket=bucket, Key="mp/object.bin", UploadId=uid, MaxParts=2)
+    assert page["IsTruncated"] and page["NextPartNumberMarker"] == 2
+    chunks_before = gateway.chunk_files()
+    done = s3.complete_multipart_upload(
+        Bucket=bucket,
+        Key="mp/object.bin",
+        UploadId=uid,
+        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": etags[n]} for n in (1, 2, 3, 4)]},
+    )
+    assert done["ETag"] == multipart_etag(parts)
+    assert gateway.chunk_files() == chunks_before, "completing copied data"
+    got = s3.get_object(Bucket=bucket, Key="mp/object.bin")
+    assert got["Body"].read() == b"".join(parts)
+    assert got["ETag"] == done["ETag"]
+    assert got["ContentType"] == "application/x-test"
+    assert got["Metadata"] == {"origin": "multipart"}
+    assert s3.head_object(Bucket=bucket, Key="mp/object.bin")["PartsCount"] == 4
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    with pytest.raises(ClientError) as e:
+        s3.list_parts(Bucket=bucket, Key="mp/object.bin", UploadId=uid)
+    assert error_code(e) == "NoSuchUpload"
+
+
+def test_part_errors(s3, bucket) -> None:
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="small")["UploadId"]
+    e1 = s3.upload_part(Bucket=bucket, Key="small", UploadId=uid, PartNumber=1, Body=b"a" * 1000)
+    e2 = s3.upload_part(Bucket=bucket, Key="small", UploadId=uid, PartNumber=2, Body=b"b" * 10)
+
+    def complete(parts):
+        return s3.complete_multipart_upload(
+            Bucket=bucket, Key="small", UploadId=uid, MultipartUpload={"Parts": parts}
+        )
+
+    with pytest.raises(ClientError) as e:
+        complete([{"PartNumber": 1, "ETag": e1["ETag"]}, {"PartNumber": 2, "ETag": e2["ETag"]}])
+    assert error_code(e) == "EntityTooSmall" and status(e) == 400
+    with pytest.raises(ClientError) as e:
+        complete([{"PartNumber": 1, "ETag": e2["ETag"]}])
+    assert error_code(e) == "InvalidPart"
+    with pytest.raises(ClientError) as e:
+        complete([{"PartNumber": 3, "ETag": e1["ETag"]}])
+    assert error_code(e) == "InvalidPart"
+    with pytest.raises(ClientError) as e:
+        complete([{"PartNumber": 2, "ETag": e2["ETag"]}, {"PartNumber": 1, "ETag": e1["ETag"]}])
+    assert error_code(e) == "InvalidPartOrder"
+    with pytest.raises(ClientError) as e:
+        s3.upload_part(Bucket=bucket, Key="small", UploadId=uid, PartNumber=10001, Body=b"x")
+    assert status(e) == 400
+    # A single small part is fine: the last part has no minimum.
+    done = complete([{"PartNumber": 2, "ETag": e2["ETag"]}])
+    assert done["ETag"].endswith('-1"')
+    assert s3.get_object(Bucket=bucket, Key="small")["Body"].read() == b"b" * 10
+
+
+def test_unknown_upload_ids(s3, bucket) -> None:
+    for uid in ["0" * 32, "not-an-id", "../../etc"]:
+        with pytest.raises(ClientError) as e:
+            s3.upload_part(Bucket=bucket, Key="k", UploadId=uid, PartNumber=1, Body=b"x")
+        assert error_code(e) == "NoSuchUpload" and status(e) == 404
+        with pytest.raises(ClientError) as e:
+            s3.complete_multipart_upload(
+                Bucket=bucket,
+                Key="k",
+                UploadId=uid,
+                MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": '"x"'}]},
+            )
+        assert error_code(e) == "NoSuchUpload"
+        with pytest.raises(ClientError) as e:
+            s3.abort_multipart_upload(Bucket=bucket, Key="k", UploadId=uid)
+        assert error_code(e) == "NoSuchUpload"
+    # An upload id is tied to its key.
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="mine")["UploadId"]
+    with pytest.raises(ClientError) as e:
+        s3.upload_part(Bucket=bucket, Key="other", UploadId=uid, PartNumber=1, Body=b"x")
+    assert error_code(e) == "NoSuchUpload"
+
+
+def test_abort_removes_the_parts(gateway, s3, bucket) -> None:
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="gone")["UploadId"]
+    s3.upload_part(Bucket=bucket, Key="gone", UploadId=uid, PartNumber=1, Body=b"p" * 100)
+    assert f"{bucket}".encode() in gateway.tomus("fs", "ls", ".tomus-uploads")
+    s3.abort_multipart_upload(Bucket=bucket, Key="gone", UploadId=uid)
+    assert b"gone" not in gateway.tomus("fs", "ls", "-r", f".tomus-uploads/{bucket}")
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="gone")
+    assert status(e) == 404
+
+
+def test_copy_of_a_large_object_moves_no_data(gateway, s3, bucket) -> None:
+    body = os.urandom(128 * MiB)
+    t0 = time.monotonic()
+    src = s3.put_object(Bucket=bucket, Key="large/source", Body=body, ContentType="a/b")
+    put_seconds = time.monotonic() - t0
+    chunks_before = gateway.chunk_files()
+    t0 = time.monotonic()
+    r = s3.copy_object(
+        Bucket=bucket, Key="large/copy", CopySource={"Bucket": bucket, "Key": "large/source"}
+    )
+    copy_seconds = time.monotonic() - t0
+    assert gateway.chunk_files() == chunks_before, "the copy stored chunk data"
+    assert copy_seconds < put_seconds / 5, (copy_seconds, put_seconds)
+    assert r["CopyObjectResult"]["ETag"] == src["ETag"]
+    head = s3.head_object(Bucket=bucket, Key="large/copy")
+    assert (head["ContentLength"], head["ContentType"]) == (len(body), "a/b")
+    got = s3.get_object(Bucket=bucket, Key="large/copy", Range="bytes=100000000-100000999")
+    assert got["Body"].read() == body[100_000_000:100_001_000]
+    # Overwriting the source leaves the copy as it was.
+    s3.put_object(Bucket=bucket, Key="large/source", Body=b"new")
+    assert s3.get_object(Bucket=bucket, Key="large/copy")["Body"].read() == body
+
+
+def test_copy_metadata_directives(s3, bucket) -> None:
+    s3.put_object(Bucket=bucket, Key="src", Body=b"data", Metadata={"a": "1"}, ContentType="x/y")
+    s3.copy_object(Bucket=bucket, Key="same-meta", CopySource=f"{bucket}/src")
+    assert s3.head_object(Bucket=bucket, Key="same-meta")["Metadata"] == {"a": "1"}
+    s3.copy_object(
+        Bucket=bucket,
+        Key="new-meta",
+        CopySource=f"{bucket}/src",
+        MetadataDirective="REPLACE",
+        Metadata={"b": "2"},
+        ContentType="text/plain",
+    )
+    head = s3.head_object(Bucket=bucket, Key="new-meta")
+    assert (head["Metadata"], head["ContentType"]) == ({"b": "2"}, "text/plain")
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="src", CopySource=f"{bucket}/src")
+    assert error_code(e) == "InvalidRequest"
+    # In place with new metadata is allowed.
+    s3.copy_object(
+        Bucket=bucket,
+        Key="src",
+        CopySource=f"{bucket}/src",
+        MetadataDirective="REPLACE",
+        Metadata={"c": "3"},
+    )
+    assert s3.get_object(Bucket=bucket, Key="src")["Body"].read() == b"data"
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="x", CopySource=f"{bucket}/missing")
+    assert error_code(e) == "NoSuchKey"
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(
+            Bucket=bucket, Key="x", CopySource=f"{bucket}/src", CopySourceIfMatch='"nope"'
+        )
+    assert status(e) == 412

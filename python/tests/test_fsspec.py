@@ -1,0 +1,211 @@
+"""The ``tomus://`` fsspec file system against a real cluster: files around chunk boundaries,
+seek/tell, ranged reads, listings, renames, versions, concurrent appends to one file, and
+pandas/pyarrow/dask round trips through ``tomus://`` URLs."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import uuid
+from collections.abc import Iterator
+
+import fsspec
+import pytest
+from blob_support import CHUNK
+
+import tomus
+from tomus.fs import TomusFileSystem
+
+
+@pytest.fixture
+def fs(client: tomus.Client) -> TomusFileSystem:
+    return TomusFileSystem(client=client, chunk_size=CHUNK)
+
+
+@pytest.fixture
+def root(fs: TomusFileSystem) -> Iterator[str]:
+    """A fresh directory per test, removed afterwards."""
+    d = f"t-{uuid.uuid4().hex[:10]}"
+    fs.mkdir(d)
+    yield d
+    fs.rm(d, recursive=True)
+
+
+@pytest.fixture
+def env_addr(cluster: tomus.LocalCluster) -> Iterator[None]:
+    """``TOMUS_ADDR`` set, as a user of plain ``tomus://`` URLs would have it."""
+    old = os.environ.get("TOMUS_ADDR")
+    os.environ["TOMUS_ADDR"] = cluster.addr
+    yield
+    if old is None:
+        del os.environ["TOMUS_ADDR"]
+    else:
+        os.environ["TOMUS_ADDR"] = old
+
+
+SIZES = [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, int(3.5 * CHUNK)]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_write_then_read_around_chunk_boundaries(fs: TomusFileSystem, root: str, size: int) -> None:
+    data = random.Random(size).randbytes(size)
+    path = f"{root}/f-{size}.bin"
+    with fs.open(path, "wb") as f:
+        # Uneven pieces, so the write-behind buffer fills across chunk boundaries.
+        for i in range(0, size, 10_007):
+            f.write(data[i : i + 10_007])
+    info = fs.info(path)
+    assert (info["type"], info["size"]) == ("file", size)
+    assert fs.cat_file(path) == data
+    with fs.open(path, "rb") as f:
+        assert f.read() == data
+    if size:
+        assert fs.cat_file(path, start=size // 3, end=size - 1) == data[size // 3 : size - 1]
+        assert fs.cat_file(path, start=-1) == data[-1:]
+
+
+def test_seek_tell_and_ranged_reads(fs: TomusFileSystem, root: str) -> None:
+    data = random.Random(7).randbytes(5 * CHUNK + 11)
+    fs.pipe_file(f"{root}/s.bin", data)
+    with fs.open(f"{root}/s.bin", "rb") as f:
+        assert f.seek(CHUNK - 3) == CHUNK - 3
+        assert f.read(6) == data[CHUNK - 3 : CHUNK + 3]
+        assert f.tell() == CHUNK + 3
+        f.seek(-5, os.SEEK_END)
+        assert f.read() == data[-5:]
+        f.seek(2 * CHUNK)
+        assert f.read(CHUNK) == data[2 * CHUNK : 3 * CHUNK]
+    starts = [0, CHUNK - 1, 3 * CHUNK, 5 * CHUNK]
+    ends = [10, CHUNK + 1, 4 * CHUNK + 5, 5 * CHUNK + 11]
+    got = fs.cat_ranges([f"{root}/s.bin"] * 4, starts, ends)
+    assert got == [data[s:e] for s, e in zip(starts, ends, strict=False)]
+
+
+def test_listing_find_glob_mv_and_rm(fs: TomusFileSystem, root: str) -> None:
+    for name in ["a/x.csv", "a/y.csv", "a/b/z.parquet", "c.txt"]:
+        fs.pipe_file(f"{root}/{name}", name.encode())
+    assert fs.ls(root, detail=False) == [f"{root}/a", f"{root}/c.txt"]
+    assert fs.find(root) == [
+        f"{root}/a/b/z.parquet",
+        f"{root}/a/x.csv",
+        f"{root}/a/y.csv",
+        f"{root}/c.txt",
+    ]
+    assert fs.glob(f"{root}/a/*.csv") == [f"{root}/a/x.csv", f"{root}/a/y.csv"]
+    assert fs.isdir(f"{root}/a/b") and fs.isfile(f"{root}/c.txt")
+    assert fs.info(f"{root}/a")["type"] == "directory"
+
+    fs.mv(f"{root}/a", f"{root}/moved")
+    assert not fs.exists(f"{root}/a")
+    assert fs.cat_file(f"{root}/moved/b/z.parquet") == b"a/b/z.parquet"
+    with pytest.raises(OSError):
+        fs.rmdir(f"{root}/moved")  # not empty
+    fs.rm(f"{root}/moved", recursive=True)
+    assert fs.ls(root, detail=False) == [f"{root}/c.txt"]
+    with pytest.raises(FileNotFoundError):
+        fs.info(f"{root}/moved/x.csv")
+    with pytest.raises(FileNotFoundError):
+        fs.open(f"{root}/nope", "rb")
+
+
+def test_every_close_is_a_version_and_old_ones_stay_readable(
+    fs: TomusFileSystem, root: str
+) -> None:
+    path = f"{root}/v.txt"
+    contents = [b"first version, long enough" * 1000, b"second", b"third, a bit longer"]
+    versions = []
+    for c in contents:
+        with fs.open(path, "wb") as f:
+            f.write(c)
+        versions.append(fs.info(path)["version"])
+    assert versions == sorted(versions) and len(set(versions)) == 3
+    assert fs.cat_file(path) == contents[-1]
+    for v, c in zip(versions, contents, strict=False):
+        with fs.open(path, "rb", version=v) as f:
+            assert f.read() == c
+        assert fs.cat_file(f"{path}?version={v}") == c
+        assert fs.info(f"{path}?version={v}")["size"] == len(c)
+    assert fs.versions(path) == versions
+
+
+def test_locations_name_providers_for_every_byte(fs: TomusFileSystem, root: str) -> None:
+    data = random.Random(3).randbytes(4 * CHUNK)
+    fs.pipe_file(f"{root}/l.bin", data)
+    locs = fs.locations(f"{root}/l.bin")
+    assert sum(size for _, size, _ in locs) == len(data)
+    assert all(hosts and all(":" in h for h in hosts) for _, _, hosts in locs)
+
+
+def _append_records(addr: str, path: str, worker: int, count: int) -> None:
+    fs = TomusFileSystem(addr=addr, chunk_size=CHUNK)
+    for i in range(count):
+        with fs.open(path, "ab") as f:
+            f.write(f"w{worker}-r{i}\n".encode() * (1 + i % 3))
+
+
+def test_four_processes_append_to_one_file(
+    fs: TomusFileSystem, root: str, cluster: tomus.LocalCluster
+) -> None:
+    path = f"{root}/log.txt"
+    fs.touch(path)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_append_records, args=(cluster.addr, path, w, 20)) for w in range(4)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    lines = fs.cat_file(path).decode().splitlines()
+    expected = sorted(f"w{w}-r{i}" for w in range(4) for i in range(20) for _ in range(1 + i % 3))
+    assert sorted(lines) == expected
+    # Each close landed contiguously: a record's repeats are adjacent.
+    runs = [lines[0]]
+    for line in lines[1:]:
+        if line != runs[-1]:
+            runs.append(line)
+    assert len(runs) == 80
+
+
+def test_bad_input_gives_clear_errors(fs: TomusFileSystem, root: str) -> None:
+    fs.pipe_file(f"{root}/f", b"x")
+    with pytest.raises(NotADirectoryError):
+        fs.pipe_file(f"{root}/f/under", b"y")
+    with pytest.raises(IsADirectoryError):
+        fs.open(root, "rb")
+    with pytest.raises(FileExistsError):
+        fs.open(f"{root}/f", "xb")
+    with pytest.raises(ValueError):
+        fs.open(f"{root}/f?version=abc", "rb")
+    with pytest.raises(tomus.NotFound):
+        fs.open(f"{root}/f", "rb", version=999_999)
+    with pytest.raises(ValueError):
+        fs.info("a/../b")
+    assert fs.cat_file(f"{root}/f") == b"x"
+
+
+def test_fsspec_registry_pandas_pyarrow_and_dask(root: str, env_addr: None) -> None:
+    import dask.dataframe as dd
+    import pandas as pd
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    fs = fsspec.filesystem("tomus")
+    assert isinstance(fs, TomusFileSystem)
+    frame = pd.DataFrame({"id": range(1000), "value": [i * 0.5 for i in range(1000)]})
+    frame["name"] = [f"n{i % 7}" for i in range(1000)]
+
+    frame.to_csv(f"tomus://{root}/x.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(f"tomus://{root}/x.csv"), frame)
+
+    frame.to_parquet(f"tomus://{root}/p/part-0.parquet")
+    frame.iloc[:10].to_parquet(f"tomus://{root}/p/part-1.parquet")
+    table = pq.read_table(f"{root}/p/part-0.parquet", filesystem=fs)
+    assert table.num_rows == 1000
+    dataset = ds.dataset(f"{root}/p", filesystem=fs, format="parquet")
+    assert dataset.count_rows() == 1010
+    ddf = dd.read_parquet(f"tomus://{root}/p")
+    # In this process: the test must not depend on which Dask client other tests left around.
+    assert int(ddf["id"].sum().compute(scheduler="sync")) == sum(range(1000)) + sum(range(10))

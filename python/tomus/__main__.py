@@ -1,0 +1,33 @@
+"""``python -m tomus`` and the ``tomus`` script: the tomus command line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from tomus import _native
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["demo"]:
+        if "--storage" not in args:
+            # The main job runs the compute layer (Python, on Dask).
+            from tomus.compute.demo import main as compute_demo
+
+            sys.exit(compute_demo(args[1:]))
+        # `tomus demo --storage`: the native storage demo.
+        args = [a for a in args if a != "--storage"]
+    parent = os.environ.pop("TOMUS_DIE_WITH_PARENT", None)
+    if parent and not _native.die_with_parent(int(parent)):
+        sys.exit(1)
+    # The command runs in native code with the GIL released: let Ctrl-C end the process as it
+    # would end the native binary (``tomus up`` installs its own handler to stop its cluster).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    sys.stdout.flush()
+    sys.exit(_native.cli_main(["tomus", *args]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,410 @@
+"""fsspec file system ``tomus://``: the cluster's namespace of directories and files.
+
+Files are blobs: closing a file opened for writing publishes one version of its blob (the
+file's whole new content), a file opened with ``"ab"`` publishes one append (many processes may
+append to one file at once; each close lands contiguously), and any earlier content stays
+readable with ``version=N`` (``fs.open(path, version=N)`` or ``tomus://path?version=N``).
+
+Reads are buffered with read-ahead of one chunk and writes with write-behind of one chunk
+(BSFS's prefetching and delayed commit): the file object's block size defaults to the blob's
+chunk size. ``cat_ranges`` fetches many ranges in parallel (the GIL is released during I/O),
+and ``locations(path)`` tells schedulers which providers hold which bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import parse_qs
+
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+
+from tomus._native import Blob, BlobWriter, Client
+from tomus.errors import InvalidArgument, NotFound
+
+__all__ = ["TomusFile", "TomusFileSystem"]
+
+DEFAULT_CHUNK_SIZE = 4 << 20
+#: Ranges fetched at once by ``cat_ranges``.
+RANGE_THREADS = 16
+
+
+def _split_version(path: str) -> tuple[str, int | None]:
+    """``a/b?version=3`` -> (``a/b``, 3)."""
+    path, sep, query = path.partition("?")
+    if not sep:
+        return path, None
+    values = parse_qs(query).get("version")
+    if not values:
+        raise InvalidArgument(f"unknown query {query!r} in {path!r}: only ?version=N is known")
+    try:
+        return path, int(values[-1])
+    except ValueError:
+        raise InvalidArgument(f"version must be an integer, not {values[-1]!r}") from None
+
+
+class TomusFileSystem(AbstractFileSystem):
+    """The namespace of a tomus cluster as an fsspec file system.
+
+    ``TomusFileSystem(addr=None, client=None, chunk_size=4 MiB, replication=1)``: the cluster
+    at ``addr`` (default ``$TOMUS_ADDR``), or an existing ``tomus.Client``. New files get
+    ``chunk_size`` and ``replication``.
+    """
+
+    protocol = ("tomus",)
+    root_marker = ""
+    # One client per (addr, options): fsspec caches instances by their arguments.
+    cachable = True
+
+    def __init__(
+        self,
+        addr: str | None = None,
+        client: Client | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        replication: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if client is None:
+            from tomus import connect
+
+            client = connect(addr)
+        self.client = client
+        self.ns = client.namespace()
+        self.chunk_size = chunk_size
+        self.replication = replication
+
+    @classmethod
+    def _strip_protocol(cls, path: str | os.PathLike[str]) -> str:
+        text = os.fspath(path)
+        if text.startswith("tomus://"):
+            text = text[len("tomus://") :]
+        base, sep, query = text.partition("?")
+        return base.strip("/") + sep + query
+
+    @staticmethod
+    def _get_kwargs_from_urls(urlpath: str) -> dict[str, Any]:
+        return {}
+
+    def unstrip_protocol(self, name: str) -> str:
+        return "tomus://" + name.lstrip("/")
+
+    # ---- metadata
+
+    def info(self, path: str, version: int | None = None, **kwargs: Any) -> dict[str, Any]:
+        path, query_version = _split_version(self._strip_protocol(path))
+        version = version if version is not None else query_version
+        entry = self.ns.stat(path)
+        if version is not None and entry["type"] == "file":
+            stat = self.ns.open(path)[1].stat(version)
+            entry["size"] = stat.size
+            entry["version"] = stat.version
+        return entry
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        path = self._strip_protocol(path)
+        entry = self.ns.stat(path)
+        entries = [entry] if entry["type"] == "file" else self.ns.list(path, False)
+        return entries if detail else [e["name"] for e in entries]
+
+    def find(
+        self,
+        path: str,
+        maxdepth: int | None = None,
+        withdirs: bool = False,
+        detail: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        # One recursive listing from the manager instead of a walk of ls calls.
+        if maxdepth is not None:
+            return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail)
+        path = self._strip_protocol(path)
+        try:
+            top = self.ns.stat(path)
+        except NotFound:
+            return {} if detail else []
+        if top["type"] == "file":
+            found = [top]
+        else:
+            found = self.ns.list(path, True)
+            if withdirs and path:
+                found.insert(0, top)
+        found = [e for e in found if withdirs or e["type"] == "file"]
+        if detail:
+            return {e["name"]: e for e in found}
+        return [e["name"] for e in found]
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        try:
+            self.ns.stat(_split_version(self._strip_protocol(path))[0])
+            return True
+        except NotFound:
+            return False
+
+    def created(self, path: str) -> Any:
+        import datetime
+
+        return datetime.datetime.fromtimestamp(self.info(path)["created"], datetime.timezone.utc)
+
+    def modified(self, path: str) -> Any:
+        import datetime
+
+        return datetime.datetime.fromtimestamp(self.info(path)["mtime"], datetime.timezone.utc)
+
+    def locations(
+        self, path: str, offset: int = 0, size: int | None = None, version: int | None = None
+    ) -> list[tuple[int, int, list[str]]]:
+        """Which providers hold each range of the file: ``[(offset, size, [addr, ...])]``."""
+        path, query_version = _split_version(self._strip_protocol(path))
+        blob = self._blob(path)
+        return blob.locations(offset, size, version if version is not None else query_version)
+
+    def versions(self, path: str) -> list[int]:
+        """The published versions of a file, oldest first."""
+        blob = self._blob(self._strip_protocol(path))
+        return [v.version for v in blob.versions().versions]
+
+    # ---- namespace changes
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        self.ns.mkdir(self._strip_protocol(path), create_parents)
+        self.invalidate_cache()
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        path = self._strip_protocol(path)
+        if not exist_ok and self.exists(path):
+            raise FileExistsError(path)
+        self.ns.mkdir(path, True)
+
+    def rmdir(self, path: str) -> None:
+        path = self._strip_protocol(path)
+        if self.ns.stat(path)["type"] != "directory":
+            raise NotADirectoryError(path)
+        self.ns.delete(path, False)
+
+    def _rm(self, path: str) -> None:
+        self.ns.delete(self._strip_protocol(path), False)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        paths = [path] if isinstance(path, str) else list(path)
+        for p in paths:
+            if maxdepth is None and not any(c in p for c in "*?["):
+                # The manager removes a whole tree in one transaction.
+                self.ns.delete(self._strip_protocol(p), recursive)
+            else:
+                super().rm(p, recursive=recursive, maxdepth=maxdepth)
+
+    def mv(self, path1: str, path2: str, recursive: bool = False, **kwargs: Any) -> None:
+        """Renames in the namespace: no data moves, versions stay with the file."""
+        if isinstance(path1, str) and not any(c in path1 for c in "*?["):
+            self.ns.rename(self._strip_protocol(path1), self._strip_protocol(path2))
+            self.invalidate_cache()
+        else:
+            super().mv(path1, path2, recursive=recursive, **kwargs)
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        src = self._blob(self._strip_protocol(path1))
+        with self.open(path2, "wb", chunk_size=src.chunk_size) as out:
+            size = src.size()
+            window = max(src.chunk_size, 16 << 20)
+            for start in range(0, size, window):
+                out.write(src.read(start, min(window, size - start)))
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        path = self._strip_protocol(path)
+        _, blob = self.ns.create(path, self.chunk_size, self.replication, False)
+        if truncate:
+            blob.replace(b"")
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        path = self._strip_protocol(path)
+        exclusive = mode == "create"
+        _, blob = self.ns.create(path, self.chunk_size, self.replication, exclusive)
+        blob.replace(value)
+
+    # ---- data
+
+    def _blob(self, path: str) -> Blob:
+        return self.ns.open(path)[1]
+
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
+    ) -> bytes:
+        path, version = _split_version(self._strip_protocol(path))
+        version = kwargs.get("version", version)
+        blob = self._blob(path)
+        stat = blob.stat(version)
+        lo, hi = _clamp(start, end, stat.size)
+        return blob.read(lo, hi - lo, stat.version)
+
+    def cat_ranges(
+        self,
+        paths: Sequence[str],
+        starts: Sequence[int | None] | int | None,
+        ends: Sequence[int | None] | int | None,
+        max_gap: Any = None,
+        on_error: str = "return",
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Fetches every range in parallel (each file's version pinned once)."""
+        n = len(paths)
+        starts_l = list(starts) if isinstance(starts, Iterable) else [starts] * n
+        ends_l = list(ends) if isinstance(ends, Iterable) else [ends] * n
+        if len(starts_l) != n or len(ends_l) != n:
+            raise ValueError("paths, starts and ends must have the same length")
+        pinned: dict[str, tuple[Blob, Any]] = {}
+
+        def pin(path: str) -> tuple[Blob, Any]:
+            if path not in pinned:
+                bare, version = _split_version(self._strip_protocol(path))
+                blob = self._blob(bare)
+                pinned[path] = (blob, blob.stat(version))
+            return pinned[path]
+
+        for p in set(paths):
+            try:
+                pin(p)
+            except Exception as e:
+                if on_error != "return":
+                    raise
+                pinned[p] = (None, e)  # type: ignore[assignment]
+
+        def one(i: int) -> Any:
+            blob, stat = pinned[paths[i]]
+            if blob is None:
+                return stat
+            try:
+                lo, hi = _clamp(starts_l[i], ends_l[i], stat.size)
+                return blob.read(lo, hi - lo, stat.version)
+            except Exception as e:
+                if on_error == "return":
+                    return e
+                raise
+
+        with ThreadPoolExecutor(max_workers=min(RANGE_THREADS, max(n, 1))) as pool:
+            return list(pool.map(one, range(n)))
+
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict[str, Any] | None = None,
+        version: int | None = None,
+        chunk_size: int | None = None,
+        replication: int | None = None,
+        **kwargs: Any,
+    ) -> TomusFile:
+        path, query_version = _split_version(self._strip_protocol(path))
+        version = version if version is not None else query_version
+        if "r" in mode:
+            _, blob = self.ns.open(path)
+        else:
+            if version is not None:
+                raise InvalidArgument("version= applies to reading; writes make new versions")
+            _, blob = self.ns.create(
+                path,
+                chunk_size or self.chunk_size,
+                replication or self.replication,
+                mode == "xb",
+            )
+        return TomusFile(
+            self,
+            path,
+            blob,
+            mode=mode,
+            block_size=block_size,
+            autocommit=autocommit,
+            cache_options=cache_options,
+            version=version,
+            **kwargs,
+        )
+
+
+def _clamp(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+    """Python-slice semantics for ``[start, end)`` over ``size`` bytes."""
+    lo = 0 if start is None else (start + size if start < 0 else start)
+    hi = size if end is None else (end + size if end < 0 else end)
+    lo = min(max(lo, 0), size)
+    hi = min(max(hi, lo), size)
+    return lo, hi
+
+
+class TomusFile(AbstractBufferedFile):
+    """A file of the namespace: reads one pinned version with read-ahead; writes go to the
+    blob chunk by chunk and publish one version when the file is closed."""
+
+    def __init__(
+        self,
+        fs: TomusFileSystem,
+        path: str,
+        blob: Blob,
+        mode: str = "rb",
+        block_size: int | None = None,
+        version: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.blob = blob
+        self.writer: BlobWriter | None = None
+        self.version: int | None = None
+        size = None
+        if mode == "rb":
+            # One snapshot for the whole life of the file object.
+            stat = blob.stat(version)
+            self.version = stat.version
+            size = stat.size
+        elif mode not in ("wb", "ab", "xb"):
+            raise ValueError(f"mode {mode!r} is not supported (rb, wb, ab, xb)")
+        super().__init__(
+            fs,
+            path,
+            mode=mode,
+            block_size=block_size or blob.chunk_size,
+            size=size,
+            **kwargs,
+        )
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        end = min(end, self.size)
+        if start >= end:
+            return b""
+        return self.blob.read(start, end - start, self.version)
+
+    def _initiate_upload(self) -> None:
+        self.writer = self.blob.writer()
+
+    def _upload_chunk(self, final: bool = False) -> bool:
+        if self.writer is None:
+            self._initiate_upload()
+        assert self.writer is not None
+        data = self.buffer.getbuffer()
+        if len(data):
+            self.writer.write(data)
+        del data
+        if final and self.autocommit:
+            self.commit()
+        return True
+
+    def commit(self) -> None:
+        """Publishes what was written as one version (on close)."""
+        if self.writer is None:
+            self._initiate_upload()
+        assert self.writer is not None
+        writer, self.writer = self.writer, None
+        if self.mode == "ab":
+            landed = writer.commit_append()
+            self.version = landed[0] if landed is not None else None
+        else:
+            self.version = writer.commit_replace()
+
+    def discard(self) -> None:
+        self.writer = None
+
+    def seekable(self) -> bool:
+        return self.mode == "rb"
+
+    def __repr__(self) -> str:
+        return f"<TomusFile tomus://{self.path} mode={self.mode} version={self.version}>"

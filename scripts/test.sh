@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The full test suite: Rust workspace tests, then the Python package (built from this checkout
+# into .venv) with its linter and tests against real embedded clusters.
+# Needs only Rust, Python >= 3.10 with pip and venv, and access to crates.io and PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo test --workspace --locked
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
+# A development build (the workspace dev profile) reusing the cargo build above.
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --locked -m python/Cargo.toml
+.venv/bin/ruff check python
+.venv/bin/python -m pytest -q python/tests
