@@ -1,0 +1,53 @@
+"""Shared setup of the compute benchmarks: one embedded tomus cluster and one Dask LocalCluster
+(2 worker processes, one thread each) for every system compared, and a timer."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tomus
+from tomus.compute.engine import Session, session
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def engines(workers: int = 2, providers: int = 4) -> Iterator[Session]:
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(
+            tomus.local_cluster(providers=providers, fsync=False)
+        )
+        yield stack.enter_context(session(None, cluster.addr, workers=workers))
+
+
+def timed(fn: Callable[[], T], repeat: int = 1) -> tuple[T, float]:
+    """The result of ``fn`` and its best wall time over ``repeat`` runs."""
+    best = float("inf")
+    out: Any = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return out, best
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {path}")

@@ -1,0 +1,42 @@
+"""The demo main job, end to end, small."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tomus.compute import demo
+
+
+@pytest.mark.slow
+def test_demo_main_reports_every_phase_and_finds_the_planted_pairs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TOMUS_ADDR", raising=False)  # the demo starts its own cluster
+    code = demo.main(["--size", "2MiB", "--providers", "2", "--workers", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    names = [p["name"] for p in out["phases"]]
+    assert names == [
+        "start clusters",
+        "generate + load",
+        "most frequent words",
+        "kmeans",
+        "a-brain",
+    ]
+    res = out["results"]
+    assert len(res["top_words"]) == 10 and res["top_words"][0][1] >= res["top_words"][-1][1]
+    assert res["words_job"]["reduce_factor"] == res["words_job"]["map_tasks"]
+    assert res["kmeans"]["max_distance_to_true_center"] < 1.0
+    ab = res["abrain"]
+    assert ab["planted_found"] == len(ab["planted"]) and ab["false_positives"] == 0
+    assert all(p["bytes_read"] > 0 for p in out["phases"][2:])
+
+
+def test_parse_size() -> None:
+    assert demo.parse_size("16MiB") == 16 << 20
+    assert demo.parse_size("2k") == 2048
+    assert demo.parse_size("123") == 123
+    with pytest.raises(Exception, match="not a size"):
+        demo.parse_size("lots")

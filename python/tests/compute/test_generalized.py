@@ -1,0 +1,102 @@
+"""Chunked datasets, GeneralizedReduction, KMeans and PCA against numpy references."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tomus
+from tomus.compute import Dataset, GeneralizedReduction
+from tomus.compute.apps.kmeans import kmeans, reference_kmeans
+from tomus.compute.apps.pca import pca, reference_pca
+from tomus.compute.apps.synth import clustered_points
+
+
+def test_dataset_index_records_objects_chunks_and_reads_back(tc: tomus.Client) -> None:
+    data = np.arange(1003 * 3, dtype=np.float64).reshape(1003, 3)
+    ds = Dataset.write(tc, data, objects=3, chunk_records=100)
+    assert len(ds.objects) == 3
+    assert ds.records == 1003 and ds.nbytes == data.nbytes
+    assert all(c.records <= 100 for c in ds.chunks)
+    assert [c.first for c in ds.chunks] == sorted(c.first for c in ds.chunks)
+    doc = json.loads(tc.open_blob(ds.index).read())
+    assert doc["format"] == "tomus.dataset/1" and doc["shape"] == [3]
+    assert {"object", "blob", "offset", "size", "records"} <= set(doc["chunks"][0])
+    again = Dataset.open(tc, ds.index)
+    np.testing.assert_array_equal(again.read(tc), data)
+    for c in again.chunks:
+        np.testing.assert_array_equal(c.read(tc), data[c.first : c.first + c.records])
+    assert all(c.hosts for c in again.chunks)
+
+
+def test_tasks_alternate_between_objects(tc: tomus.Client) -> None:
+    ds = Dataset.write(tc, np.zeros((60, 2), np.float32), objects=3, chunk_records=5)
+    tasks = ds.tasks(chunks_per_task=2)
+    assert len(tasks) == 6
+    assert [t.object for t in tasks] == [0, 1, 2, 0, 1, 2]
+    assert all(len({c.object for c in t.chunks}) == 1 for t in tasks)
+    with pytest.raises(ValueError, match="not a dataset index"):
+        blob = tc.create_blob()
+        blob.write(0, b'{"format": "other"}')
+        Dataset.open(tc, blob.id)
+
+
+def _init() -> tuple[int, float]:
+    return 0, 0.0
+
+
+def _local(obj: tuple[int, float], chunk: np.ndarray) -> tuple[int, float]:
+    return obj[0] + len(chunk), obj[1] + float(chunk.sum())
+
+
+def _merge(a: tuple[int, float], b: tuple[int, float]) -> tuple[int, float]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def test_generalized_reduction_from_functions(dask: Any, addr: str, tc: tomus.Client) -> None:
+    data = np.arange(5000, dtype=np.int64).reshape(1000, 5)
+    ds = Dataset.write(tc, data, objects=2, chunk_records=64)
+    red = GeneralizedReduction(_init, _local, _merge, ratio=3, chunks_per_task=3)
+    res = red.run(ds, dask, addr)
+    assert res.value == (1000, float(data.sum()))
+    assert res.map_tasks == len(ds.tasks(3))
+    # Every chunk read exactly once (plus the reduction itself, loaded once per worker).
+    read = sum(t.bytes_read for t in res.timeline if t.kind == "map")
+    smallest_chunk = min(c.size for c in ds.chunks)
+    assert data.nbytes <= read < data.nbytes + smallest_chunk
+
+
+def test_kmeans_equals_numpy_reference(dask: Any, addr: str, tc: tomus.Client) -> None:
+    points, _ = clustered_points(4000, 4, 5, seed=3, spread=2.0)
+    ds = Dataset.write(tc, points, objects=2, chunk_records=500)
+    start = points[:5].astype(np.float64)
+    res = kmeans(ds, 5, 6, dask, addr, centers=start)
+    ref_centers, ref_inertia, ref_iters = reference_kmeans(points, start, 6)
+    assert res.iterations == ref_iters
+    np.testing.assert_allclose(res.centers, ref_centers, rtol=1e-9, atol=1e-9)
+    assert res.inertia == pytest.approx(ref_inertia, rel=1e-9)
+
+
+def test_kmeans_stops_when_centers_settle(dask: Any, addr: str, tc: tomus.Client) -> None:
+    points, truth = clustered_points(2000, 2, 3, seed=1, spread=0.5)
+    ds = Dataset.write(tc, points, objects=2, chunk_records=400)
+    res = kmeans(ds, 3, 50, dask, addr, seed=2, tol=1e-9)
+    assert res.iterations < 50
+    found = sorted(map(tuple, np.round(res.centers, 0)))
+    assert found == sorted(map(tuple, np.round(truth, 0)))
+
+
+def test_pca_equals_numpy_reference(dask: Any, addr: str, tc: tomus.Client) -> None:
+    rng = np.random.default_rng(5)
+    mixing = rng.normal(size=(6, 6)) * np.array([5, 3, 2, 1, 0.5, 0.1])[:, None]
+    points = (rng.normal(size=(3000, 6)) @ mixing + 100.0).astype(np.float64)
+    ds = Dataset.write(tc, points, objects=3, chunk_records=256)
+    got = pca(ds, 3, dask, addr)
+    ref = reference_pca(points, 3)
+    np.testing.assert_allclose(got.mean, points.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(got.explained_variance, ref.explained_variance, rtol=1e-8)
+    np.testing.assert_allclose(got.components, ref.components, atol=1e-8)
+    assert got.job is not None and got.job.reduce_factor == len(ds.chunks)

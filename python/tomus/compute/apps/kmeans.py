@@ -1,0 +1,153 @@
+"""KMeans as iterated generalized reduction (Lloyd's algorithm).
+
+Each pass is one GeneralizedReduction whose reduction object is, per cluster, the sum and the
+count of the points assigned to it (plus the inertia). The current centers travel with the
+reduction (stored in tomus once per pass, loaded once per worker), so every pass reads the data
+once and moves only k x d numbers between tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tomus.compute.dataset import Dataset
+from tomus.compute.engine import Session, TaskRecord, use_session
+from tomus.compute.generalized import GeneralizedReduction, iterate
+from tomus.compute.iterative import IterativeResult
+
+__all__ = ["KMeansPass", "KMeansResult", "assign", "initial_centers", "kmeans", "reference_kmeans"]
+
+
+@dataclass
+class KMeansResult:
+    centers: np.ndarray
+    inertia: float  # of the points against the centers of the last pass's input
+    iterations: int
+    passes: list[IterativeResult]
+
+
+def assign(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index of the nearest center and squared distance to it, for each point."""
+    x = points.astype(np.float64, copy=False)
+    d2 = (x * x).sum(1)[:, None] - 2.0 * x @ centers.T + (centers * centers).sum(1)[None, :]
+    labels = d2.argmin(1)
+    return labels, np.maximum(d2[np.arange(len(x)), labels], 0.0)
+
+
+class KMeansPass(GeneralizedReduction):
+    """One Lloyd iteration: sums and counts of the points nearest to each center."""
+
+    ratio = 4
+
+    def __init__(self, centers: np.ndarray) -> None:
+        super().__init__()
+        self.centers = np.asarray(centers, dtype=np.float64)
+
+    def init(self) -> tuple[np.ndarray, np.ndarray, float]:
+        k, d = self.centers.shape
+        return np.zeros((k, d)), np.zeros(k, dtype=np.int64), 0.0
+
+    def local(self, obj: tuple[np.ndarray, np.ndarray, float], chunk: np.ndarray) -> Any:
+        sums, counts, inertia = obj
+        labels, d2 = assign(chunk, self.centers)
+        k = len(self.centers)
+        for j in range(chunk.shape[1]):
+            sums[:, j] += np.bincount(labels, weights=chunk[:, j], minlength=k)
+        counts += np.bincount(labels, minlength=k)
+        return sums, counts, inertia + float(d2.sum())
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+    def finalize(self, obj: Any) -> tuple[np.ndarray, float]:
+        sums, counts, inertia = obj
+        centers = self.centers.copy()
+        nonempty = counts > 0
+        centers[nonempty] = sums[nonempty] / counts[nonempty, None]  # empty clusters stay put
+        return centers, inertia
+
+
+def initial_centers(points: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """Greedy k-means++ seeding on ``points`` (a sample: the first chunk is enough): each new
+    center is the best of a few candidates drawn with probability proportional to the squared
+    distance to the nearest center so far, which avoids two seeds in one cluster far more
+    often than plain k-means++."""
+    rng = np.random.default_rng(seed)
+    x = points.astype(np.float64)
+    trials = 2 + int(np.log(k))
+    centers = [x[rng.integers(len(x))]]
+    _, best_d2 = assign(x, np.array(centers))
+    for _ in range(1, k):
+        total = best_d2.sum()
+        if total <= 0:
+            centers.append(x[rng.integers(len(x))])
+            continue
+        candidates = rng.choice(len(x), size=trials, p=best_d2 / total)
+        options = [np.minimum(best_d2, ((x - x[c]) ** 2).sum(1)) for c in candidates]
+        pick = int(np.argmin([o.sum() for o in options]))
+        centers.append(x[candidates[pick]])
+        best_d2 = options[pick]
+    return np.array(centers)
+
+
+def kmeans(
+    dataset: Dataset,
+    k: int,
+    iterations: int = 10,
+    client: Any = None,
+    addr: str | None = None,
+    *,
+    centers: np.ndarray | None = None,
+    seed: int = 0,
+    tol: float = 0.0,
+    session: Session | None = None,
+    on_pass: Callable[[int, IterativeResult], None] | None = None,
+    on_task: Callable[[TaskRecord], None] | None = None,
+) -> KMeansResult:
+    """Up to ``iterations`` Lloyd passes (fewer once centers move less than ``tol``)."""
+    with use_session(session, client, addr) as s:
+        if centers is None:
+            centers = initial_centers(dataset.chunks[0].read(s.tomus), k, seed)
+
+        last = np.asarray(centers, dtype=np.float64)
+
+        def step(value: tuple[np.ndarray, float], _i: int) -> KMeansPass | None:
+            nonlocal last
+            new, _ = value
+            moved = float(np.abs(new - last).max())
+            last = new
+            return None if moved <= tol else KMeansPass(new)
+
+        passes = iterate(
+            KMeansPass(centers), step, dataset, iterations,
+            session=s, on_pass=on_pass, on_task=on_task,
+        )  # fmt: skip
+    final, inertia = passes[-1].value
+    return KMeansResult(final, inertia, len(passes), passes)
+
+
+def reference_kmeans(
+    points: np.ndarray, centers: np.ndarray, iterations: int, tol: float = 0.0
+) -> tuple[np.ndarray, float, int]:
+    """The same algorithm in one process: (centers, inertia, iterations)."""
+    c = np.asarray(centers, dtype=np.float64)
+    x = points.astype(np.float64)
+    inertia, done = 0.0, 0
+    for _ in range(iterations):
+        labels, d2 = assign(x, c)
+        inertia = float(d2.sum())
+        new = c.copy()
+        for j in range(len(c)):
+            members = x[labels == j]
+            if len(members):
+                new[j] = members.mean(0)
+        done += 1
+        moved = float(np.abs(new - c).max())
+        c = new
+        if moved <= tol:
+            break
+    return c, inertia, done

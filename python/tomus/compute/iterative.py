@@ -1,0 +1,374 @@
+"""IterativeReduce: MapIterativeReduce (TomusBlobs paper, section 5.1) on Dask.
+
+Reduce-intensive jobs (one final answer out of many map outputs) lose their parallelism in the
+classic shape, where every map must finish before one aggregator combines everything. Here the
+reducer is an associative n-ary operator and a *reduction ratio* R says how many results one
+reduce task combines. The driver watches results arrive (``distributed.as_completed``; no
+barrier between map and reduce phases) and submits a reduce task as soon as R results are
+waiting, so reduce work overlaps the maps still running. Every result carries its *reduce
+factor*, the number of map tasks it covers; the job ends when a result's factor equals the
+number of map tasks. When the count is not a power of R, the last few results are combined by
+one smaller reduce once nothing else is in flight, so the number of reduce tasks is always
+ceil((n - 1) / (R - 1)): 5 maps with R = 3 give 2 reduces and a final factor of 5.
+
+Every map and reduce output is stored in tomus by the task that made it, and the driver appends
+a record of it to the job log (``joblog``). Reduce tasks get their inputs as references to those
+stored objects, not as Dask futures, so when a worker dies Dask retries just the lost task, which
+reads its inputs again from tomus instead of recomputing the maps behind them; and a driver that
+restarts with the same ``job_id`` replays the log and carries on from the stored results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import tomus
+from tomus.compute.engine import Session, TaskRecord, attach, current, execute, host_of, session
+from tomus.compute.joblog import JobLog, StoredResult, create_job
+from tomus.compute.storage import Ref, get_object, put_object
+
+__all__ = ["IterativeReduce", "IterativeResult", "reduce_tasks_needed"]
+
+Shape = Literal["tree", "classic"]
+
+
+def reduce_tasks_needed(maps: int, ratio: int) -> int:
+    """Reduce tasks of a full tree: each R-way reduce removes R - 1 results, a last smaller one
+    the rest."""
+    return 0 if maps <= 1 else -(-(maps - 1) // (ratio - 1))
+
+
+@dataclass
+class IterativeResult:
+    """What ran and what came out of an IterativeReduce job."""
+
+    value: Any
+    reduce_factor: int  # map tasks covered by the final result (== number of inputs)
+    map_tasks: int  # map tasks run by this driver (fewer than the inputs after a resume)
+    reduce_tasks: int  # reduce tasks run by this driver
+    timeline: list[TaskRecord]
+    job_id: int
+    covers: tuple[int, ...]  # the map indexes the final result covers, sorted
+    resumed: int = 0  # stored results found in the job log and reused
+    shape: Shape = "tree"
+    elapsed: float = 0.0
+    final: StoredResult | None = field(default=None, repr=False)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(t.bytes_read for t in self.timeline)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(t.bytes_written for t in self.timeline)
+
+    @property
+    def colocated_fraction(self) -> float | None:
+        """Of the map tasks whose input location was known, the fraction run where it is stored."""
+        known = [t.colocated for t in self.timeline if t.kind == "map" and t.colocated is not None]
+        return sum(known) / len(known) if known else None
+
+    @property
+    def tree(self) -> list[tuple[str, tuple[str, ...], int]]:
+        """The reduce tasks that ran: (result id, inputs, reduce factor)."""
+        return [(t.task, t.inputs, t.factor) for t in self.timeline if t.kind == "reduce"]
+
+
+# --- task bodies (run on workers) -------------------------------------------------------------
+
+
+def _stored(client: tomus.Client, ref: Ref) -> tuple[str, ...]:
+    """The storage hosts holding a freshly stored object (locality hints for its reducer)."""
+    if ref.size == 0:
+        return ()
+    locs = client.open_blob(ref.blob).locations(ref.offset, ref.size, version=ref.version)
+    return tuple(sorted({host_of(p) for _, _, ps in locs for p in ps}))
+
+
+def _map_body(mapper: Callable[[Any], Any], index: int, item: Any) -> StoredResult:
+    client = current().client
+    ref = put_object(client, mapper(item))
+    return StoredResult(f"m{index}", 1, ref, (), (index,), _stored(client, ref))
+
+
+def _map_task(
+    addr: str, mapper: Callable[[Any], Any], index: int, item: Any, hosts: tuple[str, ...]
+) -> tuple[StoredResult, TaskRecord]:
+    return execute("map", f"m{index}", addr, hosts, _map_body, mapper, index, item)
+
+
+def _read_all(client: tomus.Client, refs: Sequence[Ref]) -> list[Any]:
+    if len(refs) == 1:
+        return [get_object(client, refs[0])]
+    ctx = current()
+
+    def read(ref: Ref) -> Any:
+        attach(ctx)  # count the bytes against this task from the reader threads too
+        return get_object(client, ref)
+
+    with ThreadPoolExecutor(min(8, len(refs))) as pool:  # the GIL is released during reads
+        return list(pool.map(read, refs))
+
+
+def _reduce_body(
+    reducer: Callable[[list[Any]], Any], rid: str, inputs: Sequence[StoredResult]
+) -> StoredResult:
+    client = current().client
+    value = reducer(_read_all(client, [r.ref for r in inputs]))
+    ref = put_object(client, value)
+    covers = tuple(sorted(c for r in inputs for c in r.covers))
+    factor = sum(r.factor for r in inputs)
+    return StoredResult(rid, factor, ref, tuple(r.id for r in inputs), covers, _stored(client, ref))
+
+
+def _reduce_task(
+    addr: str,
+    reducer: Callable[[list[Any]], Any],
+    rid: str,
+    inputs: Sequence[StoredResult],
+    hosts: tuple[str, ...],
+) -> tuple[StoredResult, TaskRecord]:
+    out, record = execute("reduce", rid, addr, hosts, _reduce_body, reducer, rid, inputs)
+    record.inputs = out.inputs
+    record.factor = out.factor
+    return out, record
+
+
+# --- the driver ---------------------------------------------------------------------------------
+
+
+def _fingerprint(items: Sequence[Any]) -> str | None:
+    try:
+        return hashlib.sha256(pickle.dumps(list(items), protocol=5)).hexdigest()
+    except Exception:  # unpicklable by the standard pickler: no check on resume
+        return None
+
+
+class IterativeReduce:
+    """Map each input, then reduce results R at a time as they arrive, into one result.
+
+    ``mapper(item) -> value`` runs once per input; ``reducer([value, ...]) -> value`` must be
+    associative (and, since results arrive in any order, commutative); ``finalize(value)`` runs
+    on the driver on the final value. ``retries``: extra attempts Dask makes for a task that
+    raised (a worker that died is handled by Dask regardless).
+    """
+
+    def __init__(
+        self,
+        mapper: Callable[[Any], Any],
+        reducer: Callable[[list[Any]], Any],
+        ratio: int = 2,
+        *,
+        finalize: Callable[[Any], Any] | None = None,
+        retries: int = 1,
+    ) -> None:
+        if ratio < 2:
+            raise ValueError(f"ratio must be at least 2, got {ratio}")
+        self.mapper = mapper
+        self.reducer = reducer
+        self.ratio = ratio
+        self.finalize = finalize
+        self.retries = retries
+
+    def run(
+        self,
+        inputs: Iterable[Any],
+        client: Any = None,
+        addr: str | None = None,
+        *,
+        job_id: int | None = None,
+        shape: Shape = "tree",
+        hosts: Callable[[Any], Sequence[str]] | None = None,
+        on_task: Callable[[TaskRecord], None] | None = None,
+        workers: int | None = None,
+    ) -> IterativeResult:
+        """Runs the job on ``client`` (default: a LocalCluster for this job) against the tomus
+        cluster ``addr`` (default ``$TOMUS_ADDR``, else an embedded cluster).
+
+        ``job_id``: a job log (``tomus.compute.create_job``); if it already holds results, they
+        are reused. ``shape="classic"``: all maps, then one reduce of everything (for
+        comparison). ``hosts(item)``: storage hosts holding an input (default: its ``hosts``
+        attribute, as splits and dataset chunks have). ``on_task``: called on the driver with
+        each finished task's record (progress bars).
+        """
+        items = list(inputs)
+        with session(client, addr, workers=workers) as s:
+            return self.run_in(s, items, job_id=job_id, shape=shape, hosts=hosts, on_task=on_task)
+
+    def run_in(
+        self,
+        s: Session,
+        items: Sequence[Any],
+        *,
+        job_id: int | None = None,
+        shape: Shape = "tree",
+        hosts: Callable[[Any], Sequence[str]] | None = None,
+        on_task: Callable[[TaskRecord], None] | None = None,
+    ) -> IterativeResult:
+        """``run`` inside an existing session (several jobs on one cluster)."""
+        if not items:
+            raise ValueError("IterativeReduce needs at least one input")
+        if shape not in ("tree", "classic"):
+            raise ValueError(f"shape must be 'tree' or 'classic', got {shape!r}")
+        return _Driver(self, s, items, job_id, shape, hosts, on_task).run()
+
+
+class _Driver:
+    """One run of a job: submits tasks, reacts to results, keeps the log."""
+
+    def __init__(
+        self,
+        job: IterativeReduce,
+        s: Session,
+        items: Sequence[Any],
+        job_id: int | None,
+        shape: Shape,
+        hosts: Callable[[Any], Sequence[str]] | None,
+        on_task: Callable[[TaskRecord], None] | None,
+    ) -> None:
+        self.job, self.s, self.items, self.shape, self.on_task = job, s, items, shape, on_task
+        self.hosts = hosts or (lambda item: tuple(getattr(item, "hosts", ()) or ()))
+        self.n = len(items)
+        self.job_id = create_job(s.tomus) if job_id is None else job_id
+        self.log = JobLog(s.tomus, self.job_id)
+        self.token = secrets.token_hex(4)
+        self.pool: deque[StoredResult] = deque()
+        self.covered: set[int] = set()
+        self.pending: dict[Any, str] = {}
+        self.timeline: list[TaskRecord] = []
+        self.maps_run = 0
+        self.reduces_run = 0
+        self.next_reduce = 0
+
+    def _restore(self) -> int:
+        """Replays the job log; returns the number of stored results reused."""
+        state = self.log.replay()
+        header = {
+            "type": "job",
+            "maps": self.n,
+            "ratio": self.job.ratio,
+            "shape": self.shape,
+            "fingerprint": _fingerprint(self.items),
+        }
+        if state.header is None:
+            self.log.append(header)
+            return 0
+        old = state.header
+        fp_old, fp_new = old["fingerprint"], header["fingerprint"]
+        if old["maps"] != self.n or (fp_old and fp_new and fp_old != fp_new):
+            raise ValueError(
+                f"job {self.job_id} was started with {old['maps']} different inputs; "
+                "resume it with the same inputs or start a new job"
+            )
+        self.pool.extend(state.available.values())
+        self.covered = state.covered
+        self.next_reduce = state.next_reduce
+        return len(state.available)
+
+    def run(self) -> IterativeResult:
+        from distributed import as_completed
+
+        started = time.time()
+        resumed = self._restore()
+        final = next((r for r in self.pool if r.factor == self.n), None)
+        # The job's own client's loop: it is not the process-wide default client.
+        self.ac = as_completed(loop=self.s.dask.loop)
+        if final is None:
+            for i, item in enumerate(self.items):
+                if i not in self.covered:
+                    self._submit_map(i, item)
+            self._schedule_reduces()
+        try:
+            while final is None:
+                if not self.pending:
+                    raise RuntimeError(f"job {self.job_id} stalled: nothing in flight, no result")
+                fut = next(self.ac)
+                self.pending.pop(fut, None)
+                if fut.status in ("error", "cancelled"):
+                    self._cancel()
+                    fut.result()  # raises the task's exception
+                # Otherwise finished; or lost again if its worker died since (then Dask computes
+                # it once more and result() waits for that).
+                out, record = fut.result()
+                self._record(out, record)
+                if out.factor == self.n:
+                    final = out
+                else:
+                    self.pool.append(out)
+                    self._schedule_reduces()
+        finally:
+            self._cancel()
+        value = get_object(self.s.tomus, final.ref)
+        if self.job.finalize is not None:
+            value = self.job.finalize(value)
+        return IterativeResult(
+            value=value,
+            reduce_factor=final.factor,
+            map_tasks=self.maps_run,
+            reduce_tasks=self.reduces_run,
+            timeline=self.timeline,
+            job_id=self.job_id,
+            covers=final.covers,
+            resumed=resumed,
+            shape=self.shape,
+            elapsed=time.time() - started,
+            final=final,
+        )
+
+    def _record(self, out: StoredResult, record: TaskRecord) -> None:
+        if out.inputs:
+            entry = {"type": "reduce", "id": out.id, "inputs": list(out.inputs)}
+        else:
+            entry = {"type": "map", "index": out.covers[0]}
+        self.log.append({**entry, "ref": out.ref, "hosts": out.hosts})
+        self.timeline.append(record)
+        if self.on_task is not None:
+            self.on_task(record)
+
+    def _submit_map(self, index: int, item: Any) -> None:
+        hosts = tuple(self.hosts(item))
+        fut = self.s.dask.submit(
+            _map_task, self.s.addr, self.job.mapper, index, item, hosts,
+            key=f"tomus-map-{self.token}-{index}", retries=self.job.retries,
+            **self.s.placement.submit_options(hosts),
+        )  # fmt: skip
+        self.pending[fut] = f"m{index}"
+        self.ac.add(fut)
+        self.maps_run += 1
+
+    def _submit_reduce(self, inputs: list[StoredResult]) -> None:
+        rid = f"r{self.next_reduce}"
+        self.next_reduce += 1
+        hosts = tuple(sorted({h for r in inputs for h in r.hosts}))
+        fut = self.s.dask.submit(
+            _reduce_task, self.s.addr, self.job.reducer, rid, inputs, hosts,
+            key=f"tomus-reduce-{self.token}-{rid}", retries=self.job.retries,
+            priority=1,  # before maps still queued: reduce work should not wait for them
+            **self.s.placement.submit_options(hosts),
+        )  # fmt: skip
+        self.pending[fut] = rid
+        self.ac.add(fut)
+        self.reduces_run += 1
+
+    def _schedule_reduces(self) -> None:
+        if self.shape == "tree":
+            while len(self.pool) >= self.job.ratio:
+                self._submit_reduce([self.pool.popleft() for _ in range(self.job.ratio)])
+        if not self.pending and len(self.pool) >= 2:
+            # Nothing else will arrive: combine the leftovers (fewer than R) in one last reduce,
+            # or, in the classic shape, everything at once.
+            self._submit_reduce(list(self.pool))
+            self.pool.clear()
+
+    def _cancel(self) -> None:
+        if self.pending:
+            self.s.dask.cancel(list(self.pending))
+            self.pending.clear()

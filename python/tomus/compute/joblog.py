@@ -1,0 +1,104 @@
+"""The job log: what a driver needs to resume an IterativeReduce job after it restarts.
+
+A small blob of frames, appended by the driver only (one writer, so its order is the order in
+which results became known): a header naming the job, then one record per result that a task
+stored in tomus. Replaying the log rebuilds the set of results still waiting to be reduced, so a
+new driver given the same ``job_id`` runs only the map tasks no stored result covers and goes on
+reducing from there instead of starting over.
+
+The job id is the log blob's id. ``create_job`` makes one up front, so a caller can note it
+before the first task runs.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import tomus
+from tomus.compute import frames
+from tomus.compute.storage import Ref
+
+__all__ = ["JobLog", "Replay", "StoredResult", "create_job"]
+
+_LOG_CHUNK = 64 << 10
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    """A map or reduce output stored in tomus, as the driver and the log know it."""
+
+    id: str  # "m<index>" for map task <index>, "r<seq>" for reduce tasks
+    factor: int  # map tasks covered (the paper's reduce factor)
+    ref: Ref
+    inputs: tuple[str, ...] = ()  # for reduce results: the results combined
+    covers: tuple[int, ...] = ()  # map indexes covered (driver side; not logged)
+    hosts: tuple[str, ...] = ()  # storage hosts holding the stored bytes
+
+
+def create_job(client: tomus.Client) -> int:
+    """A new, empty job log; pass its id as ``job_id=`` to run (and to resume) a job."""
+    return int(client.create_blob(chunk_size=_LOG_CHUNK).id)
+
+
+@dataclass
+class Replay:
+    """The state a log describes: results accepted and those not yet consumed by a reduce."""
+
+    header: dict[str, Any] | None = None
+    accepted: dict[str, StoredResult] = field(default_factory=dict)
+    available: dict[str, StoredResult] = field(default_factory=dict)
+    covered: set[int] = field(default_factory=set)
+    next_reduce: int = 0
+
+
+class JobLog:
+    """Appends records to, and replays, the log blob ``job_id``."""
+
+    def __init__(self, client: tomus.Client, job_id: int) -> None:
+        self.job_id = job_id
+        self.blob = client.open_blob(job_id)
+
+    def append(self, record: dict[str, Any]) -> None:
+        self.blob.append(frames.encode(pickle.dumps(record, protocol=5)))
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        size = self.blob.size()
+        if size == 0:
+            return
+        for f in frames.iter_frames(self.blob.read(0, size)):
+            yield pickle.loads(f.payload)
+
+    def replay(self) -> Replay:
+        """Rebuilds the job state: a map result counts once per map index, a reduce result only
+        if every input is still unconsumed (so a log can never make a result count twice)."""
+        state = Replay()
+        for rec in self.records():
+            kind = rec.get("type")
+            if kind == "job":
+                state.header = rec
+            elif kind == "map":
+                index = rec["index"]
+                if index in state.covered:
+                    continue
+                r = StoredResult(f"m{index}", 1, rec["ref"], (), (index,), rec.get("hosts", ()))
+                state.covered.add(index)
+                state.accepted[r.id] = r
+                state.available[r.id] = r
+            elif kind == "reduce":
+                inputs = tuple(rec["inputs"])
+                seq = int(rec["id"][1:])
+                state.next_reduce = max(state.next_reduce, seq + 1)
+                if rec["id"] in state.accepted or not all(i in state.available for i in inputs):
+                    continue
+                parts = [state.available.pop(i) for i in inputs]
+                covers = tuple(sorted(c for p in parts for c in p.covers))
+                r = StoredResult(
+                    rec["id"], sum(p.factor for p in parts), rec["ref"], inputs, covers,
+                    rec.get("hosts", ()),
+                )  # fmt: skip
+                state.accepted[r.id] = r
+                state.available[r.id] = r
+        return state

@@ -1,0 +1,305 @@
+"""MapReduce with its shuffle in shared, appended blobs.
+
+Map tasks read a split (placed, through Dask hints, on a worker next to its chunks), group their
+key/value pairs by partition, optionally combine each key's values, and *append* one frame per
+partition to that partition's blob. All mappers append to the same R blobs at once: the
+concurrent append tomus is built for replaces the R x M intermediate files of a classic shuffle.
+The driver records, from each finished map, the version its appends created and the attempt
+that made them; a reducer then reads its partition blob at one fixed version and keeps only the
+frames of the winning attempts, so a map retried after its worker died never counts twice.
+
+The map/reduce barrier is inherent here (a reducer needs every map's output for its keys). For
+reductions to a single answer use ``IterativeReduce``; ``aggregate=`` adds the classic final
+aggregator over the R reducer outputs, the shape MapIterativeReduce is compared against.
+"""
+
+from __future__ import annotations
+
+import pickle
+import secrets
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import tomus
+from tomus.compute import frames
+from tomus.compute.engine import Session, TaskRecord, current, execute, session
+from tomus.compute.splits import Split, iter_lines, plan_splits, read_text
+from tomus.compute.storage import Ref, get_object, put_object
+
+__all__ = ["MapReduce", "MapReduceResult", "default_partition"]
+
+_PARTITION_CHUNK = 1 << 20
+
+Pairs = Iterable[tuple[Any, Any]]
+
+
+def default_partition(key: Any) -> int:
+    """A hash stable across processes (Python's ``hash`` of str/bytes is salted per process)."""
+    if isinstance(key, bytes):
+        return zlib.crc32(key)
+    if isinstance(key, str):
+        return zlib.crc32(key.encode())
+    if isinstance(key, int):
+        return key & 0x7FFFFFFF
+    return zlib.crc32(pickle.dumps(key, protocol=5))
+
+
+@dataclass(frozen=True)
+class _Spec:
+    mapper: Callable[[bytes], Pairs]
+    reducer: Callable[[Any, list[Any]], Any]
+    combiner: Callable[[Any, list[Any]], Any] | None
+    partitions: int
+    per: str
+    partition: Callable[[Any], int]
+
+
+@dataclass(frozen=True)
+class _MapOutput:
+    index: int
+    attempt: int
+    appended: dict[int, int]  # partition -> version created by this attempt's append
+    records: int
+
+
+@dataclass
+class MapReduceResult:
+    """The output blobs (one per partition, a pickled list of (key, value) sorted by key when
+    keys are comparable), the aggregate's value if one ran, and the timeline."""
+
+    outputs: list[Ref]
+    partition_blobs: list[int]
+    value: Any
+    timeline: list[TaskRecord]
+    elapsed: float = 0.0
+    addr: str = field(default="", repr=False)
+
+    def items(self, client: tomus.Client | None = None) -> Iterator[tuple[Any, Any]]:
+        """Every (key, value) of the output, partition by partition."""
+        client = client or tomus.connect(self.addr)
+        for ref in self.outputs:
+            yield from get_object(client, ref)
+
+    def to_dict(self, client: tomus.Client | None = None) -> dict[Any, Any]:
+        return dict(self.items(client))
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(t.bytes_read for t in self.timeline)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(t.bytes_written for t in self.timeline)
+
+    @property
+    def colocated_fraction(self) -> float | None:
+        known = [t.colocated for t in self.timeline if t.kind == "map" and t.colocated is not None]
+        return sum(known) / len(known) if known else None
+
+
+# --- task bodies --------------------------------------------------------------------------------
+
+
+def _pairs(spec: _Spec, text: bytes) -> Pairs:
+    if spec.per == "split":
+        return spec.mapper(text)
+    return (kv for line in iter_lines(text) for kv in spec.mapper(line))
+
+
+def _map_body(spec: _Spec, index: int, split: Split, partition_blobs: Sequence[int]) -> _MapOutput:
+    ctx = current()
+    text = read_text(ctx.client, split)
+    groups: list[dict[Any, list[Any]]] = [{} for _ in range(spec.partitions)]
+    records = 0
+    for key, value in _pairs(spec, text):
+        groups[spec.partition(key) % spec.partitions].setdefault(key, []).append(value)
+        records += 1
+    attempt = secrets.randbits(63)  # this execution of the task; a retry gets another
+    appended: dict[int, int] = {}
+    for p, group in enumerate(groups):
+        if not group:
+            continue
+        if spec.combiner is not None:
+            combine = spec.combiner
+            items = [(k, [combine(k, vs)]) for k, vs in group.items()]
+        else:
+            items = list(group.items())
+        frame = frames.encode(pickle.dumps(items, protocol=5), tag=index, attempt=attempt)
+        version, _ = ctx.client.open_blob(partition_blobs[p]).append(frame)
+        ctx.wrote(len(frame))
+        appended[p] = version
+    return _MapOutput(index, attempt, appended, records)
+
+
+def _map_task(
+    addr: str, spec: _Spec, index: int, split: Split, partition_blobs: Sequence[int]
+) -> tuple[_MapOutput, TaskRecord]:
+    return execute(
+        "map", f"m{index}", addr, split.hosts, _map_body, spec, index, split, partition_blobs
+    )
+
+
+def _sorted(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    try:
+        return sorted(items, key=lambda kv: kv[0])
+    except TypeError:  # keys of mixed types: keep arrival order
+        return items
+
+
+def _reduce_body(spec: _Spec, blob_id: int, version: int, accepted: dict[int, int]) -> Ref:
+    ctx = current()
+    merged: dict[Any, list[Any]] = {}
+    if version:
+        blob = ctx.client.open_blob(blob_id)
+        data = blob.read(0, blob.size(version=version), version=version)
+        ctx.read(len(data))
+        for f in frames.iter_frames(data):
+            if accepted.get(f.tag) != f.attempt:
+                continue  # a frame of a map attempt that did not win (its worker died)
+            for key, values in pickle.loads(f.payload):
+                merged.setdefault(key, []).extend(values)
+    out = _sorted([(k, spec.reducer(k, vs)) for k, vs in merged.items()])
+    return put_object(ctx.client, out)
+
+
+def _reduce_task(
+    addr: str, spec: _Spec, p: int, blob_id: int, version: int, accepted: dict[int, int]
+) -> tuple[Ref, TaskRecord]:
+    return execute("reduce", f"p{p}", addr, (), _reduce_body, spec, blob_id, version, accepted)
+
+
+def _aggregate_body(fn: Callable[[list[list[tuple[Any, Any]]]], Any], outputs: list[Ref]) -> Ref:
+    client = current().client
+    return put_object(client, fn([get_object(client, r) for r in outputs]))
+
+
+def _aggregate_task(
+    addr: str, fn: Callable[[list[list[tuple[Any, Any]]]], Any], outputs: list[Ref]
+) -> tuple[Ref, TaskRecord]:
+    return execute("aggregate", "aggregate", addr, (), _aggregate_body, fn, outputs)
+
+
+# --- the driver ---------------------------------------------------------------------------------
+
+
+class MapReduce:
+    """``mapper`` emits (key, value) pairs per line (``per="record"``) or per split's text
+    (``per="split"``, vectorized); ``combiner(key, values) -> value`` pre-reduces in the map
+    task; ``reducer(key, values) -> value``; ``partitions``: R reducers. ``aggregate(outputs)``,
+    if given, runs once on the R outputs and its value becomes ``result.value``."""
+
+    def __init__(
+        self,
+        mapper: Callable[[bytes], Pairs],
+        reducer: Callable[[Any, list[Any]], Any],
+        *,
+        combiner: Callable[[Any, list[Any]], Any] | None = None,
+        partitions: int = 2,
+        per: Literal["record", "split"] = "record",
+        partition: Callable[[Any], int] = default_partition,
+        aggregate: Callable[[list[list[tuple[Any, Any]]]], Any] | None = None,
+        retries: int = 1,
+    ) -> None:
+        if partitions < 1:
+            raise ValueError(f"partitions must be at least 1, got {partitions}")
+        if per not in ("record", "split"):
+            raise ValueError(f"per must be 'record' or 'split', got {per!r}")
+        self.spec = _Spec(mapper, reducer, combiner, partitions, per, partition)
+        self.aggregate = aggregate
+        self.retries = retries
+
+    def run(
+        self,
+        inputs: Iterable[int | tomus.Blob | Split],
+        client: Any = None,
+        addr: str | None = None,
+        *,
+        split_size: int | None = None,
+        on_task: Callable[[TaskRecord], None] | None = None,
+        workers: int | None = None,
+    ) -> MapReduceResult:
+        """Runs over the text blobs (or splits) ``inputs``; engine arguments as for
+        ``IterativeReduce.run``."""
+        with session(client, addr, workers=workers) as s:
+            return self.run_in(s, inputs, split_size=split_size, on_task=on_task)
+
+    def run_in(
+        self,
+        s: Session,
+        inputs: Iterable[int | tomus.Blob | Split],
+        *,
+        split_size: int | None = None,
+        on_task: Callable[[TaskRecord], None] | None = None,
+    ) -> MapReduceResult:
+        started = time.time()
+        token = secrets.token_hex(4)
+        splits = plan_splits(s.tomus, inputs, split_size)
+        blobs = [
+            s.tomus.create_blob(chunk_size=_PARTITION_CHUNK).id for _ in range(self.spec.partitions)
+        ]
+        timeline: list[TaskRecord] = []
+
+        def done(out: Any) -> Any:
+            value, record = out
+            timeline.append(record)
+            if on_task is not None:
+                on_task(record)
+            return value
+
+        futures = [
+            s.dask.submit(
+                _map_task,
+                *(s.addr, self.spec, i, split, blobs),
+                key=f"tomus-mr-map-{token}-{i}",
+                retries=self.retries,
+                **s.placement.submit_options(split.hosts),
+            )
+            for i, split in enumerate(splits)
+        ]
+        accepted: dict[int, int] = {}
+        versions = [0] * self.spec.partitions
+        for out in _gather(futures, done):
+            accepted[out.index] = out.attempt
+            for p, v in out.appended.items():
+                versions[p] = max(versions[p], v)
+        reducers = [
+            s.dask.submit(
+                _reduce_task,
+                *(s.addr, self.spec, p, blobs[p], versions[p], accepted),
+                key=f"tomus-mr-reduce-{token}-{p}",
+                retries=self.retries,
+            )
+            for p in range(self.spec.partitions)
+        ]
+        outputs = list(_gather(reducers, done))
+        value = None
+        if self.aggregate is not None:
+            fut = s.dask.submit(
+                _aggregate_task, s.addr, self.aggregate, outputs,
+                key=f"tomus-mr-aggregate-{token}", retries=self.retries,
+            )  # fmt: skip
+            (ref,) = _gather([fut], done)
+            value = get_object(s.tomus, ref)
+        return MapReduceResult(outputs, blobs, value, timeline, time.time() - started, s.addr)
+
+
+def _gather(futures: list[Any], done: Callable[[Any], Any]) -> list[Any]:
+    """Results in submission order, recording each task as it finishes; on the first failure
+    the other tasks are cancelled and the task's exception is raised."""
+    from distributed import as_completed
+
+    results: dict[Any, Any] = {}
+    try:
+        loop = futures[0].client.loop if futures else None
+        for fut in as_completed(futures, loop=loop):
+            # An error raises here; a task whose worker died after it finished is computed
+            # again by Dask and result() waits for it.
+            results[fut.key] = done(fut.result())
+    finally:
+        for f in futures:
+            if f.key not in results:
+                f.cancel()
+    return [results[f.key] for f in futures]
