@@ -105,6 +105,10 @@ struct ManagerArgs {
     /// Seconds without a heartbeat before a provider counts as down.
     #[arg(long, default_value_t = 10)]
     provider_timeout: u64,
+    /// Milliseconds a writer may hold a version number without completing it; after that it
+    /// counts as dead and its version is aborted so later versions publish.
+    #[arg(long, default_value_t = 10_000)]
+    writer_lease_ms: u64,
 }
 
 #[derive(Args)]
@@ -249,7 +253,12 @@ where
 fn exit_code(e: &anyhow::Error) -> i32 {
     match e.downcast_ref::<tomus_wire::Error>().map(|e| e.kind) {
         Some(ErrorKind::InvalidArgument | ErrorKind::OutOfRange) => 2,
-        Some(ErrorKind::NotFound | ErrorKind::VersionNotPublished | ErrorKind::VersionAborted) => 3,
+        Some(
+            ErrorKind::NotFound
+            | ErrorKind::VersionNotPublished
+            | ErrorKind::VersionAborted
+            | ErrorKind::Retry,
+        ) => 3,
         Some(ErrorKind::Unavailable) => 4,
         Some(ErrorKind::AuthFailed) => 5,
         Some(ErrorKind::Corrupt) => 6,
@@ -281,6 +290,7 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
                 listen: cli.addr,
                 secret,
                 provider_timeout: Duration::from_secs(a.provider_timeout.max(1)),
+                writer_lease: Duration::from_millis(a.writer_lease_ms.max(100)),
             };
             serve("manager", |ready| tomus_manager::run(config, Some(ready)))
         }

@@ -21,6 +21,8 @@ pub struct ClusterSpec {
     pub memory_tier: u64,
     pub fsync: bool,
     pub heartbeat_ms: u64,
+    /// The manager's writer lease (`None`: its default).
+    pub writer_lease_ms: Option<u64>,
 }
 
 impl ClusterSpec {
@@ -32,6 +34,7 @@ impl ClusterSpec {
             memory_tier: 0,
             fsync: true,
             heartbeat_ms: 1000,
+            writer_lease_ms: None,
         }
     }
 }
@@ -124,13 +127,17 @@ impl EmbeddedCluster {
 
     /// (Re)starts the manager on the cluster's address and state directory.
     pub fn start_manager(&mut self) -> Result<()> {
-        let args = vec![
+        let mut args = vec![
             "manager".to_string(),
             "--data".into(),
             path_arg(&self.spec.data_dir.join("manager")),
             "--addr".into(),
             self.addr.clone(),
         ];
+        if let Some(ms) = self.spec.writer_lease_ms {
+            args.push("--writer-lease-ms".into());
+            args.push(ms.to_string());
+        }
         let (child, addr) = self.spawn("manager", &args)?;
         self.addr = addr;
         self.manager = Some(child);

@@ -267,3 +267,89 @@ async fn cluster_secret_is_required_off_loopback_and_checked() {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A writer that dies holding a version number blocks nobody for longer than its lease: its
+/// version is aborted, the versions assigned behind it are committed again by their writers,
+/// later appends close the gap, and the late writer is told its version was aborted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_writer_is_aborted_after_its_lease_and_blocks_nobody() {
+    let tc = TestCluster::start_with(3, |s| s.writer_lease_ms = Some(1500));
+    let client = tc.client().await;
+    let blob = client.create_blob(64 << 10, 1).await.unwrap();
+    let head = pattern::generate(1, 100);
+    blob.append(&head).await.unwrap();
+
+    // The "dead" writer: gets a version for an append and never completes it.
+    let pool = Pool::new(RpcConfig::default());
+    let assign = Request::Assign {
+        blob: blob.id(),
+        op: WriteOp::Append { size: 50 },
+    };
+    let (dead, _) = pool.call(&tc.addr(), &assign, &[]).await.unwrap();
+    let Response::Assigned(dead) = dead else {
+        panic!("unexpected {dead:?}")
+    };
+    assert_eq!(dead.version, 2);
+
+    let started = Instant::now();
+    let writers: Vec<_> = (0..6u64)
+        .map(|w| {
+            let blob = blob.clone();
+            tokio::spawn(async move {
+                let mut landed = Vec::new();
+                for seq in 0..5 {
+                    let data = pattern::generate(
+                        pattern::seed(w, seq),
+                        1000 + (w * 7 + seq) as usize * 311,
+                    );
+                    let (v, off) = blob.append(&data).await.unwrap();
+                    landed.push((off, v, data));
+                }
+                landed
+            })
+        })
+        .collect();
+    let mut landed = Vec::new();
+    for w in writers {
+        landed.extend(w.await.unwrap());
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "writers were held for {:?}",
+        started.elapsed()
+    );
+    landed.sort_by_key(|(off, _, _)| *off);
+    let mut expect = head.clone();
+    for (off, v, data) in &landed {
+        assert_eq!(
+            *off,
+            expect.len() as u64,
+            "append of version {v} left a gap or overlap"
+        );
+        expect.extend_from_slice(data);
+    }
+    assert_eq!(
+        blob.read(0, expect.len() as u64, None).await.unwrap(),
+        expect
+    );
+
+    let list = blob.versions().await.unwrap();
+    assert!(
+        list.aborted
+            .iter()
+            .any(|(from, to)| (*from..*to).contains(&2)),
+        "version 2 listed as aborted: {:?}",
+        list.aborted
+    );
+    assert_eq!(
+        blob.stat(Some(2)).await.unwrap_err().kind,
+        ErrorKind::VersionAborted
+    );
+    let complete = Request::Complete {
+        blob: blob.id(),
+        version: dead.version,
+    };
+    let late = pool.call(&tc.addr(), &complete, &[]).await.unwrap_err();
+    assert_eq!(late.kind, ErrorKind::VersionAborted, "{late}");
+    assert!(late.message.contains("lease"), "{late}");
+}

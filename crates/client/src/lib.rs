@@ -21,8 +21,8 @@ use tomus_metadata::{
     Segment, Span, StoredChunk, Version, WritePlan,
 };
 use tomus_wire::{
-    unexpected, Assignment, Attrs, BlobInfo, ClusterSecret, Error, Placement, Pool, ProviderInfo,
-    Request, Response, Result, RpcConfig, VersionInfo, VersionList, WriteOp,
+    unexpected, Assignment, Attrs, BlobInfo, ClusterSecret, Error, ErrorKind, Placement, Pool,
+    ProviderInfo, Request, Response, Result, RpcConfig, VersionInfo, VersionList, WriteOp,
 };
 
 use crate::cluster::Cluster;
@@ -304,8 +304,27 @@ impl Blob {
         self.commit_with(op, chunks, None).await
     }
 
-    /// [`Blob::commit`] with attributes and a condition.
+    /// [`Blob::commit`] with attributes and a condition. A version given up because a lower
+    /// version's writer died is committed again (the stored chunks are reused).
     async fn commit_with(
+        &self,
+        op: WriteOp,
+        chunks: Vec<StoredChunk>,
+        options: Option<&CommitOptions>,
+    ) -> Result<VersionInfo> {
+        let mut attempt = 1;
+        loop {
+            match self.commit_once(op, chunks.clone(), options).await {
+                Err(e) if e.kind == ErrorKind::Retry && attempt < COMMIT_ATTEMPTS => {
+                    tracing::info!("blob {}: {e}; committing again", self.id);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn commit_once(
         &self,
         op: WriteOp,
         mut chunks: Vec<StoredChunk>,
@@ -612,6 +631,9 @@ impl Blob {
         Ok(out)
     }
 }
+
+/// How many times a write is committed when versions below it keep being given up.
+const COMMIT_ATTEMPTS: u32 = 5;
 
 /// Total bytes of `chunks`.
 fn len(chunks: &[StoredChunk]) -> u64 {

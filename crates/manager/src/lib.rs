@@ -26,6 +26,9 @@ pub struct ManagerConfig {
     pub secret: Option<ClusterSecret>,
     /// A provider silent for this long counts as down.
     pub provider_timeout: Duration,
+    /// A writer that holds a version number this long without completing it is taken as
+    /// dead: its version (and those assigned after it) are given up so later writes publish.
+    pub writer_lease: Duration,
 }
 
 /// Runs the manager until the process ends. Sends the bound address on `ready` once serving.
@@ -36,6 +39,10 @@ pub async fn run(
     let store = Arc::new(store::Store::open(&config.data_dir)?);
     let versions = VersionManager::open(store.clone())?;
     let namespace = Arc::new(namespace::Namespace::open(store.clone(), versions.clone())?);
+    tokio::spawn(enforce_leases(
+        Arc::downgrade(&versions),
+        config.writer_lease,
+    ));
     let registry = Arc::new(registry::Registry::open(store, config.provider_timeout)?);
     let listener = TcpListener::bind(&config.listen)
         .await
@@ -62,4 +69,16 @@ pub async fn run(
     )
     .await;
     Ok(())
+}
+
+/// Checks writer leases a few times per lease period for as long as the manager runs.
+async fn enforce_leases(versions: std::sync::Weak<VersionManager>, lease: Duration) {
+    let mut tick = tokio::time::interval((lease / 4).max(Duration::from_millis(50)));
+    loop {
+        tick.tick().await;
+        let Some(vm) = versions.upgrade() else { return };
+        if let Err(e) = vm.expire_leases(lease) {
+            tracing::error!("checking writer leases failed: {e}");
+        }
+    }
 }

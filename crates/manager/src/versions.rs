@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 use tomus_metadata::{capacity_for, BlobId, Span, Version};
@@ -30,6 +30,8 @@ const COMPLETE_WAIT: Duration = Duration::from_secs(20);
 struct Pending {
     info: VersionInfo,
     completed: bool,
+    /// When the writer got the number; its lease runs from here until it completes.
+    assigned_at: Instant,
     /// Published with the version.
     attrs: Attrs,
 }
@@ -48,6 +50,18 @@ struct BlobState {
     pending: BTreeMap<Version, Pending>,
     /// Highest version handed to the committer.
     sent_upto: Version,
+    /// Versions given up by lease expiry since this manager started, and why: for the
+    /// writers still waiting on them.
+    given_up: BTreeMap<Version, GiveUp>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum GiveUp {
+    /// Its writer did not complete within the lease.
+    Expired,
+    /// Assigned while the expired version `0` was in flight: its metadata refers to that
+    /// version, so it is given up too, and its writer can simply retry.
+    Behind(Version),
 }
 
 struct BlobSlot {
@@ -135,6 +149,7 @@ impl VersionManager {
                 assigned_capacity: record.capacity,
                 pending: BTreeMap::new(),
                 sent_upto: record.published,
+                given_up: BTreeMap::new(),
                 record,
             };
             blobs.insert(
@@ -195,6 +210,7 @@ impl VersionManager {
             assigned_capacity: 0,
             pending: BTreeMap::new(),
             sent_upto: 0,
+            given_up: BTreeMap::new(),
             record,
         };
         let info = blob_info(&state);
@@ -311,6 +327,7 @@ impl VersionManager {
                     published_ms: 0,
                 },
                 completed: false,
+                assigned_at: Instant::now(),
                 attrs,
             },
         );
@@ -329,39 +346,94 @@ impl VersionManager {
     /// Marks `version` complete and waits until it is published (durably).
     pub async fn complete(&self, blob: BlobId, version: Version) -> Result<VersionInfo> {
         let slot = self.slot(blob)?;
-        let mut published = slot.published.subscribe();
+        let mut changes = slot.published.subscribe();
         {
             let mut s = slot.lock();
+            if s.given_up.contains_key(&version) {
+                return Err(not_pending(&s, blob, version));
+            }
             if version > s.record.published {
-                let next_version = s.next_version;
                 match s.pending.get_mut(&version) {
                     Some(p) => p.completed = true,
-                    None if version < next_version => {
-                        return Err(Error::new(
-                            ErrorKind::VersionAborted,
-                            format!("version {version} of blob {blob} was aborted"),
-                        ))
-                    }
-                    None => {
-                        return Err(Error::not_found(format!(
-                            "version {version} of blob {blob} was never assigned"
-                        )))
-                    }
+                    None => return Err(not_pending(&s, blob, version)),
                 }
                 self.send_completed_prefix(&mut s);
             }
         }
-        let waited = tokio::time::timeout(COMPLETE_WAIT, published.wait_for(|p| *p >= version))
-            .await
-            .map(|r| r.map(|_| ()));
-        match waited {
-            Ok(Ok(())) => self.version(blob, Some(version)),
-            Ok(Err(_)) => Err(Error::internal("version manager shut down")),
-            Err(_) => Err(Error::unavailable(format!(
-                "version {version} of blob {blob} is complete but waits for lower versions \
-                 still in flight; it will be published once they finish"
-            ))),
+        let deadline = tokio::time::Instant::now() + COMPLETE_WAIT;
+        loop {
+            {
+                let s = slot.lock();
+                if s.record.published >= version {
+                    break;
+                }
+                if !s.pending.contains_key(&version) {
+                    return Err(not_pending(&s, blob, version));
+                }
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(Error::internal("version manager shut down")),
+                Err(_) => {
+                    return Err(Error::unavailable(format!(
+                        "version {version} of blob {blob} is complete but waits for lower \
+                         versions still in flight; it will be published once they finish"
+                    )))
+                }
+            }
         }
+        self.version(blob, Some(version))
+    }
+
+    /// Gives up every version whose writer has held it unfinished for longer than `lease`,
+    /// with the versions assigned after it (their metadata refers to it): later writers are
+    /// not blocked by a dead one. Returns how many versions were given up.
+    pub fn expire_leases(&self, lease: Duration) -> Result<usize> {
+        let slots: Vec<(BlobId, Arc<BlobSlot>)> = {
+            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
+            blobs.iter().map(|(id, s)| (*id, s.clone())).collect()
+        };
+        let mut given_up = 0;
+        for (blob, slot) in slots {
+            let mut s = slot.lock();
+            let expired = s
+                .pending
+                .iter()
+                .find(|(_, p)| !p.completed && p.assigned_at.elapsed() > lease)
+                .map(|(v, _)| *v);
+            let Some(first) = expired else { continue };
+            let end = s.next_version;
+            // Durable before anyone is told, so a restart lists them as aborted too.
+            self.store.put_aborted(blob, first, end)?;
+            let victims: Vec<Version> = s.pending.range(first..).map(|(v, _)| *v).collect();
+            for v in &victims {
+                s.pending.remove(v);
+                let why = if *v == first {
+                    GiveUp::Expired
+                } else {
+                    GiveUp::Behind(first)
+                };
+                s.given_up.insert(*v, why);
+            }
+            // The next versions continue from the last one still standing; appends close the
+            // gap the given-up ones leave.
+            let (size, capacity) = match s.pending.values().next_back() {
+                Some(p) => (p.info.size, p.info.capacity),
+                None => (s.record.size, s.record.capacity),
+            };
+            s.assigned_size = size;
+            s.assigned_capacity = capacity;
+            tracing::warn!(
+                "blob {blob}: version {first} was not completed within its {:.1}s lease; \
+                 versions {first}..{end} given up",
+                lease.as_secs_f64()
+            );
+            given_up += victims.len();
+            drop(s);
+            // Wakes the writers waiting on the given-up versions.
+            slot.published.send_modify(|_| {});
+        }
+        Ok(given_up)
     }
 
     /// Hands the completed versions right above the last sent one to the committer.
@@ -487,6 +559,33 @@ impl VersionManager {
             versions: self.store.versions(blob)?,
             aborted: self.store.aborted_ranges(blob)?,
         })
+    }
+}
+
+/// Why `version` of `blob` is not pending (any more).
+fn not_pending(s: &BlobState, blob: BlobId, version: Version) -> Error {
+    match s.given_up.get(&version) {
+        Some(GiveUp::Behind(lower)) => Error::new(
+            ErrorKind::Retry,
+            format!(
+                "version {version} of blob {blob} was given up with version {lower}, whose \
+                 writer did not finish; the write can be done again"
+            ),
+        ),
+        Some(GiveUp::Expired) => Error::new(
+            ErrorKind::VersionAborted,
+            format!(
+                "version {version} of blob {blob} was aborted: its writer did not complete it \
+                 within the lease"
+            ),
+        ),
+        None if version < s.next_version => Error::new(
+            ErrorKind::VersionAborted,
+            format!("version {version} of blob {blob} was aborted"),
+        ),
+        None => Error::not_found(format!(
+            "version {version} of blob {blob} was never assigned"
+        )),
     }
 }
 

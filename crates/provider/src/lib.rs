@@ -239,6 +239,7 @@ mod tests {
                     listen: listen.to_string(),
                     secret: None,
                     provider_timeout: Duration::from_secs(10),
+                    writer_lease: Duration::from_secs(10),
                 };
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let task = runtime.spawn(tomus_manager::run(config, Some(tx)));

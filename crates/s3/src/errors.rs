@@ -44,7 +44,9 @@ pub fn from_store(e: Error, missing: Missing) -> S3Error {
         }
         ErrorKind::NotEmpty => S3ErrorCode::BucketNotEmpty,
         ErrorKind::PreconditionFailed => S3ErrorCode::PreconditionFailed,
-        ErrorKind::Unavailable | ErrorKind::NoSpace | ErrorKind::AuthFailed => {
+        // Retry: the client library already committed again a few times; the S3 client's own
+        // retry on 503 is the right next step.
+        ErrorKind::Unavailable | ErrorKind::NoSpace | ErrorKind::AuthFailed | ErrorKind::Retry => {
             S3ErrorCode::ServiceUnavailable
         }
         ErrorKind::Corrupt | ErrorKind::Protocol | ErrorKind::Internal => {

@@ -27,6 +27,9 @@ pub enum ErrorKind {
     Protocol,
     /// A bug or an unexpected local failure (I/O error on the server's own state).
     Internal,
+    /// Given up through no fault of the caller (a lower version's writer died while this
+    /// one was in flight); doing the same operation again succeeds.
+    Retry,
     /// A namespace path that must be new already exists.
     AlreadyExists,
     /// A directory that must be empty is not.
