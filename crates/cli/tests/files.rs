@@ -316,3 +316,24 @@ async fn concurrent_creates_agree_and_the_namespace_survives_a_manager_kill() {
         .filter(|e| e.kind == EntryKind::File)
         .all(|e| e.blob.is_some()));
 }
+
+/// Several batches in flight at once, and a large write from the caller's buffer between
+/// them: the version holds the bytes in the order they were written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_streaming_writer_keeps_order_across_background_batches() {
+    let tc = TestCluster::start(3);
+    let client = tc.client().await;
+    let blob = client.create_blob(1 << 20, 1).await.unwrap();
+    let data = pattern::generate(9, (100 << 20) + 12_345);
+    let mut w = blob.writer();
+    let (small, rest) = data.split_at(70 << 20);
+    for piece in small.chunks((3 << 20) + 1) {
+        w.write(piece).await.unwrap();
+    }
+    w.write(rest).await.unwrap();
+    assert_eq!(w.len(), data.len() as u64);
+    let (v, off) = w.commit_append().await.unwrap().unwrap();
+    assert_eq!((v, off), (1, 0));
+    let back = blob.read(0, data.len() as u64, None).await.unwrap();
+    assert!(back == data, "content differs from what was written");
+}

@@ -12,6 +12,7 @@ pub mod dht;
 pub mod namespace;
 pub mod placements;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -240,6 +241,7 @@ impl Blob {
             blob: self.clone(),
             buffer: Vec::new(),
             chunks: Vec::new(),
+            in_flight: VecDeque::new(),
         }
     }
 
@@ -644,19 +646,27 @@ fn len(chunks: &[StoredChunk]) -> u64 {
 /// least one chunk.
 const WRITER_BATCH: u64 = 32 << 20;
 
+/// Batches a [`BlobWriter`] has being stored at once, while the caller produces the next.
+const WRITER_IN_FLIGHT: usize = 2;
+
 /// Writes one version from data that arrives in parts, storing whole chunks as they fill so
-/// memory stays bounded; nothing is visible until a commit publishes the version. Chunks of
-/// a writer dropped without a commit are left for garbage collection.
+/// memory stays bounded; nothing is visible until a commit publishes the version. Full
+/// batches are stored in the background while the caller produces the next ones. Chunks of a
+/// writer dropped without a commit are left for garbage collection.
 pub struct BlobWriter {
     blob: Blob,
     buffer: Vec<u8>,
+    /// Stored chunks, in data order.
     chunks: Vec<StoredChunk>,
+    /// Batches being stored, oldest first, with their sizes.
+    in_flight: VecDeque<(u64, tokio::task::JoinHandle<Result<Vec<StoredChunk>>>)>,
 }
 
 impl BlobWriter {
     /// Bytes written so far.
     pub fn len(&self) -> u64 {
-        len(&self.chunks) + self.buffer.len() as u64
+        let sending: u64 = self.in_flight.iter().map(|(n, _)| n).sum();
+        len(&self.chunks) + sending + self.buffer.len() as u64
     }
 
     pub fn is_empty(&self) -> bool {
@@ -672,7 +682,9 @@ impl BlobWriter {
         let batch = self.batch();
         while !data.is_empty() {
             if self.buffer.is_empty() && data.len() >= batch {
-                // Large writes go straight from the caller's buffer, whole chunks only.
+                // Large writes go straight from the caller's buffer (whole chunks, all in
+                // parallel), after the batches before them so the chunks stay in order.
+                self.drain().await?;
                 let whole = data.len() - data.len() % self.blob.chunk_size as usize;
                 let stored = self.blob.store_chunks(&data[..whole]).await?;
                 self.chunks.extend(stored);
@@ -683,31 +695,62 @@ impl BlobWriter {
             self.buffer.extend_from_slice(&data[..take]);
             data = &data[take..];
             if self.buffer.len() == batch {
-                self.flush_buffer().await?;
+                self.send_buffer().await?;
             }
         }
         Ok(())
     }
 
-    async fn flush_buffer(&mut self) -> Result<()> {
-        if !self.buffer.is_empty() {
-            let stored = self.blob.store_chunks(&self.buffer).await?;
-            self.chunks.extend(stored);
-            self.buffer.clear();
+    /// Starts storing the buffered data in the background, waiting for the oldest batch
+    /// when too many are in flight.
+    async fn send_buffer(&mut self) -> Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let data = std::mem::take(&mut self.buffer);
+        let blob = self.blob.clone();
+        let size = data.len() as u64;
+        let task = tokio::spawn(async move { blob.store_chunks(&data).await });
+        self.in_flight.push_back((size, task));
+        while self.in_flight.len() > WRITER_IN_FLIGHT {
+            self.collect_oldest().await?;
         }
         Ok(())
     }
 
+    async fn collect_oldest(&mut self) -> Result<()> {
+        if let Some((_, task)) = self.in_flight.pop_front() {
+            let stored = task
+                .await
+                .map_err(|e| Error::internal(format!("chunk upload task failed: {e}")))??;
+            self.chunks.extend(stored);
+        }
+        Ok(())
+    }
+
+    async fn drain(&mut self) -> Result<()> {
+        while !self.in_flight.is_empty() {
+            self.collect_oldest().await?;
+        }
+        Ok(())
+    }
+
+    /// Stores everything written: the chunks are then complete, in order.
+    async fn finish(&mut self) -> Result<()> {
+        self.send_buffer().await?;
+        self.drain().await
+    }
+
     /// Publishes the data as the blob's whole new content; returns the version.
     pub async fn commit_replace(mut self) -> Result<Version> {
-        self.flush_buffer().await?;
+        self.finish().await?;
         self.blob.commit_replace(self.chunks).await
     }
 
     /// Publishes the data (possibly none) as the blob's whole new content with `options`;
     /// always a new version (one per S3 PUT), returned as its record.
     pub async fn commit_replace_with(mut self, options: &CommitOptions) -> Result<VersionInfo> {
-        self.flush_buffer().await?;
+        self.finish().await?;
         let op = WriteOp::Replace {
             size: len(&self.chunks),
         };
@@ -719,7 +762,7 @@ impl BlobWriter {
         mut self,
         options: &CommitOptions,
     ) -> Result<Option<VersionInfo>> {
-        self.flush_buffer().await?;
+        self.finish().await?;
         if self.chunks.is_empty() {
             return Ok(None);
         }
@@ -735,7 +778,7 @@ impl BlobWriter {
 
     /// Publishes the data as one append; `None` when nothing was written.
     pub async fn commit_append(mut self) -> Result<Option<(Version, u64)>> {
-        self.flush_buffer().await?;
+        self.finish().await?;
         if self.chunks.is_empty() {
             return Ok(None);
         }
@@ -748,7 +791,7 @@ impl BlobWriter {
 
     /// Publishes the data as one write at `offset`; `None` when nothing was written.
     pub async fn commit_write(mut self, offset: u64) -> Result<Option<Version>> {
-        self.flush_buffer().await?;
+        self.finish().await?;
         if self.chunks.is_empty() {
             return Ok(None);
         }
