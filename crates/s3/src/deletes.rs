@@ -1,5 +1,5 @@
-//! Deleting objects: DELETE and DeleteObjects, with delete markers in versioned buckets and
-//! the "delete the latest version" that versions, being immutable, allow.
+//! Deleting objects: DELETE and DeleteObjects, with delete markers in versioned buckets, and
+//! DELETE of a version (which hides it: versions are immutable, see `hidden.rs`).
 
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
@@ -48,7 +48,7 @@ impl Gateway {
         };
         if let Some(v) = parse_version_id(version_id)? {
             out.version_id = Some(v.to_string());
-            out.delete_marker = self.delete_version(&path, key, v).await?.then_some(true);
+            out.delete_marker = self.delete_version(&path, v).await?.then_some(true);
             return Ok(out);
         }
         if state.versioned() {
@@ -87,53 +87,72 @@ impl Gateway {
         Ok(out)
     }
 
-    /// DELETE of a version. Versions are immutable, so only the latest one can go: the newest
-    /// older version that is not a delete marker becomes current again by a metadata-only
-    /// copy (or the key goes when there is none). Returns whether `v` was a delete marker.
-    async fn delete_version(&self, path: &str, key: &str, v: Version) -> S3Result<bool> {
+    /// DELETE of a version. Versions are immutable and the bytes stay until tomus has garbage
+    /// collection, so a deleted version is *hidden* (`hidden.rs`): GET/HEAD of its id answer
+    /// `NoSuchVersion` and ListObjectVersions skips it. Deleting the latest version also makes
+    /// the newest older visible version (a delete marker too, as in S3) current again, by a
+    /// metadata-only copy under a new version id (S3 keeps its old id), or removes the key
+    /// when there is none. An id the key never had (or already deleted) succeeds, as in S3.
+    /// Returns whether `v` was a delete marker.
+    async fn delete_version(&self, path: &str, v: Version) -> S3Result<bool> {
         let (latest, blob) = match self.ns.object(path, None).await {
             Ok(x) => x,
             Err(e) if e.kind == ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(object_err(e)),
         };
-        if latest.version.version != v {
-            return Err(s3_err(
-                S3ErrorCode::NotImplemented,
-                format!(
-                    "{key}: only the latest version ({}) can be deleted; tomus versions are \
-                     immutable (see crates/s3/README.md)",
-                    latest.version.version
-                ),
-            ));
+        let hidden = self.hidden_versions(blob.id()).await?;
+        if hidden.contains(&v) {
+            return Ok(false);
         }
-        let was_marker = ObjectMeta::from_attrs(&latest.attrs).delete_marker;
         let history = blob.versions_attrs().await.map_err(object_err)?;
+        let Some((_, attrs)) = history.iter().find(|(info, _)| info.version == v) else {
+            return Ok(false);
+        };
+        let was_marker = ObjectMeta::from_attrs(attrs).delete_marker;
+        if latest.version.version != v {
+            self.hide_version(blob.id(), v).await?;
+            return Ok(was_marker);
+        }
+        // As in S3, the version below becomes current, even a delete marker (the key then
+        // stays deleted).
         let previous = history
             .iter()
             .rev()
-            .filter(|(info, _)| info.version < v)
-            .find(|(_, a)| !ObjectMeta::from_attrs(a).delete_marker);
+            .find(|(info, _)| info.version < v && !hidden.contains(&info.version));
         match previous {
             Some((info, attrs)) => {
-                let source = Extent {
-                    blob: blob.clone(),
-                    version: info.version,
-                    offset: 0,
-                    len: info.size,
-                };
                 let options = CommitOptions {
                     attrs: attrs.clone(),
                     expect_size: None,
                 };
-                blob.compose(&[source], &options)
-                    .await
-                    .map_err(object_err)?;
+                if info.size == 0 {
+                    // Nothing to compose from: an empty version with the same attributes.
+                    blob.writer()
+                        .commit_replace_with(&options)
+                        .await
+                        .map_err(object_err)?;
+                } else {
+                    let source = Extent {
+                        blob: blob.clone(),
+                        version: info.version,
+                        offset: 0,
+                        len: info.size,
+                    };
+                    blob.compose(&[source], &options)
+                        .await
+                        .map_err(object_err)?;
+                }
+                // The deleted version is no longer the latest: it goes from the history.
+                self.hide_version(blob.id(), v).await?;
             }
-            None => match self.ns.delete(path, false).await {
-                Ok(()) => {}
-                Err(e) if e.kind == ErrorKind::NotFound => {}
-                Err(e) => return Err(object_err(e)),
-            },
+            None => {
+                match self.ns.delete(path, false).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind == ErrorKind::NotFound => {}
+                    Err(e) => return Err(object_err(e)),
+                }
+                self.forget_hidden(blob.id()).await;
+            }
         }
         Ok(was_marker)
     }

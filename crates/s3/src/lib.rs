@@ -10,6 +10,7 @@ mod auth;
 mod buckets;
 mod deletes;
 mod errors;
+mod hidden;
 mod listing;
 mod meta;
 mod multipart;

@@ -15,6 +15,10 @@ const CACHE_CONTROL: &str = "s3:cache-control";
 const USER_PREFIX: &str = "s3:meta:";
 const DELETE_MARKER: &str = "s3:delete-marker";
 const PARTS: &str = "s3:parts";
+const PART_SIZES: &str = "s3:part-sizes";
+/// Longest run-length list of part sizes kept (version attributes are limited to 16 KiB in
+/// all); an object whose part sizes do not fit cannot be read by `partNumber`.
+const MAX_PART_SIZES: usize = 4096;
 
 /// Content type of objects written without one (as S3).
 pub const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
@@ -33,6 +37,39 @@ pub struct ObjectMeta {
     pub delete_marker: bool,
     /// Parts of a multipart upload.
     pub parts: Option<i32>,
+    /// Their sizes, in order (for GET/HEAD with `partNumber`).
+    pub part_sizes: Option<Vec<u64>>,
+}
+
+/// Part sizes as runs, `SIZE*COUNT` joined by `,` (all parts but the last usually have one
+/// size); `None` when that is longer than [`MAX_PART_SIZES`].
+fn encode_part_sizes(sizes: &[u64]) -> Option<String> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &s in sizes {
+        match runs.last_mut() {
+            Some((size, n)) if *size == s => *n += 1,
+            _ => runs.push((s, 1)),
+        }
+    }
+    let text = runs
+        .iter()
+        .map(|(s, n)| format!("{s}*{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    (text.len() <= MAX_PART_SIZES).then_some(text)
+}
+
+fn decode_part_sizes(text: &str) -> Option<Vec<u64>> {
+    let mut sizes = Vec::new();
+    for run in text.split(',') {
+        let (s, n) = run.split_once('*')?;
+        let (s, n): (u64, usize) = (s.parse().ok()?, n.parse().ok()?);
+        if sizes.len() + n > 10_000 {
+            return None;
+        }
+        sizes.extend(std::iter::repeat_n(s, n));
+    }
+    Some(sizes)
 }
 
 impl ObjectMeta {
@@ -51,6 +88,7 @@ impl ObjectMeta {
                 .collect(),
             delete_marker: attrs.contains_key(DELETE_MARKER),
             parts: attrs.get(PARTS).and_then(|p| p.parse().ok()),
+            part_sizes: attrs.get(PART_SIZES).and_then(|p| decode_part_sizes(p)),
         }
     }
 
@@ -68,6 +106,10 @@ impl ObjectMeta {
         put(CONTENT_LANGUAGE, &self.content_language);
         put(CACHE_CONTROL, &self.cache_control);
         put(PARTS, &self.parts.map(|p| p.to_string()));
+        put(
+            PART_SIZES,
+            &self.part_sizes.as_deref().and_then(encode_part_sizes),
+        );
         for (k, v) in &self.user {
             a.insert(
                 format!("{USER_PREFIX}{}", k.to_ascii_lowercase()),
@@ -80,11 +122,12 @@ impl ObjectMeta {
         a
     }
 
-    /// The same metadata without the ETag and part count (those describe content).
+    /// The same metadata without the ETag and parts (those describe content).
     pub fn descriptive(&self) -> ObjectMeta {
         ObjectMeta {
             etag: None,
             parts: None,
+            part_sizes: None,
             delete_marker: false,
             ..self.clone()
         }
@@ -157,5 +200,22 @@ mod tests {
         assert_ne!(etag(&m, 1, 2), etag(&m, 1, 3));
         assert_eq!(etag(&m, 1, 2).len(), 32);
         assert_eq!(unix_seconds(&timestamp(1_500_000_000_999)), 1_500_000_000);
+    }
+
+    #[test]
+    fn part_sizes_are_kept_as_runs() {
+        let sizes = vec![5 << 20, 5 << 20, 5 << 20, 7, 6 << 20, 1];
+        let m = ObjectMeta {
+            parts: Some(6),
+            part_sizes: Some(sizes.clone()),
+            ..ObjectMeta::default()
+        };
+        let a = m.to_attrs();
+        assert_eq!(a[PART_SIZES], "5242880*3,7*1,6291456*1,1*1");
+        assert_eq!(ObjectMeta::from_attrs(&a).part_sizes, Some(sizes));
+        // Too many different sizes: not kept.
+        let varied: Vec<u64> = (1..=2000).collect();
+        assert_eq!(encode_part_sizes(&varied), None);
+        assert_eq!(decode_part_sizes("1*x"), None);
     }
 }

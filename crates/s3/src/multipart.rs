@@ -409,6 +409,7 @@ impl Gateway {
         let mut object = described.descriptive();
         object.etag = Some(etag.clone());
         object.parts = Some(chosen.len() as i32);
+        object.part_sizes = Some(chosen.iter().map(|p| p.blob.size).collect());
         let path = paths::file_path(&i.bucket, &i.key)?;
         let (blob, fresh) = self.open_for_write(&path, false).await?;
         let options = CommitOptions {

@@ -121,22 +121,45 @@ pub(crate) fn byte_range(range: Option<&Range>, size: u64) -> S3Result<Option<(u
     }
 }
 
-/// `partNumber` reads: part 1 of an object that was not uploaded in parts is the whole
-/// object (as in S3); parts of multipart objects are not kept apart after completion.
-fn whole_part(part: Option<i32>, f: &Found) -> S3Result<()> {
-    match part {
-        None => Ok(()),
-        Some(1) if f.meta.parts.is_none() => Ok(()),
-        Some(n) if f.meta.parts.is_none() => Err(crate::errors::custom(
+/// The bytes `[start, end)` a read asks for: the `Range`, or part `part` (`partNumber`) of a
+/// multipart object, whose part sizes the version keeps. Part 1 of an object that was not
+/// uploaded in parts is the whole object (as in S3).
+pub(crate) fn read_range(
+    range: Option<&Range>,
+    part: Option<i32>,
+    f: &Found,
+) -> S3Result<Option<(u64, u64)>> {
+    let Some(n) = part else {
+        return byte_range(range, f.size());
+    };
+    if range.is_some() {
+        return Err(s3_err(
+            S3ErrorCode::InvalidRequest,
+            "Cannot specify both Range header and partNumber query parameter",
+        ));
+    }
+    let no_part = |count: usize| {
+        Err(crate::errors::custom(
             "InvalidPartNumber",
             http::StatusCode::RANGE_NOT_SATISFIABLE,
-            format!("the object has one part; part {n} does not exist"),
-        )),
-        Some(_) => Err(s3_err(
-            S3ErrorCode::NotImplemented,
-            "reading one part of a multipart object (partNumber) is not supported; use Range",
-        )),
+            format!("the object has {count} part(s); part {n} does not exist"),
+        ))
+    };
+    if f.meta.parts.is_none() {
+        return if n == 1 { Ok(None) } else { no_part(1) };
     }
+    let Some(sizes) = &f.meta.part_sizes else {
+        return Err(s3_err(
+            S3ErrorCode::NotImplemented,
+            "this multipart object was completed without recording its part sizes (too many \
+             different sizes, or an older gateway); use Range",
+        ));
+    };
+    if n < 1 || n as usize > sizes.len() {
+        return no_part(sizes.len());
+    }
+    let start: u64 = sizes[..n as usize - 1].iter().sum();
+    Ok(Some((start, start + sizes[n as usize - 1])))
 }
 
 /// A response body fed by a task that reads the object window by window.
@@ -231,6 +254,14 @@ impl Gateway {
                 return Err(s3_err(missing, format!("{key}: {}", e.message)));
             }
         };
+        if let Some(v) = version {
+            if self.hidden_versions(blob.id()).await?.contains(&v) {
+                return Err(s3_err(
+                    S3ErrorCode::NoSuchVersion,
+                    format!("{key}: version {v} was deleted"),
+                ));
+            }
+        }
         let meta = ObjectMeta::from_attrs(&obj.attrs);
         if meta.delete_marker {
             let mut headers = http::HeaderMap::new();
@@ -293,7 +324,6 @@ impl Gateway {
         let f = self
             .find(&i.bucket, &i.key, i.version_id.as_deref())
             .await?;
-        whole_part(i.part_number, &f)?;
         let conditions = Conditions {
             if_match: i.if_match.as_ref(),
             if_none_match: i.if_none_match.as_ref(),
@@ -302,7 +332,7 @@ impl Gateway {
         };
         conditions.check(&f.etag, f.modified_ms(), S3ErrorCode::NotModified)?;
         let size = f.size();
-        let range = byte_range(i.range.as_ref(), size)?;
+        let range = read_range(i.range.as_ref(), i.part_number, &f)?;
         let (start, end) = range.unwrap_or((0, size));
         let body = if start == end {
             StreamingBlob::from(Body::empty())
@@ -313,7 +343,9 @@ impl Gateway {
         Ok(S3Response::new(GetObjectOutput {
             body: Some(body),
             content_length: Some((end - start) as i64),
-            content_range: range.map(|(s, e)| format!("bytes {s}-{}/{size}", e - 1)),
+            content_range: range
+                .filter(|(s, e)| e > s)
+                .map(|(s, e)| format!("bytes {s}-{}/{size}", e - 1)),
             accept_ranges: Some("bytes".into()),
             content_type: Some(m.content_type_or_default()),
             content_encoding: m.content_encoding.clone(),
@@ -347,7 +379,6 @@ impl Gateway {
         let f = self
             .find(&i.bucket, &i.key, i.version_id.as_deref())
             .await?;
-        whole_part(i.part_number, &f)?;
         let conditions = Conditions {
             if_match: i.if_match.as_ref(),
             if_none_match: i.if_none_match.as_ref(),
@@ -356,12 +387,14 @@ impl Gateway {
         };
         conditions.check(&f.etag, f.modified_ms(), S3ErrorCode::NotModified)?;
         let size = f.size();
-        let range = byte_range(i.range.as_ref(), size)?;
+        let range = read_range(i.range.as_ref(), i.part_number, &f)?;
         let (start, end) = range.unwrap_or((0, size));
         let m = &f.meta;
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some((end - start) as i64),
-            content_range: range.map(|(s, e)| format!("bytes {s}-{}/{size}", e - 1)),
+            content_range: range
+                .filter(|(s, e)| e > s)
+                .map(|(s, e)| format!("bytes {s}-{}/{size}", e - 1)),
             accept_ranges: Some("bytes".into()),
             content_type: Some(m.content_type_or_default()),
             content_encoding: m.content_encoding.clone(),

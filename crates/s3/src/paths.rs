@@ -15,6 +15,9 @@ pub const UPLOADS_DIR: &str = ".tomus-uploads";
 /// Hidden top-level directory holding one file per bucket whose attributes are the bucket's
 /// settings (versioning).
 pub const BUCKETS_DIR: &str = ".tomus-buckets";
+/// Hidden top-level directory holding, per blob, the log of its deleted versions (see
+/// `hidden.rs`).
+pub const HIDDEN_DIR: &str = ".tomus-deleted-versions";
 
 /// Longest key component the namespace stores.
 const MAX_COMPONENT: usize = 255;
@@ -93,6 +96,11 @@ pub fn upload_dir(bucket: &str, id: &str) -> String {
 /// The settings file of `bucket`.
 pub fn bucket_settings(bucket: &str) -> String {
     format!("{BUCKETS_DIR}/{bucket}")
+}
+
+/// The log of the deleted versions of `blob`.
+pub fn hidden_log(blob: tomus_metadata::BlobId) -> String {
+    format!("{HIDDEN_DIR}/{blob}")
 }
 
 #[cfg(test)]

@@ -17,16 +17,25 @@ use crate::service::Gateway;
 const PARALLEL_KEYS: usize = 16;
 
 impl Gateway {
+    /// The versions of a key that were not deleted (see `hidden.rs`), oldest first.
     async fn key_versions(&self, entry: &FsEntry) -> S3Result<Vec<(VersionInfo, Attrs)>> {
-        match &entry.blob {
-            Some(info) => self
-                .client
-                .blob(info)
-                .versions_attrs()
-                .await
-                .map_err(object_err),
-            None => Ok(Vec::new()),
-        }
+        let Some(info) = &entry.blob else {
+            return Ok(Vec::new());
+        };
+        let (history, hidden) = futures::try_join!(
+            async {
+                self.client
+                    .blob(info)
+                    .versions_attrs()
+                    .await
+                    .map_err(object_err)
+            },
+            self.hidden_versions(info.id)
+        )?;
+        Ok(history
+            .into_iter()
+            .filter(|(v, _)| !hidden.contains(&v.version))
+            .collect())
     }
 
     pub(crate) async fn list_object_versions_op(

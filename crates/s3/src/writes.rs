@@ -385,6 +385,7 @@ impl Gateway {
         // The content is the source's: so are its ETag and part count.
         described.etag = Some(src.etag.clone());
         described.parts = src.meta.parts;
+        described.part_sizes = src.meta.part_sizes.clone();
         let (blob, fresh) = self.open_for_write(&dst_path, false).await?;
         let source = Extent {
             blob: src.blob.clone(),

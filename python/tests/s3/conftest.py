@@ -65,6 +65,14 @@ class Gateway:
         cmd = [*tomus_command(), "--addr", self.manager, *args]
         return subprocess.run(cmd, input=stdin, capture_output=True, check=True).stdout
 
+    def chunk_bytes(self) -> int:
+        """Bytes of chunk data on every provider (as `chunk_files` counts files)."""
+        return sum(
+            p.stat().st_size
+            for p in self.data.glob("provider-*/chunks/**/*")
+            if p.is_file() and ".tmp" not in p.name and not p.name.endswith(".log")
+        )
+
     def chunk_files(self) -> int:
         """Chunk files on every provider (chunks of 64 KiB and more are one file each)."""
         return sum(
