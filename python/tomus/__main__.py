@@ -11,6 +11,11 @@ from tomus import _native
 
 def main() -> None:
     args = sys.argv[1:]
+    if args[:1] == ["compute"]:
+        # The compute layer's applications (Python, on Dask): tomus compute APP ...
+        from tomus.compute.__main__ import main as compute_main
+
+        sys.exit(compute_main(args[1:]))
     if args[:1] == ["demo"]:
         if "--storage" not in args:
             # The main job runs the compute layer (Python, on Dask).

@@ -26,7 +26,11 @@ use tomus_wire::{ClusterSecret, ErrorKind, Placement, VersionState};
     about = "tomus: a versioned BLOB store over the disks of the machines a job runs on",
     long_about = "tomus federates local disks into one versioned BLOB store with lock-free \
 concurrent writes and appends (BlobSeer's design).\n\nStart a single-machine cluster with \
-`tomus up`, then use `tomus blob ...` against it (TOMUS_ADDR or --addr names the manager)."
+`tomus up`, then use `tomus blob ...` or `tomus fs ...` against it (TOMUS_ADDR or --addr names \
+the manager).\n\nThe `tomus` command of the Python package adds the compute layer: `tomus demo` \
+runs the main job (MostFrequentWords, KMeans and A-Brain on Dask next to the data; \
+`--storage` runs this binary's storage demo) and `tomus compute APP ...` runs the \
+applications (wordcount, mfw, grep, kmeans, pca, abrain)."
 )]
 struct Cli {
     /// Manager address (host:port).

@@ -26,10 +26,10 @@ from typing import Any, Literal
 import tomus
 from tomus.compute import frames
 from tomus.compute.engine import Session, TaskRecord, current, execute, session
-from tomus.compute.splits import Split, iter_lines, plan_splits, read_text
+from tomus.compute.splits import Input, Split, iter_lines, plan_splits, read_text
 from tomus.compute.storage import Ref, get_object, put_object
 
-__all__ = ["MapReduce", "MapReduceResult", "default_partition"]
+__all__ = ["MapReduce", "MapReduceResult", "default_partition", "format_line", "part_name"]
 
 _PARTITION_CHUNK = 1 << 20
 
@@ -76,6 +76,7 @@ class MapReduceResult:
     timeline: list[TaskRecord]
     elapsed: float = 0.0
     addr: str = field(default="", repr=False)
+    files: list[str] = field(default_factory=list)  # the part files written with output=
 
     def items(self, client: tomus.Client | None = None) -> Iterator[tuple[Any, Any]]:
         """Every (key, value) of the output, partition by partition."""
@@ -149,7 +150,55 @@ def _sorted(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         return items
 
 
-def _reduce_body(spec: _Spec, blob_id: int, version: int, accepted: dict[int, int]) -> Ref:
+def part_name(output: str, p: int) -> str:
+    """The output file of reducer ``p``: ``<output>/part-00000`` ..."""
+    return f"{output}/part-{p:05d}"
+
+
+def _text(x: Any) -> str:
+    if isinstance(x, bytes):
+        return x.decode("utf-8", errors="backslashreplace")
+    return str(x)
+
+
+def format_line(key: Any, value: Any) -> bytes:
+    """One line of an output file: ``key\tvalue\n`` (bytes decoded as UTF-8, others str())."""
+    return f"{_text(key)}\t{_text(value)}\n".encode()
+
+
+def _write_part(client: tomus.Client, path: str, items: list[tuple[Any, Any]]) -> int:
+    """Writes the part file as one new version of its whole content (a retried reducer just
+    replaces it again); returns the bytes written."""
+    _, blob = client.namespace().create(path, _PARTITION_CHUNK, 1, False)
+    writer = blob.writer()
+    n = 0
+    batch: list[bytes] = []
+    size = 0
+    for k, v in items:
+        line = format_line(k, v)
+        batch.append(line)
+        size += len(line)
+        if size >= _PARTITION_CHUNK:
+            writer.write(b"".join(batch))
+            n, batch, size = n + size, [], 0
+    if batch:
+        writer.write(b"".join(batch))
+        n += size
+    if n:
+        writer.commit_replace()
+    else:
+        blob.replace(b"")
+    return n
+
+
+def _reduce_body(
+    spec: _Spec,
+    blob_id: int,
+    version: int,
+    accepted: dict[int, int],
+    output: str | None = None,
+    p: int = 0,
+) -> Ref:
     ctx = current()
     merged: dict[Any, list[Any]] = {}
     if version:
@@ -162,13 +211,23 @@ def _reduce_body(spec: _Spec, blob_id: int, version: int, accepted: dict[int, in
             for key, values in pickle.loads(f.payload):
                 merged.setdefault(key, []).extend(values)
     out = _sorted([(k, spec.reducer(k, vs)) for k, vs in merged.items()])
+    if output is not None:
+        ctx.wrote(_write_part(ctx.client, part_name(output, p), out))
     return put_object(ctx.client, out)
 
 
 def _reduce_task(
-    addr: str, spec: _Spec, p: int, blob_id: int, version: int, accepted: dict[int, int]
+    addr: str,
+    spec: _Spec,
+    p: int,
+    blob_id: int,
+    version: int,
+    accepted: dict[int, int],
+    output: str | None = None,
 ) -> tuple[Ref, TaskRecord]:
-    return execute("reduce", f"p{p}", addr, (), _reduce_body, spec, blob_id, version, accepted)
+    return execute(
+        "reduce", f"p{p}", addr, (), _reduce_body, spec, blob_id, version, accepted, output, p
+    )
 
 
 def _aggregate_body(fn: Callable[[list[list[tuple[Any, Any]]]], Any], outputs: list[Ref]) -> Ref:
@@ -213,28 +272,37 @@ class MapReduce:
 
     def run(
         self,
-        inputs: Iterable[int | tomus.Blob | Split],
+        inputs: Input | Iterable[Input],
         client: Any = None,
         addr: str | None = None,
         *,
         split_size: int | None = None,
         on_task: Callable[[TaskRecord], None] | None = None,
         workers: int | None = None,
+        output: str | None = None,
     ) -> MapReduceResult:
-        """Runs over the text blobs (or splits) ``inputs``; engine arguments as for
-        ``IterativeReduce.run``."""
+        """Runs over the text blobs, files or directories (or splits) ``inputs``; engine
+        arguments as for ``IterativeReduce.run``.
+
+        ``output``: a directory of the tomus namespace that gets one text file per reducer,
+        ``part-00000`` ... (one ``key\tvalue`` line per key, in key order); other ``part-*``
+        files already there are removed. The in-memory result is kept either way."""
         with session(client, addr, workers=workers) as s:
-            return self.run_in(s, inputs, split_size=split_size, on_task=on_task)
+            return self.run_in(s, inputs, split_size=split_size, on_task=on_task, output=output)
 
     def run_in(
         self,
         s: Session,
-        inputs: Iterable[int | tomus.Blob | Split],
+        inputs: Input | Iterable[Input],
         *,
         split_size: int | None = None,
         on_task: Callable[[TaskRecord], None] | None = None,
+        output: str | None = None,
     ) -> MapReduceResult:
         started = time.time()
+        if output is not None:
+            output = output.removeprefix("tomus://").strip("/")
+            s.tomus.namespace().mkdir(output, True)
         token = secrets.token_hex(4)
         splits = plan_splits(s.tomus, inputs, split_size)
         blobs = [
@@ -268,13 +336,17 @@ class MapReduce:
         reducers = [
             s.dask.submit(
                 _reduce_task,
-                *(s.addr, self.spec, p, blobs[p], versions[p], accepted),
+                *(s.addr, self.spec, p, blobs[p], versions[p], accepted, output),
                 key=f"tomus-mr-reduce-{token}-{p}",
                 retries=self.retries,
             )
             for p in range(self.spec.partitions)
         ]
         outputs = list(_gather(reducers, done))
+        files: list[str] = []
+        if output is not None:
+            files = [part_name(output, p) for p in range(self.spec.partitions)]
+            _remove_stale_parts(s.tomus, output, set(files))
         value = None
         if self.aggregate is not None:
             fut = s.dask.submit(
@@ -283,7 +355,18 @@ class MapReduce:
             )  # fmt: skip
             (ref,) = _gather([fut], done)
             value = get_object(s.tomus, ref)
-        return MapReduceResult(outputs, blobs, value, timeline, time.time() - started, s.addr)
+        return MapReduceResult(
+            outputs, blobs, value, timeline, time.time() - started, s.addr, files
+        )
+
+
+def _remove_stale_parts(client: tomus.Client, output: str, keep: set[str]) -> None:
+    """Removes ``part-*`` files of an earlier run with more reducers from ``output``."""
+    ns = client.namespace()
+    for e in ns.list(output, False):
+        name = e["name"].strip("/")
+        if e["type"] == "file" and name.rsplit("/", 1)[-1].startswith("part-") and name not in keep:
+            ns.delete(name, False)
 
 
 def _gather(futures: list[Any], done: Callable[[Any], Any]) -> list[Any]:

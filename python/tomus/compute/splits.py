@@ -9,13 +9,23 @@ line is read by exactly one task whatever the split size, and no index of line o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import tomus
 from tomus.compute.engine import count_read, host_of
 
-__all__ = ["Split", "hosts_by_range", "iter_lines", "plan_splits", "read_split", "read_text"]
+__all__ = [
+    "Input",
+    "Split",
+    "hosts_by_range",
+    "iter_lines",
+    "plan_splits",
+    "read_split",
+    "read_text",
+    "resolve_inputs",
+]
 
 DEFAULT_SPLIT = 4 << 20
 _TAIL_WINDOW = 64 << 10
@@ -54,14 +64,53 @@ def hosts_by_range(
     return tuple(sorted(h for h, n in held.items() if n == top))
 
 
+#: One input of a job: a blob id, a Blob, a Split, or a path in the tomus namespace
+#: (``"data/x.txt"``, ``"tomus://data/x.txt"``; a directory means every file below it).
+Input = int | tomus.Blob | Split | str | os.PathLike[str]
+
+
+def _strip(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    if text.startswith("tomus://"):
+        text = text[len("tomus://") :]
+    return text.strip("/")
+
+
+def resolve_inputs(
+    client: tomus.Client, inputs: Input | Iterable[Input]
+) -> list[int | tomus.Blob | Split]:
+    """``inputs`` with every namespace path replaced by the blobs of its files (a directory by
+    the files below it, recursively, in name order). One input may be given without a list."""
+    if isinstance(inputs, (int, str, os.PathLike, tomus.Blob, Split)):
+        inputs = [inputs]
+    out: list[int | tomus.Blob | Split] = []
+    ns = None
+    for item in inputs:
+        if not isinstance(item, (str, os.PathLike)):
+            out.append(item)
+            continue
+        ns = ns or client.namespace()
+        path = _strip(item)
+        entry = ns.stat(path)
+        if entry["type"] == "file":
+            out.append(ns.open(path)[1])
+            continue
+        files = sorted(
+            (e for e in ns.list(path, True) if e["type"] == "file"), key=lambda e: e["name"]
+        )
+        out.extend(ns.open(e["name"])[1] for e in files)
+    return out
+
+
 def plan_splits(
     client: tomus.Client,
-    inputs: Iterable[int | tomus.Blob | Split],
+    inputs: Input | Iterable[Input],
     split_size: int | None = None,
     *,
     locate: bool = True,
 ) -> list[Split]:
-    """Splits of the latest version of each input blob (Splits given are kept as they are).
+    """Splits of the latest version of each input blob or file (Splits given are kept as they
+    are; paths are resolved by ``resolve_inputs``).
 
     ``split_size`` is rounded up to a multiple of the blob's chunk size (default: 4 MiB, at
     least one chunk). ``locate``: ask where each split's chunks are (one request per blob).
@@ -73,7 +122,7 @@ def plan_splits(
     """
     given: list[Split] = []
     per_blob: list[list[Split]] = []
-    for item in inputs:
+    for item in resolve_inputs(client, inputs):
         if isinstance(item, Split):
             given.append(item)
             continue

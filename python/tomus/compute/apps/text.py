@@ -19,11 +19,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import tomus
 from tomus.compute.engine import Session, TaskRecord, tomus_client, use_session
 from tomus.compute.iterative import IterativeReduce, IterativeResult
 from tomus.compute.mapreduce import MapReduce, MapReduceResult
-from tomus.compute.splits import Split, iter_lines, plan_splits, read_text
+from tomus.compute.splits import Input, Split, iter_lines, plan_splits, read_text
 
 __all__ = [
     "grep",
@@ -39,7 +38,7 @@ __all__ = [
 
 _WORD = re.compile(rb"[a-z0-9_]+")
 
-Inputs = Iterable[int | tomus.Blob | Split]
+Inputs = Input | Iterable[Input]  # blob ids, Blobs, Splits or namespace paths
 
 
 def words(text: bytes) -> list[bytes]:
@@ -89,11 +88,13 @@ def word_count(
     split_size: int | None = None,
     session: Session | None = None,
     on_task: Callable[[TaskRecord], None] | None = None,
+    output: str | None = None,
 ) -> MapReduceResult:
-    """Word counts of the text blobs; ``.value`` is a ``Counter`` of str."""
+    """Word counts of the text blobs or files; ``.value`` is a ``Counter`` of str.
+    ``output``: a namespace directory for the ``part-NNNNN`` files (``word\tcount`` lines)."""
     job = MapReduce(_count_pairs, _add, combiner=_add, partitions=partitions, per="split")
     with use_session(session, client, addr) as s:
-        res = job.run_in(s, inputs, split_size=split_size, on_task=on_task)
+        res = job.run_in(s, inputs, split_size=split_size, on_task=on_task, output=output)
         res.value = Counter({k.decode(): v for k, v in res.items(s.tomus)})
     return res
 
@@ -162,8 +163,10 @@ def most_frequent_words_classic(
     split_size: int | None = None,
     session: Session | None = None,
     on_task: Callable[[TaskRecord], None] | None = None,
+    output: str | None = None,
 ) -> MapReduceResult:
-    """MostFrequentWords as classic MapReduce plus one final aggregator; ``.value`` as above."""
+    """MostFrequentWords as classic MapReduce plus one final aggregator; ``.value`` as above
+    (``output``: a directory for the per-word counts, as in ``word_count``)."""
     job = MapReduce(
         _count_pairs,
         _add,
@@ -173,7 +176,7 @@ def most_frequent_words_classic(
         aggregate=_MergeTopK(k),
     )
     with use_session(session, client, addr) as s:
-        return job.run_in(s, inputs, split_size=split_size, on_task=on_task)
+        return job.run_in(s, inputs, split_size=split_size, on_task=on_task, output=output)
 
 
 # --- grep (IterativeReduce) -------------------------------------------------------------------
