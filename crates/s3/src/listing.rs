@@ -117,6 +117,28 @@ impl Item {
 }
 
 impl Query {
+    /// A query from a listing request's prefix, delimiter and max-keys (resuming nowhere yet).
+    pub(crate) fn from_request(
+        prefix: &Option<String>,
+        delimiter: &Option<String>,
+        requested_max: Option<i32>,
+    ) -> S3Result<Query> {
+        Ok(Query {
+            prefix: prefix.clone().unwrap_or_default(),
+            delimiter: delimiter.clone(),
+            after: None,
+            max: max_keys(requested_max)?,
+        })
+    }
+
+    /// Resumes after a marker key (ListObjects' Marker, ListObjectVersions' KeyMarker); an
+    /// empty marker means from the start.
+    pub(crate) fn resume_after_marker(&mut self, marker: Option<&String>) {
+        self.after = marker
+            .filter(|m| !m.is_empty())
+            .map(|m| self.resume_after(&Item::Key(m.clone())));
+    }
+
     /// The exclusive cursor to resume after `item`: past a whole common prefix, or after a
     /// key. A plain key (StartAfter, Marker) that is itself one of this query's common
     /// prefixes is treated as that prefix, so a NextMarker that was a prefix is not repeated.
@@ -334,12 +356,7 @@ impl Gateway {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let i = req.input;
-        let mut q = Query {
-            prefix: i.prefix.clone().unwrap_or_default(),
-            delimiter: i.delimiter.clone(),
-            after: None,
-            max: max_keys(i.max_keys)?,
-        };
+        let mut q = Query::from_request(&i.prefix, &i.delimiter, i.max_keys)?;
         let resume = match (&i.continuation_token, &i.start_after) {
             (Some(t), _) => Some(Item::from_token(t)?),
             (None, Some(s)) if !s.is_empty() => Some(Item::Key(s.clone())),
@@ -373,17 +390,8 @@ impl Gateway {
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let i = req.input;
-        let mut q = Query {
-            prefix: i.prefix.clone().unwrap_or_default(),
-            delimiter: i.delimiter.clone(),
-            after: None,
-            max: max_keys(i.max_keys)?,
-        };
-        q.after = i
-            .marker
-            .as_ref()
-            .filter(|m| !m.is_empty())
-            .map(|m| q.resume_after(&Item::Key(m.clone())));
+        let mut q = Query::from_request(&i.prefix, &i.delimiter, i.max_keys)?;
+        q.resume_after_marker(i.marker.as_ref());
         let page = self.list_page(&i.bucket, &q).await?;
         // S3 returns NextMarker only with a delimiter; clients use the last key otherwise.
         let next_marker = (page.truncated && q.delimiter.is_some())

@@ -9,7 +9,7 @@ use tomus_wire::{Attrs, FsEntry, VersionInfo};
 
 use crate::buckets::owner;
 use crate::errors::object_err;
-use crate::listing::{max_keys, Item, Query};
+use crate::listing::{Item, Query};
 use crate::meta::{self, ObjectMeta};
 use crate::service::Gateway;
 
@@ -43,17 +43,8 @@ impl Gateway {
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let i = req.input;
-        let mut q = Query {
-            prefix: i.prefix.clone().unwrap_or_default(),
-            delimiter: i.delimiter.clone(),
-            after: None,
-            max: max_keys(i.max_keys)?,
-        };
-        q.after = i
-            .key_marker
-            .as_ref()
-            .filter(|m| !m.is_empty())
-            .map(|m| q.resume_after(&Item::Key(m.clone())));
+        let mut q = Query::from_request(&i.prefix, &i.delimiter, i.max_keys)?;
+        q.resume_after_marker(i.key_marker.as_ref());
         let page = self.scan(&i.bucket, &q, true).await?;
         // Futures built eagerly: a stream closure over borrowed entries would not be Send.
         let fetches: Vec<_> = page

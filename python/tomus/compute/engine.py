@@ -111,6 +111,26 @@ class TaskRecord:
         return self.host in self.data_hosts
 
 
+class TimelineTotals:
+    """Totals over a job result's ``timeline`` of tasks (shared by the result classes)."""
+
+    timeline: list[TaskRecord]
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(t.bytes_read for t in self.timeline)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(t.bytes_written for t in self.timeline)
+
+    @property
+    def colocated_fraction(self) -> float | None:
+        """Of the map tasks whose input location was known, the fraction run where it is stored."""
+        known = [t.colocated for t in self.timeline if t.kind == "map" and t.colocated is not None]
+        return sum(known) / len(known) if known else None
+
+
 @dataclass
 class TaskContext:
     """The running task's tomus client and byte counters (one per task, per thread)."""

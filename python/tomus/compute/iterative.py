@@ -31,7 +31,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import tomus
-from tomus.compute.engine import Session, TaskRecord, attach, current, execute, host_of, session
+from tomus.compute.engine import (
+    Session,
+    TaskRecord,
+    TimelineTotals,
+    attach,
+    current,
+    execute,
+    host_of,
+    session,
+)
 from tomus.compute.joblog import JobLog, StoredResult, create_job
 from tomus.compute.storage import Ref, get_object, put_object
 
@@ -47,7 +56,7 @@ def reduce_tasks_needed(maps: int, ratio: int) -> int:
 
 
 @dataclass
-class IterativeResult:
+class IterativeResult(TimelineTotals):
     """What ran and what came out of an IterativeReduce job."""
 
     value: Any
@@ -61,20 +70,6 @@ class IterativeResult:
     shape: Shape = "tree"
     elapsed: float = 0.0
     final: StoredResult | None = field(default=None, repr=False)
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(t.bytes_read for t in self.timeline)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(t.bytes_written for t in self.timeline)
-
-    @property
-    def colocated_fraction(self) -> float | None:
-        """Of the map tasks whose input location was known, the fraction run where it is stored."""
-        known = [t.colocated for t in self.timeline if t.kind == "map" and t.colocated is not None]
-        return sum(known) / len(known) if known else None
 
     @property
     def tree(self) -> list[tuple[str, tuple[str, ...], int]]:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import tomus
 from tomus.compute import frames
-from tomus.compute.engine import Session, TaskRecord, current, execute, session
+from tomus.compute.engine import Session, TaskRecord, TimelineTotals, current, execute, session
 from tomus.compute.splits import Input, Split, iter_lines, plan_splits, read_text
 from tomus.compute.storage import Ref, get_object, put_object
 
@@ -66,7 +66,7 @@ class _MapOutput:
 
 
 @dataclass
-class MapReduceResult:
+class MapReduceResult(TimelineTotals):
     """The output blobs (one per partition, a pickled list of (key, value) sorted by key when
     keys are comparable), the aggregate's value if one ran, and the timeline."""
 
@@ -86,19 +86,6 @@ class MapReduceResult:
 
     def to_dict(self, client: tomus.Client | None = None) -> dict[Any, Any]:
         return dict(self.items(client))
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(t.bytes_read for t in self.timeline)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(t.bytes_written for t in self.timeline)
-
-    @property
-    def colocated_fraction(self) -> float | None:
-        known = [t.colocated for t in self.timeline if t.kind == "map" and t.colocated is not None]
-        return sum(known) / len(known) if known else None
 
 
 # --- task bodies --------------------------------------------------------------------------------
