@@ -4,6 +4,7 @@ Dask LocalCluster (2 worker processes, one thread each) shared by the tests."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -13,8 +14,9 @@ import tomus
 WORKERS = 2
 
 
-@pytest.fixture(scope="session")
-def dask_client() -> Iterator[Any]:
+@contextmanager
+def _local_dask() -> Iterator[Any]:
+    """A client of a new Dask LocalCluster (2 worker processes, one thread each)."""
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(
@@ -30,13 +32,25 @@ def dask_client() -> Iterator[Any]:
     cluster.close()
 
 
+@pytest.fixture(scope="session")
+def dask_client() -> Iterator[Any]:
+    with _local_dask() as c:
+        yield c
+
+
 @pytest.fixture
 def dask(dask_client: Any) -> Iterator[Any]:
-    """The shared Dask client, with its full set of workers back after the test (a test may
-    kill one; its nanny restarts it)."""
+    """The shared Dask client with its full set of workers."""
     dask_client.wait_for_workers(WORKERS, timeout=60)
     yield dask_client
-    dask_client.wait_for_workers(WORKERS, timeout=60)
+
+
+@pytest.fixture
+def dask_to_kill() -> Iterator[Any]:
+    """A Dask cluster of the test's own, for tests that SIGKILL a worker: whether and when
+    its nanny brings the worker back is no concern of the tests that follow."""
+    with _local_dask() as c:
+        yield c
 
 
 @pytest.fixture(scope="session")

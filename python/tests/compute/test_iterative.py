@@ -113,7 +113,7 @@ def test_failed_reducer_is_retried_from_its_stored_inputs(
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", ["map", "reduce"])
 def test_killing_a_worker_mid_job_still_gives_the_right_answer(
-    dask: Any, addr: str, tmp_path: Path, victim: str
+    dask_to_kill: Any, addr: str, tmp_path: Path, victim: str
 ) -> None:
     n = 10
     if victim == "map":
@@ -122,9 +122,9 @@ def test_killing_a_worker_mid_job_still_gives_the_right_answer(
     else:
         job = IterativeReduce(Slow([0.05] * n), SlowConcat(0.5, str(tmp_path)), ratio=3)
         prefix = "reduce-"
-    killer = Killer(dask, tmp_path, prefix)
+    killer = Killer(dask_to_kill, tmp_path, prefix)
     killer.start()
-    res = job.run(range(n), client=dask, addr=addr)
+    res = job.run(range(n), client=dask_to_kill, addr=addr)
     killer.join()
     assert killer.killed is not None, "no worker was killed: the test did not exercise a fault"
     task, pid = killer.killed

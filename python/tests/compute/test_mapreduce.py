@@ -108,14 +108,14 @@ def test_grep_counts_matching_lines(dask: Any, addr: str, corpus: tuple[list[int
 
 @pytest.mark.slow
 def test_killing_a_worker_mid_map_still_gives_the_right_answer(
-    dask: Any, addr: str, tmp_path: Path, corpus: tuple[list[int], bytes]
+    dask_to_kill: Any, addr: str, tmp_path: Path, corpus: tuple[list[int], bytes]
 ) -> None:
     blobs, _ = corpus
     text = make_text(0, 700)
     job = MapReduce(SlowWordPairs(0.3, str(tmp_path)), add, combiner=add, partitions=2, per="split")
-    killer = Killer(dask, tmp_path, "map-")
+    killer = Killer(dask_to_kill, tmp_path, "map-")
     killer.start()
-    res = job.run(blobs[:1], dask, addr, split_size=16384)
+    res = job.run(blobs[:1], dask_to_kill, addr, split_size=16384)
     killer.join()
     assert killer.killed is not None, "no worker was killed: the test did not exercise a fault"
     task, pid = killer.killed
