@@ -2,7 +2,7 @@
 
 use rand::Rng;
 use tomus_metadata::{ChunkId, ChunkPiece, ProviderId, StoredChunk};
-use tomus_wire::{unexpected, Error, ProviderInfo, Request, Response, Result};
+use tomus_wire::{unexpected, Error, ErrorKind, ProviderInfo, Request, Response, Result};
 
 use crate::cluster::Cluster;
 
@@ -32,10 +32,18 @@ pub async fn put_chunk(
             })
         }
     });
-    for r in futures::future::join_all(puts).await {
-        match r? {
-            (Response::Ok, _) => {}
-            (other, _) => return Err(unexpected(&other)),
+    for (r, p) in futures::future::join_all(puts)
+        .await
+        .into_iter()
+        .zip(replicas)
+    {
+        match r {
+            Ok((Response::Ok, _)) => {}
+            Ok((other, _)) => return Err(unexpected(&other)),
+            Err(e) => {
+                cluster.suspect(p.id, &e);
+                return Err(e);
+            }
         }
     }
     Ok(StoredChunk {
@@ -46,43 +54,86 @@ pub async fn put_chunk(
     })
 }
 
-/// Reads `piece` into `out` (of the piece's length) from the first replica that serves it,
-/// starting at a random one to spread readers. Checksum failures and unreachable providers fall
-/// over to the next replica.
+/// Reads `piece` into `out` (of the piece's length) from the first replica that serves it:
+/// healthy replicas first, starting at a random one to spread readers. Checksum failures and
+/// unreachable providers fall over to the next replica; when every replica the metadata names
+/// fails, the copies repair made elsewhere (recorded by the manager) are tried.
 pub async fn read_piece(cluster: &Cluster, piece: &ChunkPiece, out: &mut [u8]) -> Result<()> {
-    let n = piece.replicas.len();
-    if n == 0 {
+    if piece.replicas.is_empty() {
         return Err(Error::internal(format!(
             "chunk {} has no replicas",
             piece.chunk
         )));
     }
-    let start = rand::thread_rng().gen_range(0..n);
+    let mut ids = piece.replicas.clone();
+    let start = rand::thread_rng().gen_range(0..ids.len());
+    ids.rotate_left(start);
+    let mut tried = Vec::new();
     let mut errors = Vec::new();
-    for i in 0..n {
-        let id: ProviderId = piece.replicas[(start + i) % n];
+    for id in cluster.read_order(&ids).await {
+        tried.push(id);
         match read_from(cluster, id, piece, out).await {
             Ok(()) => return Ok(()),
             Err(e) => {
-                tracing::debug!("chunk {} on provider {id}: {e}", piece.chunk);
-                errors.push(e);
+                cluster.suspect(id, &e);
+                errors.push((id, e))
             }
         }
     }
+    for id in repaired_replicas(cluster, piece.chunk).await {
+        if tried.contains(&id) {
+            continue;
+        }
+        tried.push(id);
+        match read_from(cluster, id, piece, out).await {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                cluster.suspect(id, &e);
+                errors.push((id, e))
+            }
+        }
+    }
+    for (id, e) in &errors {
+        tracing::debug!("chunk {} on provider {id}: {e}", piece.chunk);
+    }
     // Report the most telling failure: corruption over unavailability over the rest.
+    let mut errors: Vec<Error> = errors.into_iter().map(|(_, e)| e).collect();
     errors.sort_by_key(|e| match e.kind {
-        tomus_wire::ErrorKind::Corrupt => 0,
-        tomus_wire::ErrorKind::Unavailable => 1,
+        ErrorKind::Corrupt => 0,
+        ErrorKind::Unavailable => 1,
         _ => 2,
     });
     let first = errors.remove(0);
     Err(Error::new(
         first.kind,
         format!(
-            "chunk {} unreadable on all {n} replicas: {first}",
-            piece.chunk
+            "chunk {} unreadable on all {} replicas: {first}",
+            piece.chunk,
+            tried.len()
         ),
     ))
+}
+
+/// The replica set repair recorded for `chunk` (empty when it never moved or the manager
+/// cannot say).
+async fn repaired_replicas(cluster: &Cluster, chunk: ChunkId) -> Vec<ProviderId> {
+    let req = Request::ChunkReplicas {
+        chunks: vec![chunk],
+    };
+    match cluster.manager_call(&req).await {
+        Ok(Response::Replicas(mut sets)) if sets.len() == 1 => sets.pop().unwrap_or_default(),
+        Ok(other) => {
+            tracing::debug!(
+                "asking for the replicas of chunk {chunk}: {}",
+                unexpected(&other)
+            );
+            Vec::new()
+        }
+        Err(e) => {
+            tracing::debug!("asking for the replicas of chunk {chunk}: {e}");
+            Vec::new()
+        }
+    }
 }
 
 async fn read_from(

@@ -1,21 +1,24 @@
 //! The client's view of the cluster: the manager's address, the connection pool, provider
-//! addresses, the DHT ring and the node cache.
+//! addresses and states, the DHT ring and the node cache.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::RwLock;
 use tomus_metadata::ProviderId;
-use tomus_wire::{unexpected, Error, Pool, ProviderInfo, Request, Response, Result};
+use tomus_wire::{unexpected, Error, ErrorKind, Pool, ProviderInfo, Request, Response, Result};
 
 use crate::dht::{NodeCache, Ring};
 
 /// How long a provider list is trusted before the next lookup refreshes it.
 const PROVIDER_LIST_TTL: Duration = Duration::from_secs(5);
+/// How long a provider that just failed a request is tried last. Shorter than the manager's
+/// failure detection, so a provider that only hiccuped is soon used again.
+const SUSPECT_FOR: Duration = Duration::from_secs(3);
 
 struct ProviderView {
-    addrs: HashMap<ProviderId, String>,
+    providers: HashMap<ProviderId, ProviderInfo>,
     ring: Arc<Ring>,
     fetched: Instant,
 }
@@ -25,6 +28,10 @@ pub struct Cluster {
     pub pool: Arc<Pool>,
     pub cache: NodeCache,
     view: RwLock<Option<ProviderView>>,
+    /// Providers that failed a request recently (connection refused, timeout): tried after
+    /// the others until [`SUSPECT_FOR`] passes, so one dead provider delays only the first
+    /// request that meets it, not every later one until the manager notices.
+    suspects: Mutex<HashMap<ProviderId, Instant>>,
 }
 
 impl Cluster {
@@ -34,6 +41,7 @@ impl Cluster {
             pool,
             cache: NodeCache::default(),
             view: RwLock::new(None),
+            suspects: Mutex::new(HashMap::new()),
         }
     }
 
@@ -55,9 +63,8 @@ impl Cluster {
     async fn refresh(&self) -> Result<()> {
         let list = self.providers().await?;
         let ids: Vec<ProviderId> = list.iter().map(|p| p.id).collect();
-        let addrs = list.into_iter().map(|p| (p.id, p.addr)).collect();
         *self.view.write().await = Some(ProviderView {
-            addrs,
+            providers: list.into_iter().map(|p| (p.id, p)).collect(),
             ring: Arc::new(Ring::new(&ids)),
             fetched: Instant::now(),
         });
@@ -90,8 +97,66 @@ impl Cluster {
 
     /// Address of provider `id` (refreshing the list once if it is unknown).
     pub async fn addr_of(&self, id: ProviderId) -> Result<String> {
-        self.fresh_view(|v| v.addrs.get(&id).cloned())
+        self.fresh_view(|v| v.providers.get(&id).map(|p| p.addr.clone()))
             .await?
             .ok_or_else(|| Error::not_found(format!("provider {id} is not registered")))
+    }
+
+    /// Remembers that provider `id` just failed a request in a way that says it may be down.
+    pub fn suspect(&self, id: ProviderId, error: &Error) {
+        if error.kind == ErrorKind::Unavailable {
+            let mut s = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
+            s.insert(id, Instant::now());
+        }
+    }
+
+    fn suspected(&self) -> Vec<ProviderId> {
+        let mut s = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
+        s.retain(|_, since| since.elapsed() < SUSPECT_FOR);
+        s.keys().copied().collect()
+    }
+
+    /// `ids` reordered for reading: providers the manager lists as alive and that did not fail
+    /// recently first (in the given order), then the rest (still worth a try as a last resort).
+    pub async fn read_order(&self, ids: &[ProviderId]) -> Vec<ProviderId> {
+        let suspects = self.suspected();
+        let up: Vec<bool> = match self
+            .fresh_view(|v| {
+                Some(
+                    ids.iter()
+                        .map(|id| v.providers.get(id).is_some_and(|p| p.alive))
+                        .collect::<Vec<bool>>(),
+                )
+            })
+            .await
+        {
+            Ok(Some(up)) => up,
+            _ => vec![true; ids.len()],
+        };
+        let healthy = |i: usize| up[i] && !suspects.contains(&ids[i]);
+        let first = (0..ids.len()).filter(|&i| healthy(i));
+        let last = (0..ids.len()).filter(|&i| !healthy(i));
+        first.chain(last).map(|i| ids[i]).collect()
+    }
+
+    /// The providers of `candidates` (in order) that may receive new data: alive, not
+    /// draining, not failing recently.
+    pub async fn writable(&self, candidates: &[ProviderId]) -> Result<Vec<ProviderId>> {
+        let suspects = self.suspected();
+        let ok = self
+            .fresh_view(|v| {
+                Some(
+                    candidates
+                        .iter()
+                        .copied()
+                        .filter(|id| {
+                            v.providers.get(id).is_some_and(|p| p.alive && !p.draining)
+                                && !suspects.contains(id)
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .await?;
+        Ok(ok.unwrap_or_default())
     }
 }

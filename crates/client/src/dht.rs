@@ -1,7 +1,7 @@
 //! The metadata DHT as seen from a client: consistent hashing of node keys over providers,
 //! replicated puts, lookups that fail over between replicas, and a cache of immutable nodes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
@@ -101,8 +101,10 @@ impl NodeCache {
     }
 }
 
-/// Stores `nodes` of `blob` on `replication` ring owners each; succeeds only when every node is
-/// on that many distinct providers.
+/// Stores `nodes` of `blob` on `replication` distinct providers each; succeeds only when every
+/// node is on that many. Each node goes to the first providers of its ring walk that may
+/// receive data (alive, not draining); a provider that fails is replaced by the next one of
+/// the walk (lookups walk the whole ring, so they find nodes stored past their first owners).
 pub async fn put_nodes(
     cluster: &Cluster,
     blob: BlobId,
@@ -110,39 +112,78 @@ pub async fn put_nodes(
     nodes: Vec<(NodeRef, Node)>,
 ) -> Result<()> {
     let ring = cluster.ring().await?;
-    let mut per_provider: HashMap<ProviderId, Vec<(NodeKey, Node)>> = HashMap::new();
+    let r = replication as usize;
+    // Per node: the providers still to try, in walk order, and how many copies it still needs.
+    let mut pending: Vec<(NodeKey, Arc<Node>, VecDeque<ProviderId>, usize)> = Vec::new();
     for (node_ref, node) in nodes {
         let key = NodeKey {
             blob,
             node: node_ref,
         };
-        let owners = ring.walk(&key);
-        if owners.len() < replication as usize {
+        let candidates: VecDeque<ProviderId> = cluster.writable(&ring.walk(&key)).await?.into();
+        if candidates.len() < r {
             return Err(Error::new(
                 ErrorKind::NoSpace,
                 format!(
-                    "metadata replication {replication} needs {replication} providers, {} known",
-                    owners.len()
+                    "metadata replication {replication} needs {replication} live providers, {} available",
+                    candidates.len()
                 ),
             ));
         }
-        for id in owners.into_iter().take(replication as usize) {
-            per_provider
-                .entry(id)
-                .or_default()
-                .push((key, node.clone()));
-        }
-        cluster.cache.insert(key, Arc::new(node));
+        let node = Arc::new(node);
+        cluster.cache.insert(key, node.clone());
+        pending.push((key, node, candidates, r));
     }
-    let puts = per_provider.into_iter().map(|(id, nodes)| async move {
-        let addr = cluster.addr_of(id).await?;
-        cluster
-            .pool
-            .call(&addr, &Request::PutNodes { nodes }, &[])
-            .await
-            .map(|_| ())
-    });
-    join_all(puts).await.into_iter().collect()
+    let mut last_err = None;
+    while !pending.is_empty() {
+        // One request per provider, carrying every node that needs a copy there now.
+        let mut batches: HashMap<ProviderId, Vec<usize>> = HashMap::new();
+        for (i, (_, _, candidates, needed)) in pending.iter_mut().enumerate() {
+            if candidates.len() < *needed {
+                return Err(last_err.unwrap_or_else(|| {
+                    Error::unavailable("not enough providers accepted the metadata")
+                }));
+            }
+            for id in candidates.drain(..*needed) {
+                batches.entry(id).or_default().push(i);
+            }
+        }
+        let puts = batches.into_iter().map(|(id, idx)| {
+            let nodes: Vec<(NodeKey, Node)> = idx
+                .iter()
+                .map(|&i| (pending[i].0, Node::clone(&pending[i].1)))
+                .collect();
+            async move {
+                let outcome = match cluster.addr_of(id).await {
+                    Ok(addr) => cluster
+                        .pool
+                        .call(&addr, &Request::PutNodes { nodes }, &[])
+                        .await
+                        .map(|_| ()),
+                    Err(e) => Err(e),
+                };
+                (id, idx, outcome)
+            }
+        });
+        let mut still_needed = vec![0usize; pending.len()];
+        for (id, idx, outcome) in join_all(puts).await {
+            if let Err(e) = outcome {
+                tracing::debug!("storing metadata on provider {id} failed: {e}");
+                cluster.suspect(id, &e);
+                for i in idx {
+                    still_needed[i] += 1;
+                }
+                last_err = Some(e);
+            }
+        }
+        let mut i = 0;
+        pending.retain_mut(|entry| {
+            entry.3 = still_needed[i];
+            i += 1;
+            entry.3 > 0
+        });
+    }
+    Ok(())
 }
 
 /// Node lookups for one blob, through the cache and then the DHT.
@@ -162,7 +203,7 @@ impl DhtSource<'_> {
         }
         let ring = self.cluster.ring().await?;
         let mut last_err = None;
-        for id in ring.walk(&key) {
+        for id in self.cluster.read_order(&ring.walk(&key)).await {
             let addr = match self.cluster.addr_of(id).await {
                 Ok(a) => a,
                 Err(e) => {
@@ -182,6 +223,7 @@ impl DhtSource<'_> {
                 Ok((other, _)) => last_err = Some(unexpected(&other)),
                 Err(e) => {
                     tracing::debug!("metadata lookup on provider {id} failed: {e}");
+                    self.cluster.suspect(id, &e);
                     last_err = Some(e)
                 }
             }
@@ -212,7 +254,8 @@ impl NodeSource for DhtSource<'_> {
         let Ok(ring) = self.cluster.ring().await else {
             return;
         };
-        let Some(owner) = ring.walk(&key).into_iter().next() else {
+        let order = self.cluster.read_order(&ring.walk(&key)).await;
+        let Some(&owner) = order.first() else {
             return;
         };
         let Ok(addr) = self.cluster.addr_of(owner).await else {

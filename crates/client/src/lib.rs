@@ -97,6 +97,17 @@ impl Client {
         &self.cluster.manager
     }
 
+    /// One request to the manager, for operations without a method of their own (status,
+    /// drain, retention).
+    pub async fn manager_call(&self, req: &Request) -> Result<Response> {
+        self.cluster.manager_call(req).await?.into_result()
+    }
+
+    /// One request to the provider at `addr` (scrub).
+    pub async fn provider_call(&self, addr: &str, req: &Request) -> Result<Response> {
+        Ok(self.cluster.pool.call(addr, req, &[]).await?.0)
+    }
+
     pub async fn create_blob(&self, chunk_size: u64, replication: u32) -> Result<Blob> {
         let req = Request::CreateBlob {
             chunk_size,
@@ -375,20 +386,56 @@ impl Blob {
         } else {
             self.allocate(count, None).await?
         };
-        let cluster = self.cluster();
         // Futures are built eagerly (not inside a Stream::map closure) so the borrowed slices
         // keep concrete lifetimes and callers can spawn these calls.
         let puts: Vec<_> =
             data.chunks(cs)
                 .zip(placements)
                 .map(|(piece, replicas)| async move {
-                    chunks::put_chunk(cluster, piece, &replicas).await
+                    self.put_chunk_with_failover(piece, replicas).await
                 })
                 .collect();
         stream::iter(puts)
             .buffered(self.client.options.parallelism)
             .try_collect()
             .await
+    }
+
+    /// Stores one chunk on `replicas`; when a provider fails, on a fresh replica set without
+    /// the providers that failed (the manager may not have noticed yet that one is down).
+    async fn put_chunk_with_failover(
+        &self,
+        data: &[u8],
+        mut replicas: Vec<ProviderInfo>,
+    ) -> Result<StoredChunk> {
+        let mut attempt = 1;
+        loop {
+            match chunks::put_chunk(self.cluster(), data, &replicas).await {
+                Err(e) if e.kind == ErrorKind::Unavailable && attempt < CHUNK_ATTEMPTS => {
+                    tracing::info!("blob {}: {e}; storing the chunk elsewhere", self.id);
+                    attempt += 1;
+                    replicas = self.fresh_replicas(data.len() as u64).await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A replica set for one chunk avoiding providers that failed recently: the first of a
+    /// few placements that has none.
+    async fn fresh_replicas(&self, chunk_bytes: u64) -> Result<Vec<ProviderInfo>> {
+        let sets = self
+            .allocate(REPLACEMENT_CHOICES, Some(chunk_bytes))
+            .await?;
+        for set in &sets {
+            let ids: Vec<_> = set.iter().map(|p| p.id).collect();
+            if self.cluster().writable(&ids).await?.len() == ids.len() {
+                return Ok(set.clone());
+            }
+        }
+        sets.into_iter()
+            .next()
+            .ok_or_else(|| Error::internal("manager returned no placement"))
     }
 
     /// Replica sets for `count` chunks of at most `chunk_bytes` bytes.
@@ -636,6 +683,11 @@ impl Blob {
 
 /// How many times a write is committed when versions below it keep being given up.
 const COMMIT_ATTEMPTS: u32 = 5;
+
+/// Tries to store one chunk before a write gives up on unreachable providers.
+const CHUNK_ATTEMPTS: u32 = 4;
+/// Placements asked for when replacing a failed replica set.
+const REPLACEMENT_CHOICES: usize = 8;
 
 /// Total bytes of `chunks`.
 fn len(chunks: &[StoredChunk]) -> u64 {

@@ -43,7 +43,11 @@ pub async fn run(
         Arc::downgrade(&versions),
         config.writer_lease,
     ));
-    let registry = Arc::new(registry::Registry::open(store, config.provider_timeout)?);
+    tokio::spawn(enforce_retention(Arc::downgrade(&versions)));
+    let registry = Arc::new(registry::Registry::open(
+        store.clone(),
+        config.provider_timeout,
+    )?);
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| Error::invalid(format!("cannot listen on {}: {e}", config.listen)))?;
@@ -60,6 +64,7 @@ pub async fn run(
         versions,
         namespace,
         registry,
+        store,
     });
     tomus_wire::serve(
         listener,
@@ -79,6 +84,21 @@ async fn enforce_leases(versions: std::sync::Weak<VersionManager>, lease: Durati
         let Some(vm) = versions.upgrade() else { return };
         if let Err(e) = vm.expire_leases(lease) {
             tracing::error!("checking writer leases failed: {e}");
+        }
+    }
+}
+
+/// Applies retention policies every second for as long as the manager runs (time-based
+/// policies expire versions without any request).
+async fn enforce_retention(versions: std::sync::Weak<VersionManager>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(vm) = versions.upgrade() else { return };
+        let round = tokio::task::spawn_blocking(move || vm.enforce_retention(versions::now_ms()));
+        if let Err(e) = round.await {
+            tracing::error!("applying retention policies failed: {e}");
         }
     }
 }

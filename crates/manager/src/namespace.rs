@@ -4,6 +4,10 @@
 //! Keys are normalized paths (`a/b/c`), so a directory's subtree is one key range
 //! (`a/b/` up to `a/b0`, `0` being the byte after `/`) and listings come out in the path
 //! order S3 listings need. Every ancestor of an entry is itself an entry.
+//!
+//! Removing a file (deleting it, or renaming another file onto it) deletes its blob in the
+//! same transaction: nothing else names a file's blob, and data composed from it into other
+//! blobs is referenced by chunk, not through the blob.
 
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
@@ -13,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::{Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result};
 
-use crate::store::{db_err, decode, encode, Store};
+use crate::store::{db_err, decode, encode, remove_blobs_in, Store};
 use crate::versions::{now_ms, VersionManager};
 
 const NAMESPACE: TableDefinition<&str, &[u8]> = TableDefinition::new("namespace");
@@ -185,6 +189,27 @@ impl Namespace {
         Ok(out)
     }
 
+    /// [`Namespace::change`] for changes that remove files: `change` also returns the blobs
+    /// of the removed files, which are deleted in the same transaction and then forgotten by
+    /// the version manager.
+    fn change_removing<T>(
+        &self,
+        change: impl FnOnce(&mut Table<&'static str, &'static [u8]>) -> Result<(T, Vec<BlobId>)>,
+    ) -> Result<T> {
+        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let (out, blobs) = {
+            let mut table = txn.open_table(NAMESPACE).map_err(db_err)?;
+            change(&mut table)?
+        };
+        remove_blobs_in(&txn, &blobs)?;
+        txn.commit().map_err(db_err)?;
+        self.versions.forget_blobs(&blobs);
+        if !blobs.is_empty() {
+            tracing::debug!("deleted blobs {blobs:?} with their files");
+        }
+        Ok(out)
+    }
+
     fn read(&self, path: &str) -> Result<Option<Record>> {
         let txn = self.store.db().begin_read().map_err(db_err)?;
         let table = txn.open_table(NAMESPACE).map_err(db_err)?;
@@ -198,7 +223,11 @@ impl Namespace {
     pub fn stat(&self, path: &str) -> Result<FsEntry> {
         let path = normalize(path)?;
         match self.read(&path)? {
-            Some(r) => self.entry(path, r),
+            // Its blob may have been deleted with the file since the read.
+            Some(r) => self.entry(path.clone(), r).map_err(|e| match e.kind {
+                ErrorKind::NotFound => not_found(&path),
+                _ => e,
+            }),
             None => Err(not_found(&path)),
         }
     }
@@ -328,7 +357,12 @@ impl Namespace {
                     from = Bound::Included(format!("{prefix}{child}0"));
                     continue 'scan;
                 }
-                out.push(self.entry(key.to_string(), decode(v.value())?)?);
+                match self.entry(key.to_string(), decode(v.value())?) {
+                    Ok(entry) => out.push(entry),
+                    // A file deleted (with its blob) since this snapshot: gone, as after.
+                    Err(e) if e.kind == ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
                 if out.len() == limit as usize {
                     break;
                 }
@@ -387,7 +421,7 @@ impl Namespace {
     }
 
     /// Moves a file or a directory tree to `to` (creating its parents); an existing file at
-    /// `to` is replaced, an existing directory is not.
+    /// `to` is replaced (and its blob deleted), an existing directory is not.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
         let from = normalize(from)?;
         let to = normalize(to)?;
@@ -405,13 +439,20 @@ impl Namespace {
             )));
         }
         let _guard = self.lock();
-        self.change(|t| {
+        self.change_removing(|t| {
             let record = get(t, &from)?.ok_or_else(|| not_found(&from))?;
-            match (get(t, &to)?, record) {
-                (None, _) => {}
-                (Some(Record::File { .. }), Record::File { .. }) => {}
+            let replaced = match (get(t, &to)?, record) {
+                (None, _) => Vec::new(),
+                (Some(Record::File { blob: old, .. }), Record::File { blob, .. }) => {
+                    // Two names never share a blob; checked so a bug cannot lose the moved file.
+                    if old == blob {
+                        Vec::new()
+                    } else {
+                        vec![old]
+                    }
+                }
                 (Some(_), _) => return Err(Error::already_exists(format!("/{to} already exists"))),
-            }
+            };
             make_parents(t, &to, now_ms())?;
             let mut moves = vec![(from.clone(), to.clone())];
             if let Record::Dir { .. } = record {
@@ -425,22 +466,24 @@ impl Namespace {
                 t.remove(old.as_str()).map_err(db_err)?;
                 put(t, &new, &r)?;
             }
-            Ok(())
+            Ok(((), replaced))
         })
     }
 
     /// Removes a file, or a directory (with everything below it when `recursive`; it must be
-    /// empty otherwise). The blobs of removed files stay until garbage collection.
+    /// empty otherwise). The blobs of removed files are deleted with them; their chunks'
+    /// space comes back with garbage collection.
     pub fn delete(&self, path: &str, recursive: bool) -> Result<()> {
         let path = normalize(path)?;
         if path.is_empty() {
             return Err(Error::invalid("the root directory cannot be deleted"));
         }
         let _guard = self.lock();
-        self.change(|t| {
+        self.change_removing(|t| {
+            let mut blobs = Vec::new();
             match get(t, &path)? {
                 None => return Err(not_found(&path)),
-                Some(Record::File { .. }) => {}
+                Some(Record::File { blob, .. }) => blobs.push(blob),
                 Some(Record::Dir { .. }) => {
                     let below = subtree_keys(t, &path)?;
                     if !below.is_empty() && !recursive {
@@ -450,12 +493,15 @@ impl Namespace {
                         ));
                     }
                     for key in below {
+                        if let Some(Record::File { blob, .. }) = get(t, &key)? {
+                            blobs.push(blob);
+                        }
                         t.remove(key.as_str()).map_err(db_err)?;
                     }
                 }
             }
             t.remove(path.as_str()).map_err(db_err)?;
-            Ok(())
+            Ok(((), blobs))
         })
     }
 }

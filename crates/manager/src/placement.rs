@@ -2,12 +2,18 @@
 
 use tomus_wire::{Error, ErrorKind, Placement, ProviderInfo, Result};
 
+/// Free space within this fraction of the emptiest provider's counts as equally roomy.
+const ROOMY: f64 = 0.9;
+
 /// Chooses `replication` distinct providers for each of `count` chunks of `chunk_size` bytes.
 ///
 /// `candidates` are alive providers with their estimated free bytes, which this function lowers
-/// as it places, so consecutive chunks spread over providers of equal free space (one shared disk
-/// in an embedded cluster) and fill emptier providers first otherwise. `Local` puts the first
-/// replica on a provider of the writer's host when there is one with room.
+/// as it places. Providers whose free space is within [`ROOMY`] of the emptiest one's are
+/// preferred, and among them the one holding the fewest chunks: providers on disks of
+/// different fullness fill the emptier first, and providers of equal free space (or sharing one
+/// disk, as in an embedded cluster, where reports taken moments apart differ by what was
+/// written in between) take turns. `Local` puts the first replica on a provider of the
+/// writer's host when there is one with room.
 pub fn place(
     candidates: &mut [(ProviderInfo, u64)],
     chunk_size: u64,
@@ -27,7 +33,11 @@ pub fn place(
         ));
     }
     let mut out = Vec::with_capacity(count as usize);
+    // Chunks each candidate holds, counting this call's placements.
+    let mut held: Vec<u64> = candidates.iter().map(|(p, _)| p.chunks).collect();
     for _ in 0..count {
+        let emptiest = candidates.iter().map(|(_, free)| *free).max().unwrap_or(0);
+        let roomy = |free: u64| free as f64 >= emptiest as f64 * ROOMY;
         let mut chosen: Vec<usize> = Vec::with_capacity(r);
         if policy == Placement::Local {
             if let Some(host) = client_host {
@@ -35,7 +45,14 @@ pub fn place(
                     .iter()
                     .enumerate()
                     .filter(|(_, (p, free))| p.host == host && *free >= chunk_size)
-                    .max_by_key(|(_, (p, free))| (*free, std::cmp::Reverse(p.id)))
+                    .max_by_key(|(i, (p, free))| {
+                        (
+                            roomy(*free),
+                            std::cmp::Reverse(held[*i]),
+                            *free,
+                            std::cmp::Reverse(p.id),
+                        )
+                    })
                     .map(|(i, _)| i);
                 chosen.extend(local);
             }
@@ -45,8 +62,13 @@ pub fn place(
                 .iter()
                 .enumerate()
                 .filter(|(i, (_, free))| !chosen.contains(i) && *free >= chunk_size)
-                .max_by_key(|(_, (p, free))| {
-                    (*free, std::cmp::Reverse(p.chunks), std::cmp::Reverse(p.id))
+                .max_by_key(|(i, (p, free))| {
+                    (
+                        roomy(*free),
+                        std::cmp::Reverse(held[*i]),
+                        *free,
+                        std::cmp::Reverse(p.id),
+                    )
                 })
                 .map(|(i, _)| i);
             match best {
@@ -63,6 +85,7 @@ pub fn place(
         }
         for &i in &chosen {
             candidates[i].1 -= chunk_size;
+            held[i] += 1;
         }
         out.push(chosen.iter().map(|&i| candidates[i].0.clone()).collect());
     }
@@ -84,6 +107,7 @@ mod tests {
                 chunks: 0,
                 load: 0,
                 alive: true,
+                draining: false,
             },
             free,
         )
@@ -103,6 +127,20 @@ mod tests {
         }
         assert_eq!(counts[1..].iter().sum::<usize>(), 200);
         assert!(counts[1..].iter().all(|&n| n == 50), "{counts:?}");
+    }
+
+    #[test]
+    fn one_shared_disk_reported_moments_apart_still_balances() {
+        // Four providers on one disk: each report saw a little less free space.
+        let mut c: Vec<_> = (1..=4)
+            .map(|i| provider(i, "127.0.0.1", (62 << 30) - i as u64 * (50 << 20)))
+            .collect();
+        let placed = place(&mut c, 64 << 10, 40, 2, Placement::Balanced, None).unwrap();
+        let mut counts = [0usize; 5];
+        for p in placed.iter().flatten() {
+            counts[p.id as usize] += 1;
+        }
+        assert!(counts[1..].iter().all(|&n| n == 20), "{counts:?}");
     }
 
     #[test]

@@ -1,13 +1,17 @@
-//! Provider registry: who stores data, where, how full and how busy (from heartbeats).
+//! Provider registry: who stores data, where, how full and how busy (from heartbeats), which
+//! providers are draining, and what the maintenance service last reported.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tomus_metadata::ProviderId;
-use tomus_wire::{host_of, Error, ProviderInfo, ProviderReport, Result};
+use tomus_wire::{
+    host_of, Error, ErrorKind, MaintenanceStatus, ProviderInfo, ProviderReport, Result,
+};
 
 use crate::store::{ProviderRecord, Store};
+use crate::versions::now_ms;
 
 struct Entry {
     info: ProviderInfo,
@@ -17,12 +21,35 @@ struct Entry {
     /// Bytes placed on it since its last report (so placement does not pile onto one provider
     /// between heartbeats).
     placed_since_report: u64,
+    /// Chunks placed on it since its last report.
+    placed_chunks_since_report: u64,
+    /// While draining: how many maintenance reports had arrived when the drain started, so
+    /// only later reports (which know about the drain) can show it empty.
+    drain_after_report: u64,
+}
+
+/// The maintenance service's latest report.
+#[derive(Default)]
+struct Maintenance {
+    status: MaintenanceStatus,
+    /// When it arrived (Unix ms; 0: never).
+    received_ms: u64,
+    /// Reports received since the manager started.
+    count: u64,
 }
 
 pub struct Registry {
     store: Arc<Store>,
     timeout: Duration,
     entries: Mutex<HashMap<ProviderId, Entry>>,
+    /// Serializes durable changes (register, drain, remove), so a removal and a
+    /// re-registration under the same id cannot interleave.
+    changes: Mutex<()>,
+    maintenance: Mutex<Maintenance>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Registry {
@@ -31,6 +58,7 @@ impl Registry {
     /// that does not report within that period counts as down.
     pub fn open(store: Arc<Store>, timeout: Duration) -> Result<Self> {
         let now = Instant::now();
+        let drains: HashMap<ProviderId, u64> = store.drains()?.into_iter().collect();
         let mut entries = HashMap::new();
         for r in store.providers()? {
             entries.insert(
@@ -45,10 +73,14 @@ impl Registry {
                         chunks: 0,
                         load: 0,
                         alive: true,
+                        draining: drains.contains_key(&r.id),
                     },
                     last_seen: Some(now),
                     reported: false,
                     placed_since_report: 0,
+                    placed_chunks_since_report: 0,
+                    // No report arrived yet; every later one follows the drain.
+                    drain_after_report: 0,
                 },
             );
         }
@@ -56,11 +88,31 @@ impl Registry {
             store,
             timeout,
             entries: Mutex::new(entries),
+            changes: Mutex::new(()),
+            maintenance: Mutex::new(Maintenance::default()),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProviderId, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, HashMap<ProviderId, Entry>> {
+        lock(&self.entries)
+    }
+
+    /// After this long without a heartbeat a provider counts as down.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn alive(&self, e: &Entry, now: Instant) -> bool {
+        e.last_seen
+            .is_some_and(|t| now.duration_since(t) < self.timeout)
+    }
+
+    /// The entry's info with `alive` from the heartbeat timeout.
+    fn view(&self, e: &Entry, now: Instant) -> ProviderInfo {
+        ProviderInfo {
+            alive: self.alive(e, now),
+            ..e.info.clone()
+        }
     }
 
     pub fn register(
@@ -74,6 +126,8 @@ impl Registry {
                 "provider address {addr:?} is not host:port"
             )));
         }
+        let _changes = lock(&self.changes);
+        // A removed provider's id is gone: it comes back under a new one.
         let known = id.filter(|i| self.lock().contains_key(i));
         let id = match known {
             Some(i) => i,
@@ -84,6 +138,10 @@ impl Registry {
             addr: addr.clone(),
         })?;
         let mut entries = self.lock();
+        // Draining survives re-registration (a provider restarting mid-drain).
+        let (draining, drain_after_report) = entries
+            .get(&id)
+            .map_or((false, 0), |e| (e.info.draining, e.drain_after_report));
         entries.insert(
             id,
             Entry {
@@ -96,10 +154,13 @@ impl Registry {
                     chunks: report.chunks,
                     load: report.load,
                     alive: true,
+                    draining,
                 },
                 last_seen: Some(Instant::now()),
                 reported: true,
                 placed_since_report: 0,
+                placed_chunks_since_report: 0,
+                drain_after_report,
             },
         );
         tracing::info!("provider {id} registered");
@@ -118,6 +179,7 @@ impl Registry {
         e.last_seen = Some(Instant::now());
         e.reported = true;
         e.placed_since_report = 0;
+        e.placed_chunks_since_report = 0;
         Ok(())
     }
 
@@ -125,31 +187,30 @@ impl Registry {
     pub fn list(&self) -> Vec<ProviderInfo> {
         let now = Instant::now();
         let entries = self.lock();
-        let mut out: Vec<ProviderInfo> = entries
-            .values()
-            .map(|e| {
-                let mut i = e.info.clone();
-                i.alive = e
-                    .last_seen
-                    .is_some_and(|t| now.duration_since(t) < self.timeout);
-                i
-            })
-            .collect();
+        let mut out: Vec<ProviderInfo> = entries.values().map(|e| self.view(e, now)).collect();
         out.sort_by_key(|p| p.id);
         out
     }
 
-    /// Alive providers with their free space minus what was placed on them since their last
-    /// report: the input of placement.
+    /// How many providers can take new data: alive and not draining.
+    pub fn usable(&self) -> usize {
+        let now = Instant::now();
+        let entries = self.lock();
+        entries
+            .values()
+            .filter(|e| self.alive(e, now) && !e.info.draining)
+            .count()
+    }
+
+    /// Alive providers that are not draining, with their free space minus what was placed
+    /// on them since their last report (and their chunk count plus the chunks placed since):
+    /// the input of placement.
     pub fn candidates(&self) -> Vec<(ProviderInfo, u64)> {
         let now = Instant::now();
         let entries = self.lock();
         let mut out: Vec<(ProviderInfo, u64)> = entries
             .values()
-            .filter(|e| {
-                e.last_seen
-                    .is_some_and(|t| now.duration_since(t) < self.timeout)
-            })
+            .filter(|e| self.alive(e, now) && !e.info.draining)
             .map(|e| {
                 // Until a provider reports, its space is unknown: place as if it had room.
                 let free = if e.reported {
@@ -157,7 +218,9 @@ impl Registry {
                 } else {
                     u64::MAX / 2
                 };
-                (e.info.clone(), free.saturating_sub(e.placed_since_report))
+                let mut info = self.view(e, now);
+                info.chunks += e.placed_chunks_since_report;
+                (info, free.saturating_sub(e.placed_since_report))
             })
             .collect();
         out.sort_by_key(|(p, _)| p.id);
@@ -170,7 +233,142 @@ impl Registry {
         for (id, bytes) in placed {
             if let Some(e) = entries.get_mut(id) {
                 e.placed_since_report += bytes;
+                e.placed_chunks_since_report += 1;
             }
         }
+    }
+
+    /// Ids of the providers registered at `addr` (a provider that lost its state and
+    /// registered again may have left an older id there), or NotFound.
+    fn at(&self, entries: &HashMap<ProviderId, Entry>, addr: &str) -> Result<Vec<ProviderId>> {
+        let mut ids: Vec<ProviderId> = entries
+            .values()
+            .filter(|e| e.info.addr == addr)
+            .map(|e| e.info.id)
+            .collect();
+        if ids.is_empty() {
+            return Err(Error::not_found(format!(
+                "no provider is registered at {addr}"
+            )));
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Starts draining the provider(s) at `addr`, durably: they get no new chunks and the
+    /// maintenance service moves their data elsewhere. Returns the newest one's info.
+    pub fn drain(&self, addr: &str) -> Result<ProviderInfo> {
+        let _changes = lock(&self.changes);
+        let (ids, fresh) = {
+            let entries = self.lock();
+            let ids = self.at(&entries, addr)?;
+            let fresh: Vec<ProviderId> = ids
+                .iter()
+                .copied()
+                .filter(|id| entries.get(id).is_some_and(|e| !e.info.draining))
+                .collect();
+            (ids, fresh)
+        };
+        let since = now_ms();
+        let marks: Vec<(ProviderId, u64)> = fresh.iter().map(|id| (*id, since)).collect();
+        if !marks.is_empty() {
+            self.store.put_drains(&marks)?;
+        }
+        let reports = lock(&self.maintenance).count;
+        let now = Instant::now();
+        let mut entries = self.lock();
+        for id in &fresh {
+            if let Some(e) = entries.get_mut(id) {
+                e.info.draining = true;
+                e.drain_after_report = reports;
+                tracing::info!("provider {id} ({addr}) is draining");
+            }
+        }
+        ids.iter()
+            .rev()
+            .find_map(|id| entries.get(id))
+            .map(|e| self.view(e, now))
+            .ok_or_else(|| Error::not_found(format!("no provider is registered at {addr}")))
+    }
+
+    /// Why the provider of `e` may not be removed yet (`None`: it may).
+    fn keeps(&self, e: &Entry, now: Instant, m: &Maintenance) -> Option<String> {
+        let who = format!("provider {} ({})", e.info.id, e.info.addr);
+        if !self.alive(e, now) {
+            return None;
+        }
+        if !e.info.draining {
+            return Some(format!(
+                "{who} is still alive and not drained: drain it first, or stop it and wait \
+                 {:.0}s until it counts as down",
+                self.timeout.as_secs_f64()
+            ));
+        }
+        if m.count <= e.drain_after_report {
+            return Some(format!(
+                "{who} is still alive and not drained: the maintenance service has not \
+                 reported since its drain started"
+            ));
+        }
+        // Not listed: the reporting pass planned before the drain began, so it says nothing
+        // about this provider yet.
+        let Some(left) = m
+            .status
+            .draining
+            .iter()
+            .find(|(id, _)| *id == e.info.id)
+            .map(|(_, bytes)| *bytes)
+        else {
+            return Some(format!(
+                "{who} is still alive and not drained: no maintenance pass has planned its                  drain yet"
+            ));
+        };
+        (left > 0).then(|| {
+            format!(
+                "{who} is still alive and not drained: {left} bytes are still to be moved \
+                 off it (maintenance report of {} ms ago)",
+                now_ms().saturating_sub(m.received_ms)
+            )
+        })
+    }
+
+    /// Forgets the provider(s) at `addr`: allowed when down, or when draining and a
+    /// maintenance report received after the drain started shows nothing left on it.
+    pub fn remove(&self, addr: &str) -> Result<Vec<ProviderId>> {
+        let _changes = lock(&self.changes);
+        let ids = {
+            let entries = self.lock();
+            let m = lock(&self.maintenance);
+            let now = Instant::now();
+            let ids = self.at(&entries, addr)?;
+            for id in &ids {
+                let why = entries.get(id).and_then(|e| self.keeps(e, now, &m));
+                if let Some(why) = why {
+                    return Err(Error::new(ErrorKind::PreconditionFailed, why));
+                }
+            }
+            ids
+        };
+        self.store.remove_providers(&ids)?;
+        let mut entries = self.lock();
+        for id in &ids {
+            entries.remove(id);
+            tracing::info!("provider {id} ({addr}) removed");
+        }
+        Ok(ids)
+    }
+
+    /// Keeps the maintenance service's latest report (in memory: it reports again soon).
+    pub fn report_maintenance(&self, status: MaintenanceStatus) {
+        let mut m = lock(&self.maintenance);
+        m.status = status;
+        m.received_ms = now_ms();
+        m.count += 1;
+    }
+
+    /// The latest maintenance report and when it arrived (Unix ms; 0: never).
+    pub fn maintenance(&self) -> (MaintenanceStatus, u64) {
+        let m = lock(&self.maintenance);
+        (m.status.clone(), m.received_ms)
     }
 }

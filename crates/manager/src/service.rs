@@ -1,19 +1,30 @@
-//! The manager's RPC service: dispatches requests to the version manager and the registry.
+//! The manager's RPC service: dispatches requests to the version manager, the namespace, the
+//! registry and the store.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tomus_wire::{Error, Handler, Payload, Request, Response, Result};
+use tomus_wire::{ClusterStatus, Error, Handler, Payload, Request, Response, Result};
 
 use crate::namespace::Namespace;
 use crate::placement::place;
 use crate::registry::Registry;
+use crate::store::Store;
 use crate::versions::VersionManager;
 
 pub struct ManagerService {
     pub versions: Arc<VersionManager>,
     pub namespace: Arc<Namespace>,
     pub registry: Arc<Registry>,
+    /// For the chunk replica overlay, which only the service reads and writes.
+    pub store: Arc<Store>,
+}
+
+/// Runs `op` (which commits fsynced transactions) off the async workers.
+async fn blocking<T: Send + 'static>(op: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(op)
+        .await
+        .map_err(|e| Error::internal(format!("manager task failed: {e}")))?
 }
 
 impl ManagerService {
@@ -23,20 +34,31 @@ impl ManagerService {
         op: impl FnOnce(&Namespace) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let ns = self.namespace.clone();
-        tokio::task::spawn_blocking(move || op(&ns))
-            .await
-            .map_err(|e| Error::internal(format!("namespace task failed: {e}")))?
+        blocking(move || op(&ns)).await
     }
 
+    /// New blobs need as many providers that can take data (alive, not draining) as their
+    /// replication.
     fn check_replication(&self, replication: u32) -> Result<()> {
-        let providers = self.registry.list().len();
-        if replication as usize > providers.max(1) {
+        let usable = self.registry.usable();
+        if replication as usize > usable.max(1) {
             return Err(Error::invalid(format!(
-                "replication {replication} needs at least {replication} providers; \
-                 {providers} registered"
+                "replication {replication} needs at least {replication} live providers that \
+                 are not draining; {usable} available"
             )));
         }
         Ok(())
+    }
+
+    fn status(&self) -> ClusterStatus {
+        let (maintenance, maintenance_reported_ms) = self.registry.maintenance();
+        ClusterStatus {
+            providers: self.registry.list(),
+            blobs: self.versions.blob_count() as u64,
+            provider_timeout_ms: self.registry.timeout().as_millis() as u64,
+            maintenance,
+            maintenance_reported_ms,
+        }
     }
 
     async fn dispatch(&self, req: Request) -> Result<Response> {
@@ -152,11 +174,43 @@ impl ManagerService {
                 };
                 Response::EntriesAttrs(self.namespace(list).await?)
             }
+            Request::ChunkReplicas { chunks } => {
+                Response::Replicas(self.store.chunk_replicas(&chunks)?)
+            }
+            Request::RecordReplicas { entries } => {
+                let store = self.store.clone();
+                blocking(move || store.record_replicas(&entries)).await?;
+                Response::Ok
+            }
+            Request::DrainProvider { addr } => {
+                let registry = self.registry.clone();
+                Response::Provider(blocking(move || registry.drain(&addr)).await?)
+            }
+            Request::RemoveProvider { addr } => {
+                let registry = self.registry.clone();
+                blocking(move || registry.remove(&addr)).await?;
+                Response::Ok
+            }
+            Request::Status => Response::Status(self.status()),
+            Request::ReportMaintenance { status } => {
+                self.registry.report_maintenance(status);
+                Response::Ok
+            }
+            Request::SetRetention { blob, retention } => {
+                let versions = self.versions.clone();
+                Response::Blob(blocking(move || versions.set_retention(blob, retention)).await?)
+            }
             Request::PutChunk { .. }
             | Request::GetChunk { .. }
             | Request::PutNodes { .. }
             | Request::GetNodes { .. }
-            | Request::GetPath { .. } => {
+            | Request::GetPath { .. }
+            | Request::ListChunks { .. }
+            | Request::DeleteChunks { .. }
+            | Request::CopyChunk { .. }
+            | Request::ListNodes { .. }
+            | Request::DeleteNodes { .. }
+            | Request::Scrub { .. } => {
                 return Err(Error::invalid(
                     "this is the manager; chunk and metadata requests go to providers",
                 ))

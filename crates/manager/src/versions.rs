@@ -4,6 +4,9 @@
 //! lower versions still in flight and the latest published tree, and publishes versions strictly
 //! in assignment order once each of them and every lower one completed. Publications are group
 //! committed (one fsynced transaction for all that completed meanwhile) before anyone is told.
+//!
+//! It also applies retention policies (older published versions are removed, the latest is
+//! always kept) and forgets blobs whose files were deleted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -12,11 +15,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tomus_metadata::{capacity_for, BlobId, Span, Version};
 use tomus_wire::{
-    Assignment, Attrs, BlobInfo, Error, ErrorKind, Result, VersionInfo, VersionList, VersionState,
-    WriteOp, MAX_ATTRS_BYTES, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
+    Assignment, Attrs, BlobInfo, Error, ErrorKind, Result, Retention, VersionInfo, VersionList,
+    VersionState, WriteOp, MAX_ATTRS_BYTES, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
 
-use crate::store::{BlobRecord, Publication, Store};
+use crate::store::{BlobRecord, Publication, RetentionRecord, Store};
 
 /// Version numbers reserved durably at a time; a restarted manager skips the unused rest.
 const RESERVE_BLOCK: u64 = 4096;
@@ -53,6 +56,48 @@ struct BlobState {
     /// Versions given up by lease expiry since this manager started, and why: for the
     /// writers still waiting on them.
     given_up: BTreeMap<Version, GiveUp>,
+    retention: Retention,
+    /// First retained version: published versions below it were removed by retention.
+    /// Raised before their rows are deleted, so reads never see them half-removed.
+    retained_from: Version,
+    /// Whether the policy may remove versions that were not looked at yet (set by
+    /// publications and policy changes; time-based policies are looked at every round).
+    expiry_due: bool,
+    /// Its file was deleted: waiting writers are told so.
+    deleted: bool,
+}
+
+impl BlobState {
+    /// A blob's in-memory state from its durable records.
+    fn new(record: BlobRecord, latest: VersionInfo, next: Version, r: RetentionRecord) -> Self {
+        BlobState {
+            latest,
+            reserved: next,
+            next_version: next,
+            assigned_size: record.size,
+            assigned_capacity: record.capacity,
+            pending: BTreeMap::new(),
+            sent_upto: record.published,
+            given_up: BTreeMap::new(),
+            retention: r.policy,
+            retained_from: r.retained_from,
+            expiry_due: true,
+            deleted: false,
+            record,
+        }
+    }
+
+    /// Why version `v` is unreadable if retention removed it.
+    fn removed(&self, v: Version) -> Option<Error> {
+        (v > 0 && v < self.retained_from).then(|| {
+            let blob = self.record.id;
+            let why = match self.retention {
+                Retention::KeepAll => "an earlier retention policy".to_string(),
+                p => format!("its retention policy ({})", describe(p)),
+            };
+            Error::not_found(format!("version {v} of blob {blob} was removed by {why}"))
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -79,6 +124,34 @@ pub struct VersionManager {
     store: Arc<Store>,
     blobs: RwLock<HashMap<BlobId, Arc<BlobSlot>>>,
     commits: mpsc::UnboundedSender<Publication>,
+    /// Serializes policy changes and expiry, so versions are never removed under a policy
+    /// that was just replaced.
+    expiry: Mutex<()>,
+}
+
+/// A retention policy in words, for messages.
+pub fn describe(policy: Retention) -> String {
+    match policy {
+        Retention::KeepAll => "keep all".into(),
+        Retention::KeepLast(n) => format!("keep last {n}"),
+        Retention::KeepNewerThan(ms) => format!("keep versions newer than {ms} ms"),
+    }
+}
+
+fn check_retention(policy: Retention) -> Result<()> {
+    match policy {
+        Retention::KeepLast(0) => Err(Error::invalid(
+            "retention keep-last needs at least 1 version",
+        )),
+        Retention::KeepNewerThan(0) => Err(Error::invalid(
+            "retention keep-newer-than needs at least 1 ms",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn blob_deleted(blob: BlobId) -> Error {
+    Error::not_found(format!("blob {blob} was deleted"))
 }
 
 fn version_zero(blob: BlobId) -> VersionInfo {
@@ -110,6 +183,7 @@ fn blob_info(s: &BlobState) -> BlobInfo {
         latest: s.record.published,
         size: s.record.size,
         modified_ms: s.record.modified_ms,
+        retention: s.retention,
     }
 }
 
@@ -141,17 +215,8 @@ impl VersionManager {
                 })?,
             };
             let (tx, _) = watch::channel(record.published);
-            let state = BlobState {
-                latest,
-                reserved: next_version,
-                next_version,
-                assigned_size: record.size,
-                assigned_capacity: record.capacity,
-                pending: BTreeMap::new(),
-                sent_upto: record.published,
-                given_up: BTreeMap::new(),
-                record,
-            };
+            let retention = store.retention(record.id)?.unwrap_or_default();
+            let state = BlobState::new(record, latest, next_version, retention);
             blobs.insert(
                 state.record.id,
                 Arc::new(BlobSlot {
@@ -165,6 +230,7 @@ impl VersionManager {
             store,
             blobs: RwLock::new(blobs),
             commits,
+            expiry: Mutex::new(()),
         });
         tokio::spawn(committer(Arc::downgrade(&vm), rx));
         Ok(vm)
@@ -202,17 +268,7 @@ impl VersionManager {
         };
         self.store.put_blob(&record)?;
         let (tx, _) = watch::channel(0);
-        let state = BlobState {
-            latest: version_zero(id),
-            reserved: 1,
-            next_version: 1,
-            assigned_size: 0,
-            assigned_capacity: 0,
-            pending: BTreeMap::new(),
-            sent_upto: 0,
-            given_up: BTreeMap::new(),
-            record,
-        };
+        let state = BlobState::new(record, version_zero(id), 1, RetentionRecord::default());
         let info = blob_info(&state);
         let mut blobs = self.blobs.write().unwrap_or_else(|p| p.into_inner());
         blobs.insert(
@@ -267,6 +323,9 @@ impl VersionManager {
         }
         let slot = self.slot(blob)?;
         let mut s = slot.lock();
+        if s.deleted {
+            return Err(blob_deleted(blob));
+        }
         if let Some(expected) = expect_size.filter(|e| *e != s.assigned_size) {
             return Err(Error::new(
                 ErrorKind::PreconditionFailed,
@@ -349,6 +408,9 @@ impl VersionManager {
         let mut changes = slot.published.subscribe();
         {
             let mut s = slot.lock();
+            if s.deleted {
+                return Err(blob_deleted(blob));
+            }
             if s.given_up.contains_key(&version) {
                 return Err(not_pending(&s, blob, version));
             }
@@ -364,6 +426,9 @@ impl VersionManager {
         loop {
             {
                 let s = slot.lock();
+                if s.deleted {
+                    return Err(blob_deleted(blob));
+                }
                 if s.record.published >= version {
                     break;
                 }
@@ -489,6 +554,7 @@ impl VersionManager {
             s.latest = last.clone();
         }
         s.record = p.blob;
+        s.expiry_due = true;
         let v = s.record.published;
         drop(s);
         slot.published.send_replace(v);
@@ -499,6 +565,9 @@ impl VersionManager {
         let slot = self.slot(blob)?;
         let (published, latest, next_version, pending) = {
             let s = slot.lock();
+            if let Some(e) = version.and_then(|v| s.removed(v)) {
+                return Err(e);
+            }
             let pending = version.and_then(|v| s.pending.get(&v).map(|p| p.info.clone()));
             (
                 s.record.published,
@@ -534,6 +603,10 @@ impl VersionManager {
         if let Some(info) = self.store.version(blob, v)? {
             return Ok(info);
         }
+        // Retention may have removed it since the check above.
+        if let Some(e) = slot.lock().removed(v) {
+            return Err(e);
+        }
         Err(Error::new(
             ErrorKind::VersionAborted,
             format!("version {v} of blob {blob} was aborted and holds no data"),
@@ -553,12 +626,120 @@ impl VersionManager {
         Ok(versions.into_iter().zip(attrs).collect())
     }
 
+    /// The retained published versions of `blob` and its aborted ranges.
     pub fn versions(&self, blob: BlobId) -> Result<VersionList> {
-        self.slot(blob)?;
+        let from = self.slot(blob)?.lock().retained_from;
         Ok(VersionList {
-            versions: self.store.versions(blob)?,
+            versions: self.store.versions(blob, from)?,
             aborted: self.store.aborted_ranges(blob)?,
         })
+    }
+
+    /// How many blobs exist.
+    pub fn blob_count(&self) -> usize {
+        self.blobs.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Sets the retention policy of `blob` durably and applies it at once. Blocks on fsync.
+    pub fn set_retention(&self, blob: BlobId, policy: Retention) -> Result<BlobInfo> {
+        check_retention(policy)?;
+        let slot = self.slot(blob)?;
+        let _expiry = self.expiry.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.lock().deleted {
+            return Err(blob_deleted(blob));
+        }
+        self.store.set_retention(blob, policy)?;
+        {
+            let mut s = slot.lock();
+            s.retention = policy;
+            s.expiry_due = true;
+        }
+        // The policy is durable; if removing versions fails, the periodic round retries.
+        if let Err(e) = self.expire_locked(blob, &slot, now_ms()) {
+            tracing::error!("blob {blob}: applying its new retention failed: {e}");
+        }
+        let info = blob_info(&slot.lock());
+        Ok(info)
+    }
+
+    /// Removes the versions the blobs' policies no longer retain at `now_ms`. Returns how
+    /// many blobs lost versions; a blob that fails is logged and retried next time.
+    pub fn enforce_retention(&self, now_ms: u64) -> usize {
+        let slots: Vec<(BlobId, Arc<BlobSlot>)> = {
+            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
+            blobs.iter().map(|(id, s)| (*id, s.clone())).collect()
+        };
+        let mut changed = 0;
+        for (blob, slot) in slots {
+            let due = {
+                let s = slot.lock();
+                match s.retention {
+                    Retention::KeepAll => false,
+                    Retention::KeepLast(_) => s.expiry_due,
+                    // Time alone moves its cutoff.
+                    Retention::KeepNewerThan(_) => true,
+                }
+            };
+            if !due {
+                continue;
+            }
+            let _expiry = self.expiry.lock().unwrap_or_else(|p| p.into_inner());
+            match self.expire_locked(blob, &slot, now_ms) {
+                Ok(true) => changed += 1,
+                Ok(false) => {}
+                Err(e) => tracing::error!("blob {blob}: applying its retention failed: {e}"),
+            }
+        }
+        changed
+    }
+
+    /// Applies the policy of `blob` at `now_ms`; the caller holds `self.expiry`. Returns
+    /// whether versions were removed.
+    fn expire_locked(&self, blob: BlobId, slot: &BlobSlot, now_ms: u64) -> Result<bool> {
+        let policy = {
+            let mut s = slot.lock();
+            if s.deleted {
+                return Ok(false);
+            }
+            s.expiry_due = false;
+            s.retention
+        };
+        // Planned on the durable rows (not the in-memory mark), so a failed removal is
+        // planned again next time.
+        let Some(keep_from) = self.store.plan_expiry(blob, policy, now_ms)? else {
+            return Ok(false);
+        };
+        {
+            // Reads answer "removed" from here on, before the rows go.
+            let mut s = slot.lock();
+            s.retained_from = s.retained_from.max(keep_from);
+        }
+        if let Err(e) = self.store.expire(blob, keep_from) {
+            slot.lock().expiry_due = true;
+            return Err(e);
+        }
+        tracing::debug!(
+            "blob {blob}: versions below {keep_from} removed ({})",
+            describe(policy)
+        );
+        Ok(true)
+    }
+
+    /// Forgets deleted blobs (their records are already gone from the store): later
+    /// requests find nothing and writers waiting on them are told.
+    pub fn forget_blobs(&self, ids: &[BlobId]) {
+        let slots: Vec<Arc<BlobSlot>> = {
+            let mut blobs = self.blobs.write().unwrap_or_else(|p| p.into_inner());
+            ids.iter().filter_map(|id| blobs.remove(id)).collect()
+        };
+        for slot in slots {
+            {
+                let mut s = slot.lock();
+                s.deleted = true;
+                s.pending.clear();
+            }
+            slot.published.send_modify(|_| {});
+        }
     }
 }
 
@@ -603,7 +784,8 @@ async fn committer(
         let Some(manager) = vm.upgrade() else { return };
         let store = manager.store.clone();
         drop(manager);
-        loop {
+        // Blobs deleted while their publications waited: dropped, not published.
+        let deleted = loop {
             let attempt = {
                 let store = store.clone();
                 // Moves the batch to the blocking pool and back so a failed commit can retry.
@@ -615,9 +797,9 @@ async fn committer(
                 .await
             };
             match attempt {
-                Ok((Ok(()), b)) => {
+                Ok((Ok(deleted), b)) => {
                     batch = b;
-                    break;
+                    break deleted;
                 }
                 Ok((Err(e), b)) => {
                     batch = b;
@@ -629,9 +811,10 @@ async fn committer(
                     return;
                 }
             }
-        }
+        };
         let Some(manager) = vm.upgrade() else { return };
-        for p in batch {
+        manager.forget_blobs(&deleted);
+        for p in batch.into_iter().filter(|p| !deleted.contains(&p.blob.id)) {
             manager.published(p);
         }
     }

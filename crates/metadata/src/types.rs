@@ -55,7 +55,7 @@ impl Span {
 ///
 /// A parent refers to a child covering less than the child's slot only on the left spine of a
 /// grown tree (the old root of a smaller tree); the uncovered rest of the slot is a hole.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeRef {
     pub version: Version,
     pub offset: u64,
@@ -69,7 +69,7 @@ impl NodeRef {
 }
 
 /// Global key of a node in the metadata DHT.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeKey {
     pub blob: BlobId,
     pub node: NodeRef,

@@ -26,6 +26,10 @@ use crate::service::ProviderService;
 
 /// Requests to the manager must fail fast: a stuck heartbeat would hide the provider's state.
 const MANAGER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Repair copies from other providers: a peer that does not accept within this is down.
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Long enough for a whole chunk (up to 256 MiB) from a loaded peer.
+const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Debug)]
 pub struct ProviderConfig {
@@ -80,7 +84,12 @@ pub async fn run(
         stats.bytes,
         config.data_dir.display()
     );
-    let service = Arc::new(ProviderService::new(chunks.clone(), tier, meta));
+    let peers = Pool::new(RpcConfig {
+        connect_timeout: PEER_CONNECT_TIMEOUT,
+        request_timeout: PEER_REQUEST_TIMEOUT,
+        secret: config.secret.clone(),
+    });
+    let service = Arc::new(ProviderService::new(chunks.clone(), tier, meta, peers));
     let load = Arc::new(LoadGauge::default());
     let pool = Pool::new(RpcConfig {
         connect_timeout: MANAGER_TIMEOUT,

@@ -69,6 +69,14 @@ impl MemoryTier {
         Some(data)
     }
 
+    /// Drops chunk `id` if cached (deleted or found corrupt on disk).
+    pub fn remove(&self, id: ChunkId) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+    }
+
     #[cfg(test)]
     fn used(&self) -> u64 {
         self.state

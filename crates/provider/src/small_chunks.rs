@@ -17,6 +17,13 @@
 //! The checksum covers the id, so a record can only be read back as the chunk it was written
 //! for; the length is checked by the checksum too (a damaged length frames different bytes).
 //!
+//! Deleting a chunk appends a tombstone, a bare header with magic `TDEL`, length 0 and a
+//! CRC32C over (chunk id bytes ++ "TDEL"); replay drops the chunk when it meets it. A chunk
+//! stored again after its tombstone gets a new record, which replay meets later. A segment
+//! other than the newest is removed from disk once none of its chunks is live and none of its
+//! tombstones is still needed (they are, while the segment holding the chunk they delete
+//! exists: removing them first would bring that chunk back at the next start).
+//!
 //! Writes go through a [`GroupCommit`] writer: the chunks of concurrent callers are appended
 //! with one write, then synced with one fdatasync (when fsync is enabled), and only then are
 //! they indexed and acknowledged. A chunk id already in the log is not written again (ids are
@@ -25,28 +32,33 @@
 //! Reads look the chunk up in an in-memory index (id -> segment, data offset, length,
 //! checksum), read the whole record and verify it before returning any of it.
 //!
-//! Startup scans the segments in order and rebuilds the index, verifying every record:
-//! - in the newest segment, the first bad record (torn or damaged) and everything after it is
-//!   cut off with a warning: that is where a crash in the middle of an append leaves a torn
-//!   record, and new appends continue from there;
+//! Startup scans the segments in order and rebuilds the index, verifying every record (chunks
+//! indexed at startup count as stored when their segment was last modified):
+//! - a whole record whose checksum fails, followed by an intact record, was damaged on disk
+//!   (not torn by a crash): it is skipped with an error, its chunk not indexed, and the scan
+//!   goes on;
+//! - otherwise, in the newest segment, the first bad record (torn or damaged) and everything
+//!   after it is cut off with a warning: that is where a crash in the middle of an append
+//!   leaves a torn record, and new appends continue from there;
 //! - in an older segment (written completely and synced before the next one was started), a
 //!   bad record is logged as an error and indexing of that segment stops there, without
 //!   changing the file: its chunks from that record on read as `NotFound` here and are served
-//!   by their replicas on other providers.
+//!   by their replicas on other providers. Such a segment is never removed automatically.
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read};
+use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
-use tomus_wire::{Error, Result};
+use tomus_wire::{ChunkEntry, Error, Result};
 
-use crate::chunk_store::check_range;
+use crate::chunk_store::{check_range, mtime_ms, now_ms};
 use crate::group_commit::{append, drop_torn_tail, GroupCommit};
 use crate::{io_error, sync_dir};
 
@@ -55,6 +67,7 @@ pub const SMALL_CHUNK_MAX: usize = 64 << 10;
 /// Size at which the log moves on to a new segment.
 pub const SEGMENT_SIZE: u64 = 256 << 20;
 const RECORD_MAGIC: &[u8; 4] = b"TSML";
+const TOMBSTONE_MAGIC: &[u8; 4] = b"TDEL";
 const RECORD_HEADER: usize = 4 + 4 + 4 + 16;
 const SEGMENT_PREFIX: &str = "small-";
 const SEGMENT_SUFFIX: &str = ".log";
@@ -67,15 +80,86 @@ struct Loc {
     offset: u64,
     len: u32,
     crc: u32,
+    /// When it was stored (Unix ms); for chunks indexed at startup, when their segment was
+    /// last modified (never earlier than the real time).
+    stored_ms: u64,
+}
+
+/// A segment file and what its removal waits for.
+struct SegmentState {
+    /// Open for reading.
+    file: Arc<File>,
+    /// Indexed chunks whose record is in this segment.
+    live: u64,
+    /// Other segments holding records that tombstones in this one delete.
+    kills: HashSet<u32>,
+    /// Startup found damage in it: left on disk for an operator, never removed.
+    damaged: bool,
+}
+
+impl SegmentState {
+    fn new(file: Arc<File>) -> Self {
+        SegmentState {
+            file,
+            live: 0,
+            kills: HashSet::new(),
+            damaged: false,
+        }
+    }
 }
 
 #[derive(Default)]
 struct Index {
-    chunks: HashMap<ChunkId, Loc>,
-    /// Every segment, open for reading.
-    segments: HashMap<u32, Arc<File>>,
+    /// Ordered, so chunks can be listed by id.
+    chunks: BTreeMap<ChunkId, Loc>,
+    segments: BTreeMap<u32, SegmentState>,
     /// Size of the indexed records (headers included).
     bytes: u64,
+}
+
+impl Index {
+    /// Indexes a chunk unless it already is (a second copy of a record changes nothing).
+    fn insert(&mut self, id: ChunkId, loc: Loc) {
+        if let Entry::Vacant(slot) = self.chunks.entry(id) {
+            slot.insert(loc);
+            self.bytes += RECORD_HEADER as u64 + u64::from(loc.len);
+            if let Some(segment) = self.segments.get_mut(&loc.segment) {
+                segment.live += 1;
+            }
+        }
+    }
+
+    /// Drops chunk `id` for a tombstone in segment `tombstone`.
+    fn remove(&mut self, id: ChunkId, tombstone: u32) {
+        let Some(loc) = self.chunks.remove(&id) else {
+            return;
+        };
+        self.bytes -= RECORD_HEADER as u64 + u64::from(loc.len);
+        if let Some(segment) = self.segments.get_mut(&loc.segment) {
+            segment.live = segment.live.saturating_sub(1);
+        }
+        if loc.segment != tombstone {
+            if let Some(segment) = self.segments.get_mut(&tombstone) {
+                segment.kills.insert(loc.segment);
+            }
+        }
+    }
+
+    /// A segment other than `current` that nothing needs any more, if there is one.
+    fn dead_segment(&self, current: Option<u32>) -> Option<u32> {
+        self.segments
+            .iter()
+            .find(|(&n, s)| Some(n) != current && s.live == 0 && s.kills.is_empty() && !s.damaged)
+            .map(|(&n, _)| n)
+    }
+
+    /// Forgets a segment whose file is gone.
+    fn forget_segment(&mut self, number: u32) {
+        self.segments.remove(&number);
+        for segment in self.segments.values_mut() {
+            segment.kills.remove(&number);
+        }
+    }
 }
 
 type SharedIndex = Arc<RwLock<Index>>;
@@ -88,10 +172,37 @@ struct Put {
     crc: u32,
 }
 
+/// What callers hand the writer.
+enum Op {
+    Put(Put),
+    Delete(Vec<ChunkId>),
+}
+
+/// A record the writer appends.
+enum Record {
+    Put(Put),
+    Tombstone(ChunkId),
+}
+
+impl Record {
+    fn len(&self) -> u64 {
+        match self {
+            Record::Put(put) => (RECORD_HEADER + put.data.len()) as u64,
+            Record::Tombstone(_) => RECORD_HEADER as u64,
+        }
+    }
+}
+
+/// The index change a record makes once it is durable.
+enum Change {
+    Insert(ChunkId, Loc),
+    Remove(ChunkId),
+}
+
 pub struct SmallChunks {
     dir: PathBuf,
     index: SharedIndex,
-    writer: GroupCommit<Put>,
+    writer: GroupCommit<Op>,
     #[cfg(test)]
     hooks: Arc<TestHooks>,
 }
@@ -128,6 +239,8 @@ impl SmallChunks {
             #[cfg(test)]
             hooks: hooks.clone(),
         };
+        // Removals a crash interrupted.
+        writer.remove_dead_segments();
         let writer = GroupCommit::start("small-chunk log", move |group| writer.commit(group))?;
         Ok(SmallChunks {
             dir: dir.to_path_buf(),
@@ -159,15 +272,61 @@ impl SmallChunks {
         let size = RECORD_HEADER + data.len();
         self.writer
             .submit(
-                Put {
+                Op::Put(Put {
                     id,
                     header,
                     data,
                     crc,
-                },
+                }),
                 size,
             )
             .await
+    }
+
+    /// Deletes the chunks among `ids` that the log holds; returns once their tombstones are
+    /// in the log (and synced when fsync is enabled).
+    pub async fn delete(&self, ids: &[ChunkId]) -> Result<()> {
+        let held: Vec<ChunkId> = {
+            let index = self.read_index();
+            ids.iter()
+                .copied()
+                .filter(|id| index.chunks.contains_key(id))
+                .collect()
+        };
+        if held.is_empty() {
+            return Ok(());
+        }
+        let size = held.len() * RECORD_HEADER;
+        self.writer.submit(Op::Delete(held), size).await
+    }
+
+    pub fn contains(&self, id: ChunkId) -> bool {
+        self.read_index().chunks.contains_key(&id)
+    }
+
+    /// The chunks after `start_after` in id order, at most `limit`.
+    pub fn list(&self, start_after: Option<ChunkId>, limit: usize) -> Vec<ChunkEntry> {
+        let lower = start_after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.read_index()
+            .chunks
+            .range((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(&id, loc)| ChunkEntry {
+                id,
+                len: u64::from(loc.len),
+                stored_ms: loc.stored_ms,
+            })
+            .collect()
+    }
+
+    /// Verifies the whole record of chunk `id` and returns its length, or `None` if the log
+    /// does not hold it. Blocking.
+    pub fn verify(&self, id: ChunkId) -> Option<Result<u64>> {
+        let len = self.read_index().chunks.get(&id)?.len;
+        Some(
+            self.read(id, 0, u64::from(len))?
+                .map(|data| data.len() as u64),
+        )
     }
 
     /// Verified bytes `[offset, offset + len)` of chunk `id`, or `None` if the log does not
@@ -176,7 +335,10 @@ impl SmallChunks {
         let (loc, file) = {
             let index = self.read_index();
             let loc = *index.chunks.get(&id)?;
-            (loc, index.segments.get(&loc.segment).cloned())
+            (
+                loc,
+                index.segments.get(&loc.segment).map(|s| s.file.clone()),
+            )
         };
         Some(self.read_at(id, loc, file, offset, len))
     }
@@ -272,27 +434,21 @@ struct Writer {
 }
 
 impl Writer {
-    /// Appends a group of chunks (one write and one sync per segment it touches, normally one)
-    /// and indexes them once they are durable.
-    fn commit(&mut self, group: Vec<Put>) -> Result<()> {
-        let fresh: Vec<Put> = {
-            let index = self.index.read().unwrap_or_else(PoisonError::into_inner);
-            let mut seen = HashSet::new();
-            group
-                .into_iter()
-                .filter(|put| !index.chunks.contains_key(&put.id) && seen.insert(put.id))
-                .collect()
-        };
+    /// Appends a group of records (one write and one sync per segment it touches, normally
+    /// one), applies them to the index once they are durable, then removes segments that are
+    /// no longer needed.
+    fn commit(&mut self, group: Vec<Op>) -> Result<()> {
+        let records = self.records_for(group);
         let mut buf = Vec::with_capacity(
-            fresh
+            records
                 .iter()
-                .map(|p| RECORD_HEADER + p.data.len())
-                .sum::<usize>()
-                .min(self.segment_size as usize),
+                .map(Record::len)
+                .sum::<u64>()
+                .min(self.segment_size) as usize,
         );
-        let mut placed = Vec::with_capacity(fresh.len());
-        for put in fresh {
-            let record_len = (RECORD_HEADER + put.data.len()) as u64;
+        let mut changes = Vec::with_capacity(records.len());
+        for record in records {
+            let record_len = record.len();
             let full = match &self.current {
                 None => true,
                 Some(segment) => {
@@ -301,29 +457,109 @@ impl Writer {
                 }
             };
             if full {
-                self.flush(&mut buf, &mut placed)?;
+                self.flush(&mut buf, &mut changes)?;
                 self.roll()?;
             }
             let Some(segment) = &self.current else {
                 return Err(Error::internal("small-chunk log has no segment"));
             };
-            placed.push((
-                put.id,
-                Loc {
-                    segment: segment.number,
-                    offset: segment.len + (buf.len() + RECORD_HEADER) as u64,
-                    len: put.data.len() as u32,
-                    crc: put.crc,
-                },
-            ));
-            buf.extend_from_slice(&put.header);
-            buf.extend_from_slice(&put.data);
+            match record {
+                Record::Put(put) => {
+                    changes.push(Change::Insert(
+                        put.id,
+                        Loc {
+                            segment: segment.number,
+                            offset: segment.len + (buf.len() + RECORD_HEADER) as u64,
+                            len: put.data.len() as u32,
+                            crc: put.crc,
+                            // Set once durable.
+                            stored_ms: 0,
+                        },
+                    ));
+                    buf.extend_from_slice(&put.header);
+                    buf.extend_from_slice(&put.data);
+                }
+                Record::Tombstone(id) => {
+                    changes.push(Change::Remove(id));
+                    buf.extend_from_slice(&tombstone_header(id));
+                }
+            }
         }
-        self.flush(&mut buf, &mut placed)
+        self.flush(&mut buf, &mut changes)?;
+        self.remove_dead_segments();
+        Ok(())
     }
 
-    /// Appends `buf` to the current segment, syncs it, and indexes the chunks `placed` in it.
-    fn flush(&mut self, buf: &mut Vec<u8>, placed: &mut Vec<(ChunkId, Loc)>) -> Result<()> {
+    /// The records a group needs, in order: a chunk already held (or put earlier in the
+    /// group) is not written again, and only held chunks get a tombstone.
+    fn records_for(&self, group: Vec<Op>) -> Vec<Record> {
+        let index = self.index.read().unwrap_or_else(PoisonError::into_inner);
+        // Whether a chunk is held after the records so far.
+        let mut held: HashMap<ChunkId, bool> = HashMap::new();
+        let mut records = Vec::with_capacity(group.len());
+        for op in group {
+            match op {
+                Op::Put(put) => {
+                    let now = held
+                        .entry(put.id)
+                        .or_insert_with(|| index.chunks.contains_key(&put.id));
+                    if !*now {
+                        *now = true;
+                        records.push(Record::Put(put));
+                    }
+                }
+                Op::Delete(ids) => {
+                    for id in ids {
+                        let now = held
+                            .entry(id)
+                            .or_insert_with(|| index.chunks.contains_key(&id));
+                        if *now {
+                            *now = false;
+                            records.push(Record::Tombstone(id));
+                        }
+                    }
+                }
+            }
+        }
+        records
+    }
+
+    /// Removes from disk, oldest first, the segments (except the current one) that hold no
+    /// live chunk and no needed tombstone. Stops at the first failure, so a segment whose
+    /// tombstones delete chunks in an older one never goes before it. A failure only costs
+    /// space; it is retried after the next commit.
+    fn remove_dead_segments(&mut self) {
+        let current = self.current.as_ref().map(|s| s.number);
+        loop {
+            let dead = self
+                .index
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .dead_segment(current);
+            let Some(number) = dead else {
+                return;
+            };
+            let path = segment_path(&self.dir, number);
+            let removed = match fs::remove_file(&path) {
+                Ok(()) if self.fsync => sync_dir(&self.dir),
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = removed {
+                tracing::warn!("cannot remove dead segment {}: {e}", path.display());
+                return;
+            }
+            tracing::debug!("removed dead segment {}", path.display());
+            self.index
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .forget_segment(number);
+        }
+    }
+
+    /// Appends `buf` to the current segment, syncs it, and applies its `changes` to the index.
+    fn flush(&mut self, buf: &mut Vec<u8>, changes: &mut Vec<Change>) -> Result<()> {
         if buf.is_empty() {
             return Ok(());
         }
@@ -348,10 +584,13 @@ impl Writer {
         }
         segment.len += buf.len() as u64;
         buf.clear();
+        let number = segment.number;
+        let stored_ms = now_ms();
         let mut index = self.index.write().unwrap_or_else(PoisonError::into_inner);
-        for (id, loc) in placed.drain(..) {
-            if index.chunks.insert(id, loc).is_none() {
-                index.bytes += (RECORD_HEADER as u64) + u64::from(loc.len);
+        for change in changes.drain(..) {
+            match change {
+                Change::Insert(id, loc) => index.insert(id, Loc { stored_ms, ..loc }),
+                Change::Remove(id) => index.remove(id, number),
             }
         }
         Ok(())
@@ -382,7 +621,7 @@ impl Writer {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .segments
-            .insert(number, file.clone());
+            .insert(number, SegmentState::new(file.clone()));
         self.current = Some(Segment {
             number,
             file,
@@ -394,6 +633,20 @@ impl Writer {
 
 fn record_crc(id: ChunkId, data: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&id.0.to_le_bytes()), data)
+}
+
+/// Differs from the checksum of an empty chunk's record, so neither reads as the other.
+fn tombstone_crc(id: ChunkId) -> u32 {
+    record_crc(id, TOMBSTONE_MAGIC)
+}
+
+fn tombstone_header(id: ChunkId) -> [u8; RECORD_HEADER] {
+    let mut header = [0u8; RECORD_HEADER];
+    header[..4].copy_from_slice(TOMBSTONE_MAGIC);
+    // Length 0: the header is the whole record.
+    header[8..12].copy_from_slice(&tombstone_crc(id).to_le_bytes());
+    header[12..].copy_from_slice(&id.0.to_le_bytes());
+    header
 }
 
 fn segment_path(dir: &Path, number: u32) -> PathBuf {
@@ -426,12 +679,18 @@ fn scan(dir: &Path, fsync: bool) -> io::Result<(Index, Option<Segment>, u32)> {
     for (i, &number) in numbers.iter().enumerate() {
         let newest = i + 1 == numbers.len();
         let path = segment_path(dir, number);
-        let file = OpenOptions::new().read(true).write(newest).open(&path)?;
-        let (valid, damage) = scan_segment(&file, number, &mut index)?;
+        let file = Arc::new(OpenOptions::new().read(true).write(newest).open(&path)?);
+        index
+            .segments
+            .insert(number, SegmentState::new(file.clone()));
+        let (valid, damage) = scan_segment(&file, &path, number, &mut index)?;
         if let Some(damage) = damage {
             if newest {
                 drop_torn_tail(&file, &path, "small-chunk log", valid, &damage, fsync)?;
             } else {
+                if let Some(segment) = index.segments.get_mut(&number) {
+                    segment.damaged = true;
+                }
                 let file_len = file.metadata()?.len();
                 tracing::error!(
                     "small-chunk log {}: {damage} at offset {valid}; the {} bytes from there \
@@ -441,8 +700,6 @@ fn scan(dir: &Path, fsync: bool) -> io::Result<(Index, Option<Segment>, u32)> {
                 );
             }
         }
-        let file = Arc::new(file);
-        index.segments.insert(number, file.clone());
         if newest {
             current = Some(Segment {
                 number,
@@ -460,60 +717,137 @@ fn scan(dir: &Path, fsync: bool) -> io::Result<(Index, Option<Segment>, u32)> {
     Ok((index, current, next))
 }
 
+/// What the scan found at one position of a segment.
+enum Scanned {
+    /// An intact chunk record (its data in the scan buffer).
+    Chunk {
+        id: ChunkId,
+        len: u32,
+        crc: u32,
+    },
+    Tombstone(ChunkId),
+    /// A whole record whose checksum fails: damage inside the segment if an intact record
+    /// follows it, else a torn write.
+    BadChecksum {
+        id: ChunkId,
+    },
+    /// Not a record: nothing after this position can be framed.
+    Damage(String),
+}
+
 /// Indexes the records of one segment up to the first bad one. Returns the length of the
-/// intact records and, if it stopped early, why.
-fn scan_segment(file: &File, number: u32, index: &mut Index) -> io::Result<(u64, Option<String>)> {
-    let file_len = file.metadata()?.len();
+/// intact records and, if it stopped early, why. A record whose checksum fails but which is
+/// followed by an intact one (a bit flipped on disk, not a torn append) is skipped with an
+/// error instead: its chunk is not indexed, the records after it are.
+fn scan_segment(
+    file: &File,
+    path: &Path,
+    number: u32,
+    index: &mut Index,
+) -> io::Result<(u64, Option<String>)> {
+    let meta = file.metadata()?;
+    let file_len = meta.len();
+    let stored_ms = mtime_ms(&meta);
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut data = Vec::with_capacity(SMALL_CHUNK_MAX);
     let mut pos = 0u64;
+    // A record whose checksum failed, passed over until an intact record after it shows the
+    // framing held.
+    let mut suspect: Option<(u64, String)> = None;
     while pos < file_len {
-        let remaining = file_len - pos;
-        if remaining < RECORD_HEADER as u64 {
-            return Ok((pos, Some(format!("{remaining} bytes of a record header"))));
-        }
-        let mut header = [0u8; RECORD_HEADER];
-        reader.read_exact(&mut header)?;
-        if &header[..4] != RECORD_MAGIC {
-            return Ok((pos, Some("bad record magic".into())));
-        }
-        let field = |at: usize| {
-            u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+        let scanned = scan_record(&mut reader, file_len - pos, &mut data)?;
+        let size = match &scanned {
+            Scanned::Chunk { len, .. } => RECORD_HEADER as u64 + u64::from(*len),
+            Scanned::Tombstone(_) => RECORD_HEADER as u64,
+            Scanned::BadChecksum { id } => {
+                if suspect.is_some() {
+                    // Two in a row: the framing is not to be trusted.
+                    break;
+                }
+                suspect = Some((pos, format!("checksum mismatch (chunk {id})")));
+                pos += RECORD_HEADER as u64 + data.len() as u64;
+                continue;
+            }
+            Scanned::Damage(why) => {
+                let (at, why) = suspect.unwrap_or((pos, why.clone()));
+                return Ok((at, Some(why)));
+            }
         };
-        let len = field(4);
-        let crc = field(8);
-        let mut id = [0u8; 16];
-        id.copy_from_slice(&header[12..]);
-        let id = ChunkId(u128::from_le_bytes(id));
-        if len as usize >= SMALL_CHUNK_MAX {
-            return Ok((pos, Some(format!("impossible record length {len}"))));
+        if let Some((at, why)) = suspect.take() {
+            tracing::error!(
+                "small-chunk log {}: {why} at offset {at}, between intact records; skipping \
+                 that record (its chunk must be read from other replicas)",
+                path.display()
+            );
         }
-        let left = remaining - RECORD_HEADER as u64;
-        if u64::from(len) > left {
-            return Ok((
-                pos,
-                Some(format!("record of {len} bytes with only {left} bytes left")),
-            ));
+        match scanned {
+            // A chunk stored twice keeps its first copy.
+            Scanned::Chunk { id, len, crc } => index.insert(
+                id,
+                Loc {
+                    segment: number,
+                    offset: pos + RECORD_HEADER as u64,
+                    len,
+                    crc,
+                    stored_ms,
+                },
+            ),
+            Scanned::Tombstone(id) => index.remove(id, number),
+            Scanned::BadChecksum { .. } | Scanned::Damage(_) => {}
         }
-        data.resize(len as usize, 0);
-        reader.read_exact(&mut data)?;
-        if record_crc(id, &data) != crc {
-            return Ok((pos, Some(format!("checksum mismatch (chunk {id})"))));
-        }
-        let record_len = RECORD_HEADER as u64 + u64::from(len);
-        // A chunk stored twice (the first copy stays indexed).
-        if let Entry::Vacant(slot) = index.chunks.entry(id) {
-            slot.insert(Loc {
-                segment: number,
-                offset: pos + RECORD_HEADER as u64,
-                len,
-                crc,
-            });
-            index.bytes += record_len;
-        }
-        pos += record_len;
+        pos += size;
     }
-    Ok((pos, None))
+    Ok(match suspect {
+        Some((at, why)) => (at, Some(why)),
+        None => (pos, None),
+    })
+}
+
+/// Reads the record at the reader's position, `remaining` bytes before the end of the
+/// segment; a chunk's data (or a damaged record's) is left in `data`.
+fn scan_record(reader: &mut impl Read, remaining: u64, data: &mut Vec<u8>) -> io::Result<Scanned> {
+    if remaining < RECORD_HEADER as u64 {
+        return Ok(Scanned::Damage(format!(
+            "{remaining} bytes of a record header"
+        )));
+    }
+    let mut header = [0u8; RECORD_HEADER];
+    reader.read_exact(&mut header)?;
+    let field = |at: usize| {
+        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let len = field(4);
+    let crc = field(8);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&header[12..]);
+    let id = ChunkId(u128::from_le_bytes(id));
+    data.clear();
+    if &header[..4] == TOMBSTONE_MAGIC {
+        return Ok(match (len, crc == tombstone_crc(id)) {
+            (0, true) => Scanned::Tombstone(id),
+            (0, false) => Scanned::BadChecksum { id },
+            _ => Scanned::Damage(format!("tombstone with length {len}")),
+        });
+    }
+    if &header[..4] != RECORD_MAGIC {
+        return Ok(Scanned::Damage("bad record magic".into()));
+    }
+    if len as usize >= SMALL_CHUNK_MAX {
+        return Ok(Scanned::Damage(format!("impossible record length {len}")));
+    }
+    let left = remaining - RECORD_HEADER as u64;
+    if u64::from(len) > left {
+        return Ok(Scanned::Damage(format!(
+            "record of {len} bytes with only {left} bytes left"
+        )));
+    }
+    data.resize(len as usize, 0);
+    reader.read_exact(data)?;
+    Ok(if record_crc(id, data) == crc {
+        Scanned::Chunk { id, len, crc }
+    } else {
+        Scanned::BadChecksum { id }
+    })
 }
 
 #[cfg(test)]
@@ -524,7 +858,7 @@ mod tests {
     use tomus_wire::ErrorKind;
 
     use super::*;
-    use crate::chunk_store::{ChunkRange, ChunkStore};
+    use crate::chunk_store::{ChunkRange, ChunkStats, ChunkStore};
     use crate::testutil::TempDir;
 
     fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -837,14 +1171,15 @@ mod tests {
             let (id, data) = chunk(n);
             store.put(id, Bytes::from(data)).await.unwrap();
         }
-        // Segments: [0 1 2] [3 4 5] [6]. Damage chunk 4, in the middle of segment 1.
+        // Segments: [0 1 2] [3 4 5] [6]. Damage the framing of chunk 4 (its record magic),
+        // in the middle of segment 1.
         let (id4, _) = chunk(4);
         let at = loc(&store, id4);
         assert_eq!(at.segment, 1);
         drop(store);
         let files = segments(&dir);
         let len = fs::metadata(&files[1]).unwrap().len();
-        flip(&files[1], at.offset + 10);
+        flip(&files[1], at.offset - RECORD_HEADER as u64);
 
         let store = open(&dir, SEGMENT).await;
         for n in [0, 1, 2, 3, 6] {
@@ -854,8 +1189,219 @@ mod tests {
         for n in [4, 5] {
             assert_missing(&store, chunk(n).0).await;
         }
-        // The older segment is left as it is.
+        // The older segment is left as it is, even once its indexed chunks are deleted.
         assert_eq!(fs::metadata(&files[1]).unwrap().len(), len);
         assert_eq!(store.stats().chunks, 5);
+        store.delete(&[chunk(3).0]).await.unwrap();
+        assert!(files[1].exists());
+    }
+
+    #[tokio::test]
+    async fn a_flipped_data_byte_skips_only_its_record() {
+        let dir = TempDir::new("small-skip");
+        const SEGMENT: u64 = 10_000;
+        let store = open(&dir, SEGMENT).await;
+        let chunk = |n: u64| (ChunkId(500 + u128::from(n)), pattern(3000, n));
+        for n in 0..8 {
+            let (id, data) = chunk(n);
+            store.put(id, Bytes::from(data)).await.unwrap();
+        }
+        // Segments: [0 1 2] [3 4 5] [6 7]. Flip a data byte of chunk 4 (older segment) and
+        // of chunk 6 (newest segment, followed by chunk 7).
+        let (at4, at6, at7) = (
+            loc(&store, chunk(4).0),
+            loc(&store, chunk(6).0),
+            loc(&store, chunk(7).0),
+        );
+        assert_eq!((at4.segment, at6.segment, at7.segment), (1, 2, 2));
+        drop(store);
+        let files = segments(&dir);
+        let newest_len = fs::metadata(&files[2]).unwrap().len();
+        flip(&files[1], at4.offset + 10);
+        flip(&files[2], at6.offset + 2999);
+
+        let store = open(&dir, SEGMENT).await;
+        for n in [0, 1, 2, 3, 5, 7] {
+            let (id, data) = chunk(n);
+            assert_reads(&store, id, &data).await;
+        }
+        for n in [4, 6] {
+            assert_missing(&store, chunk(n).0).await;
+        }
+        assert_eq!(fs::metadata(&files[2]).unwrap().len(), newest_len);
+        assert_eq!(store.stats().chunks, 6);
+        drop(store);
+
+        // A damaged last record is a torn append: cut off (with the damaged one before it,
+        // since two in a row leave the framing in doubt), and appends continue there.
+        flip(&files[2], at7.offset + 5);
+        let store = open(&dir, SEGMENT).await;
+        assert_missing(&store, chunk(7).0).await;
+        assert_eq!(
+            fs::metadata(&files[2]).unwrap().len(),
+            at6.offset - RECORD_HEADER as u64
+        );
+        let (id8, data8) = chunk(8);
+        store.put(id8, Bytes::from(data8.clone())).await.unwrap();
+        drop(store);
+        let store = open(&dir, SEGMENT).await;
+        assert_reads(&store, id8, &data8).await;
+        assert_eq!(store.stats().chunks, 6);
+    }
+
+    fn exists(dir: &TempDir, segment: u32) -> bool {
+        segment_path(&dir.path().join("chunks"), segment).exists()
+    }
+
+    #[tokio::test]
+    async fn deletes_survive_reopen_and_dead_segments_are_removed() {
+        let dir = TempDir::new("small-delete");
+        // Three 3028-byte records fit in a segment; a tombstone takes 28 bytes.
+        const SEGMENT: u64 = 10_000;
+        let store = open(&dir, SEGMENT).await;
+        let chunk = |n: u64| (ChunkId(900 + u128::from(n)), pattern(3000, n));
+        let put = |n: u64| {
+            let store = store.clone();
+            async move {
+                let (id, data) = chunk(n);
+                store.put(id, Bytes::from(data)).await.unwrap();
+            }
+        };
+        let delete = |ns: &[u64]| {
+            let store = store.clone();
+            let ids: Vec<ChunkId> = ns.iter().map(|&n| chunk(n).0).collect();
+            async move { store.delete(&ids).await.unwrap() }
+        };
+        for n in 0..7 {
+            put(n).await;
+        }
+        // Segments: 0 [c0 c1 c2], 1 [c3 c4 c5], 2 [c6].
+        assert_eq!(loc(&store, chunk(6).0).segment, 2);
+        let record = (RECORD_HEADER + 3000) as u64;
+        assert_eq!(store.stats().bytes, 7 * record);
+
+        // Tombstones for c3 (in segment 1) and c6 go to segment 2, then c7 and c8 fill it.
+        delete(&[3, 6]).await;
+        put(7).await;
+        put(8).await;
+        assert_eq!(loc(&store, chunk(8).0).segment, 2);
+        put(9).await;
+        assert_eq!(loc(&store, chunk(9).0).segment, 3);
+        // Segment 2 has no live chunk now, but its tombstone of c3 is needed while segment 1
+        // exists: it stays.
+        delete(&[7, 8]).await;
+        assert!(exists(&dir, 1) && exists(&dir, 2));
+        assert_eq!(
+            store.stats(),
+            (ChunkStats {
+                chunks: 6,
+                bytes: 6 * record
+            })
+        );
+        for n in [3, 6, 7, 8] {
+            assert_missing(&store, chunk(n).0).await;
+        }
+        drop(store);
+
+        let store = open(&dir, SEGMENT).await;
+        assert_eq!(store.stats().chunks, 6);
+        for n in [3, 6, 7, 8] {
+            assert_missing(&store, chunk(n).0).await;
+        }
+        for n in [0, 1, 2, 4, 5, 9] {
+            let (id, data) = chunk(n);
+            assert_reads(&store, id, &data).await;
+        }
+
+        // The last chunks of segment 1 go: segment 1, then segment 2, are removed. Unknown
+        // ids and ids deleted before are ignored.
+        store
+            .delete(&[chunk(4).0, chunk(5).0, chunk(3).0, ChunkId(12345)])
+            .await
+            .unwrap();
+        assert!(!exists(&dir, 1) && !exists(&dir, 2));
+        assert!(exists(&dir, 0) && exists(&dir, 3));
+        assert_eq!(
+            store.stats(),
+            (ChunkStats {
+                chunks: 4,
+                bytes: 4 * record
+            })
+        );
+        // Segment 0 goes too once empty; segment 3, being written, stays.
+        store
+            .delete(&[chunk(0).0, chunk(1).0, chunk(2).0])
+            .await
+            .unwrap();
+        assert!(!exists(&dir, 0) && exists(&dir, 3));
+        assert_eq!(segments(&dir).len(), 1);
+        assert_eq!(
+            store.stats(),
+            (ChunkStats {
+                chunks: 1,
+                bytes: record
+            })
+        );
+
+        // A deleted chunk stored again is back, after a reopen too.
+        let (id3, data3) = chunk(3);
+        store.put(id3, Bytes::from(data3.clone())).await.unwrap();
+        assert_reads(&store, id3, &data3).await;
+        drop(store);
+        let store = open(&dir, SEGMENT).await;
+        assert_reads(&store, id3, &data3).await;
+        let (id9, data9) = chunk(9);
+        assert_reads(&store, id9, &data9).await;
+        for n in [0, 1, 2, 4, 5, 6, 7, 8] {
+            assert_missing(&store, chunk(n).0).await;
+        }
+        assert_eq!(
+            store.stats(),
+            (ChunkStats {
+                chunks: 2,
+                bytes: 2 * record
+            })
+        );
+        let listed: Vec<_> = store.list(None, 100).await.unwrap();
+        assert_eq!(
+            listed.iter().map(|e| (e.id, e.len)).collect::<Vec<_>>(),
+            vec![(id3, 3000), (id9, 3000)]
+        );
+    }
+
+    #[tokio::test]
+    async fn puts_and_deletes_share_a_group() {
+        let dir = TempDir::new("small-group-order");
+        let store = open(&dir, SEGMENT_SIZE).await;
+        let (a, b) = (ChunkId(1), ChunkId(2));
+        store.put(a, Bytes::from(vec![1u8; 10])).await.unwrap();
+        // Queued together: slow syncs let them gather into one group.
+        store.small().slow_down_syncs(Duration::from_millis(100));
+        let blocker = store.put(ChunkId(3), Bytes::from(vec![3u8; 10]));
+        let ids = [a];
+        let ops = async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let put_b = store.put(b, Bytes::from(vec![2u8; 10]));
+            let delete_a = store.delete(&ids);
+            let (p, d) = tokio::join!(put_b, delete_a);
+            p.unwrap();
+            d.unwrap();
+        };
+        let (r, ()) = tokio::join!(blocker, ops);
+        r.unwrap();
+        // a, the blocker, then the put and the tombstone together (or all three together if
+        // the writer was slow to wake); not one sync each.
+        assert!(
+            store.small().syncs() <= 3,
+            "{} syncs",
+            store.small().syncs()
+        );
+        assert_missing(&store, a).await;
+        assert_reads(&store, b, &[2u8; 10]).await;
+        drop(store);
+        let store = open(&dir, SEGMENT_SIZE).await;
+        assert_missing(&store, a).await;
+        assert_reads(&store, b, &[2u8; 10]).await;
+        assert_eq!(store.stats().chunks, 2);
     }
 }

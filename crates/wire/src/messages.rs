@@ -26,6 +26,20 @@ pub struct BlobInfo {
     pub size: u64,
     /// When the latest version was published (Unix milliseconds; creation time before that).
     pub modified_ms: u64,
+    /// Which versions are kept; the others are garbage-collected.
+    pub retention: Retention,
+}
+
+/// Which published versions of a blob are kept. The latest version is always kept; versions
+/// outside the policy become unreadable and their data is reclaimed by garbage collection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Retention {
+    #[default]
+    KeepAll,
+    /// The newest `n` published versions (at least 1).
+    KeepLast(u32),
+    /// Versions published less than this many milliseconds ago.
+    KeepNewerThan(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +133,8 @@ pub struct ProviderInfo {
     /// Requests in progress when it last reported.
     pub load: u32,
     pub alive: bool,
+    /// Being drained: it receives no new data and repair moves what it holds elsewhere.
+    pub draining: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -153,6 +169,74 @@ pub struct FsEntry {
     pub created_ms: u64,
     /// The file's blob at its latest published version (`None` for directories).
     pub blob: Option<BlobInfo>,
+}
+
+/// A chunk a provider holds, as listed for repair and garbage collection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkEntry {
+    pub id: ChunkId,
+    /// Data length in bytes.
+    pub len: u64,
+    /// When this provider stored it (Unix milliseconds).
+    pub stored_ms: u64,
+}
+
+/// What one scrub step of a provider found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// Chunks verified in this step and their data bytes.
+    pub checked: u64,
+    pub bytes: u64,
+    /// Chunks whose checksum failed; each was removed from the provider (quarantined) so
+    /// repair re-creates it from a good replica.
+    pub corrupt: Vec<ChunkId>,
+    /// Where the next step starts (`None`: the scrub is complete).
+    pub next: Option<ChunkId>,
+}
+
+/// What the maintenance service (repair, rebalancing, garbage collection) is doing, as
+/// reported to the manager for `tomus status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MaintenanceStatus {
+    /// Passes over the whole store completed since the service started.
+    pub passes: u64,
+    /// Whether a pass is running now, and when the last one ended (Unix ms; 0: none yet).
+    pub running: bool,
+    pub last_pass_ms: u64,
+    /// Found by the latest scan: referenced chunks with fewer live replicas than their blob's
+    /// replication, their bytes, and chunks with no live replica at all.
+    pub under_replicated_chunks: u64,
+    pub under_replicated_bytes: u64,
+    pub lost_chunks: u64,
+    /// Metadata nodes with fewer live copies than their blob's replication.
+    pub under_replicated_nodes: u64,
+    /// Progress of the current (or last) pass: bytes and nodes copied of those to copy.
+    pub repair_done_bytes: u64,
+    pub repair_total_bytes: u64,
+    pub repair_done_nodes: u64,
+    pub repair_total_nodes: u64,
+    /// Totals since the service started.
+    pub repaired_chunks: u64,
+    pub repaired_bytes: u64,
+    pub gc_chunks: u64,
+    pub gc_bytes: u64,
+    pub gc_nodes: u64,
+    /// Draining providers and the bytes still to move off each.
+    pub draining: Vec<(ProviderId, u64)>,
+    /// The last error a pass stopped on, if any.
+    pub last_error: Option<String>,
+}
+
+/// The cluster at a glance: `tomus status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub providers: Vec<ProviderInfo>,
+    pub blobs: u64,
+    /// After this long without a heartbeat a provider counts as down.
+    pub provider_timeout_ms: u64,
+    pub maintenance: MaintenanceStatus,
+    /// When the maintenance service last reported (Unix ms; 0: never).
+    pub maintenance_reported_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -298,6 +382,70 @@ pub enum Request {
         start_after: Option<String>,
         limit: u32,
     },
+
+    // ---- fault tolerance: repair, drain, scrub, garbage collection
+    /// Provider: the chunks it holds, in id order after `start_after`, at most `limit`.
+    ListChunks {
+        start_after: Option<ChunkId>,
+        limit: u32,
+    },
+    /// Provider: removes chunks (ids it does not hold are ignored).
+    DeleteChunks {
+        ids: Vec<ChunkId>,
+    },
+    /// Provider: fetches chunk `id` whole from the first of `from` (provider addresses) that
+    /// serves it intact and stores it (a repair copy, provider to provider).
+    CopyChunk {
+        id: ChunkId,
+        len: u64,
+        from: Vec<String>,
+    },
+    /// Provider: the metadata node keys it holds, in key order after `start_after`, at most
+    /// `limit`.
+    ListNodes {
+        start_after: Option<NodeKey>,
+        limit: u32,
+    },
+    /// Provider: removes metadata nodes (keys it does not hold are ignored).
+    DeleteNodes {
+        keys: Vec<NodeKey>,
+    },
+    /// Provider: verifies the checksums of the chunks after `start_after`, at most `limit`,
+    /// and quarantines the corrupt ones.
+    Scrub {
+        start_after: Option<ChunkId>,
+        limit: u32,
+    },
+    /// Manager: where repair put copies of these chunks (a chunk's replica set as repair last
+    /// recorded it; empty when repair never touched the chunk). Readers ask when every
+    /// replica its metadata names fails.
+    ChunkReplicas {
+        chunks: Vec<ChunkId>,
+    },
+    /// Manager (from the maintenance service): the current replica sets of repaired chunks.
+    RecordReplicas {
+        entries: Vec<(ChunkId, Vec<ProviderId>)>,
+    },
+    /// Manager: starts draining the provider at `addr` (no new data; repair moves its data).
+    DrainProvider {
+        addr: String,
+    },
+    /// Manager: forgets a provider that is drained or down for good, so it leaves the DHT
+    /// ring and the registry. Refused while it holds data no other provider has.
+    RemoveProvider {
+        addr: String,
+    },
+    /// Manager: the cluster at a glance.
+    Status,
+    /// Manager (from the maintenance service): its current state.
+    ReportMaintenance {
+        status: MaintenanceStatus,
+    },
+    /// Manager: sets a blob's retention policy.
+    SetRetention {
+        blob: BlobId,
+        retention: Retention,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -322,6 +470,12 @@ pub enum Response {
     Object(ObjectInfo),
     /// Entries with attributes (empty for directories).
     EntriesAttrs(Vec<(FsEntry, Attrs)>),
+    Chunks(Vec<ChunkEntry>),
+    NodeKeys(Vec<NodeKey>),
+    Scrubbed(ScrubReport),
+    Replicas(Vec<Vec<ProviderId>>),
+    Provider(ProviderInfo),
+    Status(ClusterStatus),
 }
 
 impl Response {
