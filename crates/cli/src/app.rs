@@ -58,7 +58,8 @@ enum Command {
     Up(UpArgs),
     /// Run the manager (version manager, provider registry, placement).
     Manager(ManagerArgs),
-    /// Run a provider (chunk store + metadata DHT shard) that joins a manager.
+    /// Run a provider (chunk store + metadata DHT shard) that joins a manager; or drain or
+    /// remove one (`tomus provider drain ADDR`).
     Provider(ProviderArgs),
     /// Blob commands: create, write, append, read, stat, versions, locations, list.
     #[command(subcommand)]
@@ -68,6 +69,12 @@ enum Command {
     Fs(FsCommand),
     /// List the providers the manager knows, with capacity and liveness.
     Providers,
+    /// The cluster at a glance: providers (up, down, draining), under-replicated data,
+    /// repair progress, garbage collection.
+    Status,
+    /// Verify the checksum of every chunk on the providers; corrupt copies are quarantined
+    /// and repair re-creates them from good replicas.
+    Scrub(crate::ops_cmd::ScrubArgs),
     /// Serve the S3 API over the cluster (buckets are top-level directories).
     S3(S3Args),
     /// Storage demo: start an embedded cluster, write/append/read concurrently, report.
@@ -106,23 +113,48 @@ struct ManagerArgs {
     /// Directory of the manager's durable state.
     #[arg(long)]
     data: PathBuf,
-    /// Seconds without a heartbeat before a provider counts as down.
-    #[arg(long, default_value_t = 10)]
-    provider_timeout: u64,
+    /// Milliseconds without a heartbeat before a provider counts as down (and repair starts
+    /// re-creating its copies elsewhere).
+    #[arg(long, default_value_t = 10_000)]
+    provider_timeout_ms: u64,
     /// Milliseconds a writer may hold a version number without completing it; after that it
     /// counts as dead and its version is aborted so later versions publish.
     #[arg(long, default_value_t = 10_000)]
     writer_lease_ms: u64,
+    /// Do not run the maintenance service (repair, draining, garbage collection) in this
+    /// process.
+    #[arg(long)]
+    no_maintenance: bool,
+    /// Pause between maintenance passes, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    maintenance_interval_ms: u64,
+    /// Most bytes per second repair copies (0: unlimited), so it does not starve foreground
+    /// traffic.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    repair_rate: u64,
+    /// Chunk copies repair runs at once.
+    #[arg(long, default_value_t = 4)]
+    repair_parallelism: usize,
+    /// Garbage collection deletes unreferenced chunks only once they are this many
+    /// milliseconds old: longer than any write takes from its first chunk to its commit.
+    #[arg(long, default_value_t = 3_600_000)]
+    gc_grace_ms: u64,
+    /// Do not garbage-collect.
+    #[arg(long)]
+    no_gc: bool,
 }
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 struct ProviderArgs {
+    #[command(subcommand)]
+    action: Option<crate::ops_cmd::ProviderAction>,
     /// Manager address.
-    #[arg(long, env = "TOMUS_MANAGER")]
-    manager: String,
+    #[arg(long, env = "TOMUS_MANAGER", required = true)]
+    manager: Option<String>,
     /// Directory for chunks and the metadata shard.
-    #[arg(long)]
-    data: PathBuf,
+    #[arg(long, required = true)]
+    data: Option<PathBuf>,
     /// Address to register with the manager (default: the bound address).
     #[arg(long)]
     advertise: Option<String>,
@@ -188,6 +220,9 @@ enum BlobCommand {
     },
     /// Show which providers hold each range.
     Locations(RangeArgs),
+    /// Set which versions are kept (the others are garbage-collected; the latest always
+    /// stays).
+    Retention(crate::ops_cmd::RetentionArgs),
     /// List all blobs.
     List,
 }
@@ -290,24 +325,43 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
         }
         Command::Manager(a) => {
             let config = tomus_manager::ManagerConfig {
-                data_dir: a.data,
+                data_dir: a.data.clone(),
                 listen: cli.addr,
-                secret,
-                provider_timeout: Duration::from_secs(a.provider_timeout.max(1)),
+                secret: secret.clone(),
+                provider_timeout: Duration::from_millis(a.provider_timeout_ms.max(100)),
                 writer_lease: Duration::from_millis(a.writer_lease_ms.max(100)),
             };
-            serve("manager", |ready| tomus_manager::run(config, Some(ready)))
+            let maintenance = (!a.no_maintenance).then(|| tomus_maintenance::MaintenanceConfig {
+                secret,
+                interval: Duration::from_millis(a.maintenance_interval_ms.max(10)),
+                repair_rate: a.repair_rate,
+                repair_parallelism: a.repair_parallelism.max(1),
+                gc_grace: (!a.no_gc).then(|| Duration::from_millis(a.gc_grace_ms)),
+                ..tomus_maintenance::MaintenanceConfig::new(String::new())
+            });
+            serve("manager", |ready| {
+                manager_with_maintenance(config, maintenance, ready)
+            })
         }
         Command::Provider(a) => {
+            if let Some(action) = a.action {
+                return runtime()?.block_on(async {
+                    let client = connect(&cli.addr, secret, false).await?;
+                    crate::ops_cmd::provider_action(&client, cli.json, action).await
+                });
+            }
+            let (Some(manager), Some(data)) = (a.manager, a.data) else {
+                anyhow::bail!("a provider needs --manager ADDR and --data DIR");
+            };
             let config = tomus_provider::ProviderConfig {
-                data_dir: a.data,
+                data_dir: data,
                 listen: if explicit_addr {
                     cli.addr
                 } else {
                     "127.0.0.1:0".to_string()
                 },
                 advertise: a.advertise,
-                manager: a.manager,
+                manager,
                 secret,
                 memory_tier_bytes: a.memory_tier,
                 heartbeat_interval: Duration::from_millis(a.heartbeat_ms),
@@ -321,12 +375,45 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
             crate::fs_cmd::run(&client, cli.json, cmd).await
         }),
         Command::Providers => runtime()?.block_on(providers(&cli.addr, secret, cli.json)),
+        Command::Status => runtime()?.block_on(async {
+            let client = connect(&cli.addr, secret, false).await?;
+            crate::ops_cmd::print_status(&client, cli.json).await
+        }),
+        Command::Scrub(a) => runtime()?.block_on(async {
+            let client = connect(&cli.addr, secret, false).await?;
+            crate::ops_cmd::scrub(&client, cli.json, a).await
+        }),
         Command::Demo(a) => demo::run(demo::DemoArgs {
             json: cli.json,
             ..a
         }),
         Command::Bench(a) => bench::run(a),
     }
+}
+
+/// Runs the manager and, once it serves, the maintenance service next to it (a client of the
+/// manager's own address).
+async fn manager_with_maintenance(
+    config: tomus_manager::ManagerConfig,
+    maintenance: Option<tomus_maintenance::MaintenanceConfig>,
+    ready: tokio::sync::oneshot::Sender<String>,
+) -> tomus_wire::Result<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let manager = tokio::spawn(tomus_manager::run(config, Some(tx)));
+    if let Ok(addr) = rx.await {
+        if let Some(m) = maintenance {
+            tokio::spawn(tomus_maintenance::run(
+                tomus_maintenance::MaintenanceConfig {
+                    manager: addr.clone(),
+                    ..m
+                },
+            ));
+        }
+        let _ = ready.send(addr);
+    }
+    manager
+        .await
+        .map_err(|e| tomus_wire::Error::internal(format!("manager task failed: {e}")))?
 }
 
 /// Runs a server and prints `tomus ROLE listening on ADDR` on stdout once it serves.
@@ -581,6 +668,7 @@ async fn blob_command(
                 }
             }
         }
+        BlobCommand::Retention(a) => crate::ops_cmd::set_retention(&client, json_out, a).await?,
         BlobCommand::List => {
             let blobs = client.list_blobs().await?;
             if json_out {

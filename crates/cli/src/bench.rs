@@ -38,7 +38,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Scenarios: loopback, s1, s2, s3s4 (S3 and S4 interleaved), s5, manager, objects (the S3
-    /// gateway's workload with the native client; not run by default).
+    /// gateway's workload with the native client; not run by default), repair (failure
+    /// detection, repair time and foreground reads during repair; not run by default).
     #[arg(
         long,
         default_value = "loopback,s1,s2,s3s4,s5,manager",
@@ -67,10 +68,15 @@ pub struct BenchArgs {
     /// Size of the large objects of the objects scenario.
     #[arg(long, default_value = "128MiB", value_parser = parse_size)]
     pub object_size: u64,
+    /// Bytes of copies the killed provider holds in the repair scenario.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    pub repair_size: u64,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    const KNOWN: [&str; 7] = ["loopback", "s1", "s2", "s3s4", "s5", "manager", "objects"];
+    const KNOWN: [&str; 8] = [
+        "loopback", "s1", "s2", "s3s4", "s5", "manager", "objects", "repair",
+    ];
     if let Some(bad) = args.scenarios.iter().find(|s| !KNOWN.contains(&s.as_str())) {
         bail!("unknown scenario {bad:?} (known: {})", KNOWN.join(", "));
     }
@@ -92,6 +98,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         eprintln!("bench: {scenario}");
         let named = if scenario == "loopback" {
             vec![("loopback".to_string(), rt.block_on(loopback())?)]
+        } else if scenario == "repair" {
+            vec![(
+                "repair".to_string(),
+                crate::bench_repair::repair(&launcher, &args, &rt)?,
+            )]
         } else if let Some(addr) = args.cluster.as_deref().filter(|_| scenario != "manager") {
             let dir = crate::scratch_dir(&format!("bench-{scenario}"));
             rt.block_on(scenario_run(scenario, addr, &args, &dir))?

@@ -23,6 +23,8 @@ pub struct ClusterSpec {
     pub heartbeat_ms: u64,
     /// The manager's writer lease (`None`: its default).
     pub writer_lease_ms: Option<u64>,
+    /// More arguments for `tomus manager` (e.g. `--provider-timeout-ms 2000`).
+    pub manager_args: Vec<String>,
 }
 
 impl ClusterSpec {
@@ -35,6 +37,7 @@ impl ClusterSpec {
             fsync: true,
             heartbeat_ms: 1000,
             writer_lease_ms: None,
+            manager_args: Vec::new(),
         }
     }
 }
@@ -138,10 +141,29 @@ impl EmbeddedCluster {
             args.push("--writer-lease-ms".into());
             args.push(ms.to_string());
         }
+        args.extend(self.spec.manager_args.iter().cloned());
         let (child, addr) = self.spawn("manager", &args)?;
         self.addr = addr;
         self.manager = Some(child);
         Ok(())
+    }
+
+    /// Starts one more provider (joining the running cluster); returns its index.
+    pub fn add_provider(&mut self) -> Result<usize> {
+        let i = self.providers.len();
+        self.providers.push(None);
+        self.provider_addrs.push("127.0.0.1:0".into());
+        if let Err(e) = self.start_provider(i) {
+            self.providers.pop();
+            self.provider_addrs.pop();
+            return Err(e);
+        }
+        Ok(i)
+    }
+
+    /// Whether provider `i` was started and not killed since.
+    pub fn is_running(&self, i: usize) -> bool {
+        self.providers.get(i).is_some_and(Option::is_some)
     }
 
     /// (Re)starts provider `i` on its previous address and directory.

@@ -5,9 +5,11 @@
 pub mod app;
 pub mod bench;
 pub mod bench_objects;
+pub mod bench_repair;
 pub mod demo;
 pub mod embedded;
 pub mod fs_cmd;
+pub mod ops_cmd;
 pub mod pattern;
 pub mod s3_cmd;
 pub mod size;

@@ -1,0 +1,432 @@
+//! Operating a cluster: `tomus status`, `tomus scrub`, `tomus provider drain|remove` and
+//! `tomus blob retention`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use tomus_client::Client;
+use tomus_metadata::ChunkId;
+use tomus_wire::{
+    unexpected, ClusterStatus, ProviderInfo, Request, Response, Retention, ScrubReport,
+};
+
+use crate::size::format_size;
+
+/// Chunks verified per scrub request.
+const SCRUB_PAGE: u32 = 1000;
+/// How often `--wait` polls the cluster.
+const POLL: Duration = Duration::from_millis(500);
+
+#[derive(Subcommand)]
+pub enum ProviderAction {
+    /// Move all data off the provider at ADDR (it gets no new data; repair copies what it
+    /// holds to other providers). Then it can be stopped with nothing lost; `tomus provider
+    /// remove ADDR` forgets it.
+    Drain {
+        /// The provider's address as listed by `tomus providers`.
+        provider: String,
+        /// Wait until the drain is complete, showing progress.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Forget a provider that is drained or down for good (it leaves the metadata ring).
+    Remove {
+        /// The provider's address as listed by `tomus providers`.
+        provider: String,
+    },
+}
+
+#[derive(Args)]
+pub struct ScrubArgs {
+    /// Scrub only the provider at this address (repeatable; default: every live provider).
+    #[arg(long = "provider", value_name = "ADDR")]
+    providers: Vec<String>,
+    /// After scrubbing, wait until repair has re-created every quarantined copy.
+    #[arg(long)]
+    wait: bool,
+}
+
+#[derive(Args)]
+pub struct RetentionArgs {
+    /// Blob id.
+    pub id: u64,
+    /// Keep only the newest K published versions.
+    #[arg(long, value_name = "K", group = "policy")]
+    keep_last: Option<u32>,
+    /// Keep versions published less than this long ago (e.g. 90s, 30m, 12h, 7d).
+    #[arg(long, value_name = "AGE", group = "policy", value_parser = parse_age)]
+    keep_newer_than: Option<Duration>,
+    /// Keep every version (the default policy).
+    #[arg(long, group = "policy")]
+    keep_all: bool,
+}
+
+/// Parses `90s`, `30m`, `12h`, `7d` or plain seconds.
+pub fn parse_age(s: &str) -> std::result::Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not an age like 90s, 30m, 12h or 7d"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use s, m, h or d")),
+    };
+    Ok(Duration::from_secs(n.saturating_mul(secs)))
+}
+
+async fn manager_call(client: &Client, req: &Request) -> Result<Response> {
+    Ok(client.manager_call(req).await?)
+}
+
+pub async fn status(client: &Client) -> Result<ClusterStatus> {
+    match manager_call(client, &Request::Status).await? {
+        Response::Status(s) => Ok(s),
+        other => Err(unexpected(&other).into()),
+    }
+}
+
+fn state_of(p: &ProviderInfo) -> &'static str {
+    match (p.alive, p.draining) {
+        (true, false) => "up",
+        (true, true) => "draining",
+        (false, false) => "down",
+        (false, true) => "down (draining)",
+    }
+}
+
+pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
+    let s = status(client).await?;
+    let m = &s.maintenance;
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string(&json!({
+                "providers": s.providers.iter().map(|p| json!({"id": p.id, "addr": p.addr, "state": state_of(p),
+                    "alive": p.alive, "draining": p.draining, "capacity": p.capacity, "free": p.free, "chunks": p.chunks})).collect::<Vec<_>>(),
+                "blobs": s.blobs,
+                "provider_timeout_ms": s.provider_timeout_ms,
+                "maintenance": m,
+                "maintenance_reported_ms": s.maintenance_reported_ms,
+            }))?
+        );
+        return Ok(());
+    }
+    let up = s.providers.iter().filter(|p| p.alive).count();
+    println!(
+        "providers: {} ({up} up), blobs: {}, a provider is down after {} ms without a heartbeat",
+        s.providers.len(),
+        s.blobs,
+        s.provider_timeout_ms
+    );
+    println!(
+        "{:>4}  {:<22}  {:<16}  {:>10}  {:>10}  {:>8}",
+        "ID", "ADDRESS", "STATE", "CAPACITY", "FREE", "CHUNKS"
+    );
+    for p in &s.providers {
+        println!(
+            "{:>4}  {:<22}  {:<16}  {:>10}  {:>10}  {:>8}",
+            p.id,
+            p.addr,
+            state_of(p),
+            format_size(p.capacity),
+            format_size(p.free),
+            p.chunks
+        );
+    }
+    if s.maintenance_reported_ms == 0 {
+        println!("maintenance: no report yet (repair and garbage collection not running?)");
+        return Ok(());
+    }
+    println!(
+        "under-replicated: {} chunks ({}), {} metadata nodes; lost (no live copy): {} chunks",
+        m.under_replicated_chunks,
+        format_size(m.under_replicated_bytes),
+        m.under_replicated_nodes,
+        m.lost_chunks
+    );
+    println!(
+        "repair: {} of {} copied, {} of {} nodes{}; {} passes done, totals: {} chunks ({}) repaired",
+        format_size(m.repair_done_bytes),
+        format_size(m.repair_total_bytes),
+        m.repair_done_nodes,
+        m.repair_total_nodes,
+        if m.running { " (pass running)" } else { "" },
+        m.passes,
+        m.repaired_chunks,
+        format_size(m.repaired_bytes)
+    );
+    println!(
+        "garbage collected: {} chunks ({}), {} metadata nodes",
+        m.gc_chunks,
+        format_size(m.gc_bytes),
+        m.gc_nodes
+    );
+    for (id, left) in &m.draining {
+        println!(
+            "draining provider {id}: {} left to move",
+            format_size(*left)
+        );
+    }
+    if let Some(e) = &m.last_error {
+        println!("last maintenance error: {e}");
+    }
+    Ok(())
+}
+
+pub async fn provider_action(
+    client: &Client,
+    json_out: bool,
+    action: ProviderAction,
+) -> Result<()> {
+    match action {
+        ProviderAction::Drain { provider, wait } => {
+            let info = match manager_call(
+                client,
+                &Request::DrainProvider {
+                    addr: provider.clone(),
+                },
+            )
+            .await?
+            {
+                Response::Provider(p) => p,
+                other => return Err(unexpected(&other).into()),
+            };
+            if !json_out {
+                eprintln!("provider {} ({}) is draining", info.id, info.addr);
+            }
+            let left = if wait {
+                wait_drained(client, info.id).await?
+            } else {
+                None
+            };
+            if json_out {
+                println!(
+                    "{}",
+                    json!({"id": info.id, "addr": info.addr, "draining": true, "left": left})
+                );
+            } else if wait {
+                println!(
+                    "provider {} ({}) is drained; stop it, then `tomus provider remove {}`",
+                    info.id, info.addr, info.addr
+                );
+            }
+            Ok(())
+        }
+        ProviderAction::Remove { provider } => {
+            match manager_call(
+                client,
+                &Request::RemoveProvider {
+                    addr: provider.clone(),
+                },
+            )
+            .await?
+            {
+                Response::Ok => {}
+                other => return Err(unexpected(&other).into()),
+            }
+            if json_out {
+                println!("{}", json!({"removed": provider}));
+            } else {
+                println!("provider {provider} removed");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Polls until a maintenance pass that started after now reports nothing left on `id`.
+async fn wait_drained(client: &Client, id: u32) -> Result<Option<u64>> {
+    let since = status(client).await?.maintenance.passes;
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg}").context("progress style")?);
+    loop {
+        let s = status(client).await?;
+        let left = s
+            .maintenance
+            .draining
+            .iter()
+            .find(|(p, _)| *p == id)
+            .map(|(_, l)| *l);
+        bar.set_message(match left {
+            Some(l) => format!("{} left to move", format_size(l)),
+            None => "waiting for the next maintenance pass".to_string(),
+        });
+        // Two passes after the drain: the first moves, the second confirms nothing is left.
+        if s.maintenance.passes >= since + 2 && left == Some(0) {
+            bar.finish_and_clear();
+            return Ok(Some(0));
+        }
+        if s.maintenance_reported_ms == 0 {
+            bar.finish_and_clear();
+            bail!("the manager runs no maintenance service, so nothing moves the data");
+        }
+        bar.tick();
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+pub async fn scrub(client: &Client, json_out: bool, args: ScrubArgs) -> Result<()> {
+    let providers = client.providers().await?;
+    let targets: Vec<ProviderInfo> = if args.providers.is_empty() {
+        providers.into_iter().filter(|p| p.alive).collect()
+    } else {
+        let mut out = Vec::new();
+        for addr in &args.providers {
+            match providers.iter().find(|p| &p.addr == addr) {
+                Some(p) => out.push(p.clone()),
+                None => bail!("no provider at {addr} (see `tomus providers`)"),
+            }
+        }
+        out
+    };
+    let mut rows = Vec::new();
+    let mut all_corrupt = 0usize;
+    for p in &targets {
+        let (checked, bytes, corrupt) = scrub_one(client, p, json_out).await?;
+        all_corrupt += corrupt.len();
+        if !json_out {
+            println!(
+                "provider {} ({}): {checked} chunks ({}) verified, {} corrupt{}",
+                p.id,
+                p.addr,
+                format_size(bytes),
+                corrupt.len(),
+                if corrupt.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (quarantined: {})",
+                        corrupt
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            );
+        }
+        rows.push(
+            json!({"id": p.id, "addr": p.addr, "checked": checked, "bytes": bytes,
+            "corrupt": corrupt.iter().map(|c| c.to_string()).collect::<Vec<_>>()}),
+        );
+    }
+    if args.wait && all_corrupt > 0 {
+        wait_repaired(client).await?;
+        if !json_out {
+            println!("repair re-created the quarantined copies");
+        }
+    }
+    if json_out {
+        println!("{}", serde_json::Value::Array(rows));
+    }
+    Ok(())
+}
+
+async fn scrub_one(
+    client: &Client,
+    p: &ProviderInfo,
+    quiet: bool,
+) -> Result<(u64, u64, Vec<ChunkId>)> {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(p.chunks)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("scrub {msg} [{bar:30}] {pos}/{len} chunks")
+            .context("progress style")?,
+    );
+    bar.set_message(p.addr.clone());
+    let (mut checked, mut bytes, mut corrupt) = (0, 0, Vec::new());
+    let mut after = None;
+    loop {
+        let req = Request::Scrub {
+            start_after: after,
+            limit: SCRUB_PAGE,
+        };
+        let report: ScrubReport = match client
+            .provider_call(&p.addr, &req)
+            .await
+            .with_context(|| format!("scrubbing provider {} ({})", p.id, p.addr))?
+        {
+            Response::Scrubbed(r) => r,
+            other => return Err(unexpected(&other).into()),
+        };
+        checked += report.checked;
+        bytes += report.bytes;
+        corrupt.extend(report.corrupt);
+        bar.set_position(checked);
+        match report.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    bar.finish_and_clear();
+    Ok((checked, bytes, corrupt))
+}
+
+/// Waits for a maintenance pass that starts after now and finds nothing under-replicated.
+async fn wait_repaired(client: &Client) -> Result<()> {
+    let since = status(client).await?.maintenance.passes;
+    let started = Instant::now();
+    loop {
+        let s = status(client).await?;
+        let m = &s.maintenance;
+        if m.passes >= since + 2 && m.under_replicated_chunks == 0 {
+            return Ok(());
+        }
+        if s.maintenance_reported_ms == 0 && started.elapsed() > Duration::from_secs(5) {
+            bail!("the manager runs no maintenance service, so nothing repairs");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+pub async fn set_retention(client: &Client, json_out: bool, a: RetentionArgs) -> Result<()> {
+    let retention = match (a.keep_last, a.keep_newer_than, a.keep_all) {
+        (Some(k), None, false) => Retention::KeepLast(k),
+        (None, Some(age), false) => Retention::KeepNewerThan(age.as_millis() as u64),
+        (None, None, true) => Retention::KeepAll,
+        _ => bail!("give one of --keep-last K, --keep-newer-than AGE or --keep-all"),
+    };
+    let info = match manager_call(
+        client,
+        &Request::SetRetention {
+            blob: a.id,
+            retention,
+        },
+    )
+    .await?
+    {
+        Response::Blob(info) => info,
+        other => return Err(unexpected(&other).into()),
+    };
+    if json_out {
+        println!(
+            "{}",
+            json!({"blob": a.id, "retention": format!("{:?}", info.retention), "latest": info.latest})
+        );
+    } else {
+        println!("blob {}: {}", a.id, describe(info.retention));
+    }
+    Ok(())
+}
+
+pub fn describe(r: Retention) -> String {
+    match r {
+        Retention::KeepAll => "keeps every version".into(),
+        Retention::KeepLast(k) => format!("keeps the newest {k} versions"),
+        Retention::KeepNewerThan(ms) => {
+            format!("keeps versions newer than {} s (and the latest)", ms / 1000)
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! Fault tolerance against real processes on loopback: failure detection and repair of a
+//! killed provider, corruption served from the replica and repaired by scrub, providers
+//! joining and draining under load, retention and garbage collection, and a randomized
+//! nemesis mixing these faults with concurrent clients.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tomus_cli::embedded::ClusterSpec;
+use tomus_cli::pattern;
+use tomus_client::Client;
+use tomus_metadata::ChunkId;
+use tomus_wire::{
+    ClusterStatus, ErrorKind, Pool, ProviderInfo, Request, Response, Retention, RpcConfig,
+};
+
+use common::{chunk_files, exe, TestCluster};
+
+const CHUNK: u64 = 64 << 10;
+
+/// Fast failure detection and maintenance passes, unthrottled repair, short GC grace.
+fn fast(spec: &mut ClusterSpec) {
+    spec.heartbeat_ms = 200;
+    spec.manager_args = [
+        "--provider-timeout-ms",
+        "1500",
+        "--maintenance-interval-ms",
+        "300",
+        "--repair-rate",
+        "0",
+        "--gc-grace-ms",
+        "1500",
+    ]
+    .map(String::from)
+    .to_vec();
+}
+
+async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn status(client: &Client) -> ClusterStatus {
+    match client.manager_call(&Request::Status).await.unwrap() {
+        Response::Status(s) => s,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Which live providers hold each chunk, from their own listings.
+async fn holders(client: &Client) -> HashMap<ChunkId, HashSet<u32>> {
+    let pool = Pool::new(RpcConfig::default());
+    let mut out: HashMap<ChunkId, HashSet<u32>> = HashMap::new();
+    for p in client.providers().await.unwrap().iter().filter(|p| p.alive) {
+        let mut after = None;
+        loop {
+            let req = Request::ListChunks {
+                start_after: after,
+                limit: 1000,
+            };
+            let Ok((Response::Chunks(page), _)) = pool.call(&p.addr, &req, &[]).await else {
+                break;
+            };
+            for c in &page {
+                out.entry(c.id).or_default().insert(p.id);
+            }
+            if page.len() < 1000 {
+                break;
+            }
+            after = page.last().map(|c| c.id);
+        }
+    }
+    out
+}
+
+/// Waits until a maintenance pass that started after this call found nothing to repair.
+async fn wait_repaired(client: &Client, timeout: Duration) {
+    let since = status(client).await.maintenance.passes;
+    wait_until("repair to finish", timeout, || async {
+        let m = status(client).await.maintenance;
+        m.passes >= since + 2 && m.under_replicated_chunks == 0 && m.under_replicated_nodes == 0
+    })
+    .await;
+}
+
+/// Stores `n` chunks for `blob` the way a writer does before it asks for a version, and
+/// never commits them.
+async fn store_orphans(client: &Client, blob: u64, n: u32) {
+    let pool = Pool::new(RpcConfig::default());
+    let req = Request::Allocate {
+        blob,
+        chunks: n,
+        chunk_bytes: None,
+        placement: Default::default(),
+        client_host: None,
+    };
+    let Response::Placements(sets) = client.manager_call(&req).await.unwrap() else {
+        panic!("no placements");
+    };
+    for (i, set) in sets.iter().enumerate() {
+        let id = ChunkId(0xdead_0000 + i as u128);
+        let data = pattern::generate(99 + i as u64, CHUNK as usize);
+        for p in set {
+            let (resp, _) = pool
+                .call(&p.addr, &Request::PutChunk { id }, &data)
+                .await
+                .unwrap();
+            assert_eq!(resp, Response::Ok);
+        }
+    }
+}
+
+fn provider_at(list: &[ProviderInfo], addr: &str) -> ProviderInfo {
+    list.iter()
+        .find(|p| p.addr == addr)
+        .cloned()
+        .unwrap_or_else(|| panic!("no provider at {addr} in {list:?}"))
+}
+
+fn tomus(addr: &str, args: &[&str]) -> std::process::Output {
+    Command::new(exe())
+        .arg("--addr")
+        .arg(addr)
+        .args(args)
+        .output()
+        .expect("run tomus")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_provider_is_detected_and_its_copies_recreated() {
+    let mut tc = TestCluster::start_with(4, fast);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 2).await.unwrap();
+    let data = pattern::generate(1, 40 * CHUNK as usize + 123);
+    blob.write(0, &data).await.unwrap();
+    let victim = tc.cluster.provider_addr(1).to_string();
+    let victim_id = provider_at(&client.providers().await.unwrap(), &victim).id;
+    let before = holders(&client).await;
+    let lost: usize = before.values().filter(|h| h.contains(&victim_id)).count();
+    assert!(lost > 0, "provider 1 holds none of 41 chunks");
+
+    let killed = Instant::now();
+    tc.cluster.kill_provider(1);
+    // Reads fail over at once, before the manager notices.
+    assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
+    wait_until(
+        "the manager to mark provider 1 down",
+        Duration::from_secs(10),
+        || async { !provider_at(&client.providers().await.unwrap(), &victim).alive },
+    )
+    .await;
+    let detected = killed.elapsed();
+    wait_repaired(&client, Duration::from_secs(30)).await;
+    eprintln!(
+        "detected after {detected:?}, repaired {lost} chunks after {:?}",
+        killed.elapsed()
+    );
+    let after = holders(&client).await;
+    assert_eq!(after.len(), before.len(), "every chunk still exists");
+    for (chunk, h) in &after {
+        assert!(h.len() >= 2, "chunk {chunk} has copies on {h:?} only");
+        assert!(!h.contains(&victim_id));
+    }
+    let s = status(&client).await;
+    assert!(s.maintenance.repaired_chunks >= lost as u64, "{s:?}");
+
+    // The new copies are real: losing a second provider loses nothing either.
+    tc.cluster.kill_provider(2);
+    let c2 = tc.client().await;
+    let b2 = c2.open_blob(blob.id()).await.unwrap();
+    assert_eq!(b2.read(0, data.len() as u64, None).await.unwrap(), data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_copy_is_served_from_the_replica_and_scrub_repairs_it() {
+    let tc = TestCluster::start_with(3, fast);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 2).await.unwrap();
+    let data = pattern::generate(2, 12 * CHUNK as usize);
+    blob.write(0, &data).await.unwrap();
+    let files: Vec<_> = (0..3)
+        .flat_map(|i| chunk_files(&tc.cluster.provider_dir(i)))
+        .collect();
+    assert_eq!(files.len(), 24, "12 chunks, 2 copies each");
+    let flip = |path: &std::path::Path| {
+        let mut bytes = std::fs::read(path).unwrap();
+        let n = bytes.len();
+        bytes[n - 1000] ^= 0x5a;
+        std::fs::write(path, &bytes).unwrap();
+    };
+    // A corrupt copy a read may meet (it is then served from the replica and quarantined),
+    // and one that only scrub finds.
+    flip(&files[0]);
+    for _ in 0..3 {
+        assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
+    }
+    let hidden = files
+        .iter()
+        .skip(1)
+        .find(|f| f.file_name() != files[0].file_name())
+        .unwrap();
+    flip(hidden);
+    let hidden_id = hidden.file_name().unwrap().to_string_lossy().into_owned();
+    let out = tomus(&tc.addr(), &["--json", "scrub", "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let corrupt: Vec<String> = report
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["corrupt"].as_array().unwrap().clone())
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    let checked: u64 = report
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["checked"].as_u64().unwrap())
+        .sum();
+    assert!(corrupt.contains(&hidden_id), "{report}");
+    assert!(corrupt.len() <= 2, "{report}");
+    assert!(checked >= 22, "{report}");
+    wait_repaired(&client, Duration::from_secs(30)).await;
+    let h = holders(&client).await;
+    assert_eq!(h.len(), 12);
+    assert!(h.values().all(|s| s.len() == 2), "{h:?}");
+    let again = tomus(&tc.addr(), &["--json", "scrub"]);
+    let report: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert!(
+        report
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["corrupt"].as_array().unwrap().is_empty()),
+        "{report}"
+    );
+    assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_join_and_drain_under_load_without_a_failed_operation() {
+    let mut tc = TestCluster::start_with(4, fast);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 2).await.unwrap();
+    let first = pattern::generate(3, 30 * CHUNK as usize);
+    blob.append(&first).await.unwrap();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let blob = blob.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let data = pattern::generate(100 + i, 50_000 + (i as usize * 7919) % 100_000);
+                let (v, off) = blob.append(&data).await.expect("append during join/drain");
+                let back = blob
+                    .read(off, data.len() as u64, Some(v))
+                    .await
+                    .expect("read");
+                assert_eq!(back, data);
+                acked.push((v, off, data));
+                i += 1;
+            }
+            acked
+        })
+    };
+    let joined = tc.cluster.add_provider().unwrap();
+    let drained = tc.cluster.provider_addr(0).to_string();
+    let out = tomus(&tc.addr(), &["provider", "drain", &drained, "--wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = load.await.unwrap();
+    assert!(
+        acked.len() >= 3,
+        "only {} appends during the drain",
+        acked.len()
+    );
+
+    // The drained provider can go: nothing is lost.
+    tc.cluster.kill_provider(0);
+    let out = tomus(&tc.addr(), &["provider", "remove", &drained]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let providers = client.providers().await.unwrap();
+    assert!(providers.iter().all(|p| p.addr != drained), "{providers:?}");
+    let fresh = tc.client().await;
+    let b = fresh.open_blob(blob.id()).await.unwrap();
+    assert_eq!(b.read(0, first.len() as u64, Some(1)).await.unwrap(), first);
+    for (v, off, data) in &acked {
+        assert_eq!(
+            &b.read(*off, data.len() as u64, Some(*v)).await.unwrap(),
+            data
+        );
+    }
+    // The new provider took data and its share of the metadata ring.
+    let joined_addr = tc.cluster.provider_addr(joined).to_string();
+    let joined_id = provider_at(&providers, &joined_addr).id;
+    let h = holders(&fresh).await;
+    assert!(h.values().any(|s| s.contains(&joined_id)));
+    let pool = Pool::new(RpcConfig::default());
+    let nodes = match pool
+        .call(
+            &joined_addr,
+            &Request::ListNodes {
+                start_after: None,
+                limit: 10,
+            },
+            &[],
+        )
+        .await
+        .unwrap()
+        .0
+    {
+        Response::NodeKeys(k) => k,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(!nodes.is_empty(), "the new provider got no metadata");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_and_deletion_give_space_back() {
+    let tc = TestCluster::start_with(2, fast);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 1).await.unwrap();
+    let mut versions = Vec::new();
+    for i in 0..6u64 {
+        let data = pattern::generate(10 + i, 4 * CHUNK as usize);
+        versions.push((blob.write(0, &data).await.unwrap(), data));
+    }
+    // A writer that dies before committing leaves chunks nothing references.
+    store_orphans(&client, blob.id(), 3).await;
+    wait_until(
+        "the orphan chunks to be stored",
+        Duration::from_secs(5),
+        || async { holders(&client).await.len() == 27 },
+    )
+    .await;
+
+    client
+        .manager_call(&Request::SetRetention {
+            blob: blob.id(),
+            retention: Retention::KeepLast(2),
+        })
+        .await
+        .unwrap();
+    // Six versions of four chunks each and the orphans become the last two versions' eight.
+    wait_until("garbage collection", Duration::from_secs(30), || async {
+        holders(&client).await.len() == 8
+    })
+    .await;
+    for (v, data) in &versions[4..] {
+        assert_eq!(
+            &blob.read(0, data.len() as u64, Some(*v)).await.unwrap(),
+            data
+        );
+    }
+    let e = blob.read(0, 10, Some(versions[0].0)).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+    let listed: Vec<u64> = blob
+        .versions()
+        .await
+        .unwrap()
+        .versions
+        .iter()
+        .map(|v| v.version)
+        .collect();
+    assert_eq!(listed, vec![versions[4].0, versions[5].0]);
+
+    // Deleting a file gives its chunks back too.
+    let ns = client.namespace();
+    let options = tomus_client::CreateOptions {
+        chunk_size: CHUNK,
+        ..Default::default()
+    };
+    let (_, file) = ns.create("data/big.bin", options).await.unwrap();
+    file.write(0, &pattern::generate(7, 5 * CHUNK as usize))
+        .await
+        .unwrap();
+    wait_until("the file's chunks", Duration::from_secs(5), || async {
+        holders(&client).await.len() == 13
+    })
+    .await;
+    ns.delete("data/big.bin", false).await.unwrap();
+    wait_until(
+        "the deleted file's chunks to go",
+        Duration::from_secs(30),
+        || async { holders(&client).await.len() == 8 },
+    )
+    .await;
+    // 16 chunks of expired versions, 3 orphans and the file's 5, reported within a second.
+    wait_until("the collection report", Duration::from_secs(5), || async {
+        let m = status(&client).await.maintenance;
+        m.gc_chunks == 24 && m.gc_bytes == 24 * CHUNK && m.gc_nodes > 0
+    })
+    .await;
+    assert_eq!(blob.read(0, 4 * CHUNK, None).await.unwrap(), versions[5].1);
+}
