@@ -158,6 +158,8 @@ pub struct ProviderInfo {
     /// Requests in progress at its last report.
     pub load: u32,
     pub alive: bool,
+    /// Being drained (`tomus provider drain`): no new data; repair moves its data away.
+    pub draining: bool,
 }
 
 impl From<&tomus_wire::ProviderInfo> for ProviderInfo {
@@ -171,6 +173,7 @@ impl From<&tomus_wire::ProviderInfo> for ProviderInfo {
             chunks: p.chunks,
             load: p.load,
             alive: p.alive,
+            draining: p.draining,
         }
     }
 }
@@ -179,10 +182,11 @@ impl From<&tomus_wire::ProviderInfo> for ProviderInfo {
 impl ProviderInfo {
     fn __repr__(&self) -> String {
         format!(
-            "ProviderInfo(id={}, addr='{}', alive={}, capacity={}, free={}, chunks={})",
+            "ProviderInfo(id={}, addr='{}', alive={}, draining={}, capacity={}, free={}, chunks={})",
             self.id,
             self.addr,
             if self.alive { "True" } else { "False" },
+            if self.draining { "True" } else { "False" },
             self.capacity,
             self.free,
             self.chunks
