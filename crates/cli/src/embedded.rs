@@ -236,14 +236,7 @@ impl EmbeddedCluster {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
-        // SAFETY: prctl is async-signal-safe; it makes the child die with its parent so a
-        // crashed test or `tomus up` never leaves servers behind.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start {} {name}", self.launcher.program.display()))?;
@@ -279,6 +272,18 @@ impl EmbeddedCluster {
                 )
             }
         }
+    }
+}
+
+/// Makes the child started by `cmd` die with the thread that starts it, so a crashed test or
+/// `tomus up` never leaves servers behind.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
     }
 }
 

@@ -60,21 +60,30 @@ impl MaintenanceConfig {
 
 /// How often progress is sent to the manager.
 const REPORT_EVERY: Duration = Duration::from_millis(500);
+/// Listings, metadata lookups and reports are small: a provider that does not answer them
+/// within this is taken as gone for the pass, so a silent one (cut off the network) holds a
+/// pass up for this long, not for a bulk transfer's timeout.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+/// A chunk copy moves up to a chunk (256 MiB at most) between providers.
+const COPY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs passes forever.
 pub async fn run(config: MaintenanceConfig) {
-    let pool = Pool::new(RpcConfig {
-        connect_timeout: Duration::from_secs(3),
-        request_timeout: Duration::from_secs(60),
-        secret: config.secret.clone(),
-    });
-    let cluster = Cluster::new(config.manager.clone(), pool);
+    let pool = |request_timeout| {
+        Pool::new(RpcConfig {
+            connect_timeout: Duration::from_secs(3),
+            request_timeout,
+            secret: config.secret.clone(),
+        })
+    };
+    let cluster = Cluster::new(config.manager.clone(), pool(CONTROL_TIMEOUT));
+    let copies = pool(COPY_TIMEOUT);
     let throttle = Throttle::new(config.repair_rate);
     let progress: Progress = Arc::new(Mutex::new(MaintenanceStatus::default()));
     let reporter = report_forever(&cluster, &progress);
     let passes = async {
         loop {
-            let outcome = pass(&cluster, &config, &throttle, &progress).await;
+            let outcome = pass(&cluster, &copies, &config, &throttle, &progress).await;
             finish_pass(&progress, outcome);
             tokio::time::sleep(config.interval).await;
         }
@@ -114,6 +123,7 @@ async fn report_forever(cluster: &Cluster, progress: &Progress) {
 /// One pass: scan, inventory, repair, garbage collection.
 async fn pass(
     cluster: &Cluster,
+    copies: &Pool,
     config: &MaintenanceConfig,
     throttle: &Throttle,
     progress: &Progress,
@@ -152,6 +162,7 @@ async fn pass(
     }
     repair::execute(
         cluster,
+        copies,
         plan,
         &inv,
         throttle,

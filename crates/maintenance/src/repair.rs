@@ -13,7 +13,7 @@ use futures::stream::{self, StreamExt};
 use tomus_client::cluster::Cluster;
 use tomus_client::dht::Ring;
 use tomus_metadata::{ChunkId, Node, NodeKey, ProviderId};
-use tomus_wire::{unexpected, MaintenanceStatus, ProviderInfo, Request, Response, Result};
+use tomus_wire::{unexpected, MaintenanceStatus, Pool, ProviderInfo, Request, Response, Result};
 
 use crate::inventory::Inventory;
 use crate::references::References;
@@ -155,10 +155,12 @@ fn update(progress: &Progress, f: impl FnOnce(&mut MaintenanceStatus)) {
     f(&mut progress.lock().unwrap_or_else(|p| p.into_inner()));
 }
 
-/// Carries out `plan`: chunk copies `parallelism` at a time under `throttle`, then the node
-/// copies. Returns the first error after doing everything it could.
+/// Carries out `plan`: chunk copies (over `copies`, a pool with a bulk transfer's timeout)
+/// `parallelism` at a time under `throttle`, then the node copies. Returns the first error
+/// after doing everything it could.
 pub async fn execute(
     cluster: &Cluster,
+    copies: &Pool,
     plan: Plan,
     inv: &Inventory,
     throttle: &Throttle,
@@ -166,7 +168,7 @@ pub async fn execute(
     progress: &Progress,
 ) -> Result<()> {
     let mut first_error = None;
-    let copies = plan.chunks.into_iter().map(|copy| async move {
+    let transfers = plan.chunks.into_iter().map(|copy| async move {
         throttle.take(copy.len * copy.targets.len() as u64).await;
         let results = futures::future::join_all(copy.targets.iter().map(|t| {
             let req = Request::CopyChunk {
@@ -174,12 +176,12 @@ pub async fn execute(
                 len: copy.len,
                 from: copy.sources.clone(),
             };
-            async move { (t.id, cluster.pool.call(&t.addr, &req, &[]).await) }
+            async move { (t.id, copies.call(&t.addr, &req, &[]).await) }
         }))
         .await;
         (copy, results)
     });
-    let mut stream = stream::iter(copies).buffer_unordered(parallelism.max(1));
+    let mut stream = stream::iter(transfers).buffer_unordered(parallelism.max(1));
     let mut recorded: Vec<(ChunkId, Vec<ProviderId>)> = Vec::new();
     while let Some((copy, results)) = stream.next().await {
         let mut set = copy.good.clone();

@@ -135,17 +135,23 @@ impl Pool {
             Some(s) => s,
             None => self.connect(addr).await?,
         };
-        let first = self
-            .exchange(addr, stream, req, body, timeout, sink.reborrow())
-            .await;
+        let first = tokio::time::timeout(
+            timeout,
+            self.exchange(addr, stream, req, body, sink.reborrow()),
+        )
+        .await;
         match first {
+            // A silent peer (cut off, frozen): another try would only wait as long again.
+            Err(_) => Err(timed_out(addr, timeout)),
             // A pooled connection may have been closed by the peer while idle (restart, idle
             // timeout): retry once on a fresh one when repeating the request is harmless.
-            Err(e) if reused && e.kind == ErrorKind::Unavailable && is_idempotent(req) => {
+            Ok(Err(e)) if reused && e.kind == ErrorKind::Unavailable && is_idempotent(req) => {
                 let stream = self.connect(addr).await?;
-                self.exchange(addr, stream, req, body, timeout, sink).await
+                tokio::time::timeout(timeout, self.exchange(addr, stream, req, body, sink))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out(addr, timeout)))
             }
-            other => other,
+            Ok(other) => other,
         }
     }
 
@@ -155,25 +161,20 @@ impl Pool {
         mut stream: TcpStream,
         req: &Request,
         body: &[u8],
-        timeout: Duration,
         sink: BodySink<'_>,
     ) -> Result<(Response, Body)> {
-        let work = async {
+        let outcome = async {
             write_frame(&mut stream, req, body).await?;
             read_frame_to::<_, Response>(&mut stream, sink).await
-        };
-        let outcome = tokio::time::timeout(timeout, work).await;
+        }
+        .await;
         match outcome {
-            Err(_) => Err(Error::unavailable(format!(
-                "{addr} did not answer within {:.1}s",
-                timeout.as_secs_f64()
-            ))),
-            Ok(Err(e)) => Err(match e.kind {
+            Err(e) => Err(match e.kind {
                 ErrorKind::Internal => Error::unavailable(format!("connection to {addr}: {e}")),
                 _ => e,
             }),
-            Ok(Ok(None)) => Err(Error::unavailable(format!("{addr} closed the connection"))),
-            Ok(Ok(Some((resp, resp_body)))) => {
+            Ok(None) => Err(Error::unavailable(format!("{addr} closed the connection"))),
+            Ok(Some((resp, resp_body))) => {
                 self.put_idle(addr, stream);
                 Ok((resp.into_result()?, resp_body))
             }
@@ -217,6 +218,14 @@ impl Pool {
             peer.idle.push(stream);
         }
     }
+}
+
+/// The error of a request that got no answer in time.
+fn timed_out(addr: &str, timeout: Duration) -> Error {
+    Error::unavailable(format!(
+        "{addr} did not answer within {:.1}s",
+        timeout.as_secs_f64()
+    ))
 }
 
 /// Requests that may be sent twice without changing the outcome.

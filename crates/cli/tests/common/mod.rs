@@ -1,6 +1,8 @@
 //! Test harness: an embedded cluster of real `tomus` processes on loopback in a scratch dir.
 #![allow(dead_code)]
 
+pub mod hosts;
+
 use std::path::PathBuf;
 
 use tomus_cli::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
