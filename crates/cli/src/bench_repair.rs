@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use tomus_client::{Blob, Client, ClientOptions};
-use tomus_wire::{ClusterStatus, Request, Response};
 
 use crate::bench::BenchArgs;
 use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
@@ -108,10 +107,10 @@ async fn watch_detection(client: &Client, victim: &str, killed: Instant) -> Resu
 /// start before the manager marks the provider down: a provider whose listing fails counts
 /// for nothing in that pass.
 async fn watch_repair(client: &Client, killed: Instant) -> Result<(Duration, u64)> {
-    let passes = status(client).await?.maintenance.passes;
+    let passes = crate::ops_cmd::status(client).await?.maintenance.passes;
     let mut under_bytes = 0;
     loop {
-        let m = status(client).await?.maintenance;
+        let m = crate::ops_cmd::status(client).await?.maintenance;
         under_bytes = under_bytes.max(m.under_replicated_bytes);
         if m.passes >= passes + 2 && m.under_replicated_chunks == 0 && under_bytes > 0 {
             return Ok((killed.elapsed(), under_bytes));
@@ -120,13 +119,6 @@ async fn watch_repair(client: &Client, killed: Instant) -> Result<(Duration, u64
             bail!("repair did not finish in 30 minutes");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn status(client: &Client) -> Result<ClusterStatus> {
-    match client.manager_call(&Request::Status).await? {
-        Response::Status(s) => Ok(s),
-        other => bail!("unexpected answer to Status: {other:?}"),
     }
 }
 

@@ -83,12 +83,8 @@ pub fn parse_age(s: &str) -> std::result::Result<Duration, String> {
     Ok(Duration::from_secs(n.saturating_mul(secs)))
 }
 
-async fn manager_call(client: &Client, req: &Request) -> Result<Response> {
-    Ok(client.manager_call(req).await?)
-}
-
 pub async fn status(client: &Client) -> Result<ClusterStatus> {
-    match manager_call(client, &Request::Status).await? {
+    match client.manager_call(&Request::Status).await? {
         Response::Status(s) => Ok(s),
         other => Err(unexpected(&other).into()),
     }
@@ -189,13 +185,11 @@ pub async fn provider_action(
 ) -> Result<()> {
     match action {
         ProviderAction::Drain { provider, wait } => {
-            let info = match manager_call(
-                client,
-                &Request::DrainProvider {
+            let info = match client
+                .manager_call(&Request::DrainProvider {
                     addr: provider.clone(),
-                },
-            )
-            .await?
+                })
+                .await?
             {
                 Response::Provider(p) => p,
                 other => return Err(unexpected(&other).into()),
@@ -222,13 +216,11 @@ pub async fn provider_action(
             Ok(())
         }
         ProviderAction::Remove { provider } => {
-            match manager_call(
-                client,
-                &Request::RemoveProvider {
+            match client
+                .manager_call(&Request::RemoveProvider {
                     addr: provider.clone(),
-                },
-            )
-            .await?
+                })
+                .await?
             {
                 Response::Ok => {}
                 other => return Err(unexpected(&other).into()),
@@ -398,14 +390,12 @@ pub async fn set_retention(client: &Client, json_out: bool, a: RetentionArgs) ->
         (None, None, true) => Retention::KeepAll,
         _ => bail!("give one of --keep-last K, --keep-newer-than AGE or --keep-all"),
     };
-    let info = match manager_call(
-        client,
-        &Request::SetRetention {
+    let info = match client
+        .manager_call(&Request::SetRetention {
             blob: a.id,
             retention,
-        },
-    )
-    .await?
+        })
+        .await?
     {
         Response::Blob(info) => info,
         other => return Err(unexpected(&other).into()),

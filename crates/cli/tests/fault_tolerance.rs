@@ -25,18 +25,7 @@ const CHUNK: u64 = 64 << 10;
 /// Fast failure detection and maintenance passes, unthrottled repair, short GC grace.
 fn fast(spec: &mut ClusterSpec) {
     spec.heartbeat_ms = 200;
-    spec.manager_args = [
-        "--provider-timeout-ms",
-        "1500",
-        "--maintenance-interval-ms",
-        "300",
-        "--repair-rate",
-        "0",
-        "--gc-grace-ms",
-        "1500",
-    ]
-    .map(String::from)
-    .to_vec();
+    spec.manager_args = common::fast_maintenance(1500);
 }
 
 async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut cond: F)

@@ -175,18 +175,7 @@ async fn nemesis() {
     let mut tc = TestCluster::start_with(5, |s| {
         s.heartbeat_ms = 200;
         s.writer_lease_ms = Some(2000);
-        s.manager_args = [
-            "--provider-timeout-ms",
-            "1500",
-            "--maintenance-interval-ms",
-            "300",
-            "--repair-rate",
-            "0",
-            "--gc-grace-ms",
-            "600000",
-        ]
-        .map(String::from)
-        .to_vec();
+        s.manager_args = common::fast_maintenance(600_000);
     });
     let client = connect(&tc.addr()).await;
     let appended = client.create_blob(CHUNK, 2).await.unwrap();

@@ -2,7 +2,7 @@
 
 use rand::Rng;
 use tomus_metadata::{ChunkId, ChunkPiece, ProviderId, StoredChunk};
-use tomus_wire::{unexpected, Error, ErrorKind, ProviderInfo, Request, Response, Result};
+use tomus_wire::{unexpected, Error, ProviderInfo, Request, Response, Result};
 
 use crate::cluster::Cluster;
 
@@ -70,40 +70,16 @@ pub async fn read_piece(cluster: &Cluster, piece: &ChunkPiece, out: &mut [u8]) -
     ids.rotate_left(start);
     let mut tried = Vec::new();
     let mut errors = Vec::new();
-    for id in cluster.read_order(&ids).await {
-        tried.push(id);
-        match read_from(cluster, id, piece, out).await {
-            Ok(()) => return Ok(()),
-            Err(e) => {
-                cluster.suspect(id, &e);
-                errors.push((id, e))
-            }
-        }
+    let named = cluster.read_order(&ids).await;
+    if try_replicas(cluster, &named, piece, out, &mut tried, &mut errors).await {
+        return Ok(());
     }
-    for id in repaired_replicas(cluster, piece.chunk).await {
-        if tried.contains(&id) {
-            continue;
-        }
-        tried.push(id);
-        match read_from(cluster, id, piece, out).await {
-            Ok(()) => return Ok(()),
-            Err(e) => {
-                cluster.suspect(id, &e);
-                errors.push((id, e))
-            }
-        }
+    let repaired = repaired_replicas(cluster, piece.chunk).await;
+    if try_replicas(cluster, &repaired, piece, out, &mut tried, &mut errors).await {
+        return Ok(());
     }
-    for (id, e) in &errors {
-        tracing::debug!("chunk {} on provider {id}: {e}", piece.chunk);
-    }
-    // Report the most telling failure: corruption over unavailability over the rest.
-    let mut errors: Vec<Error> = errors.into_iter().map(|(_, e)| e).collect();
-    errors.sort_by_key(|e| match e.kind {
-        ErrorKind::Corrupt => 0,
-        ErrorKind::Unavailable => 1,
-        _ => 2,
-    });
-    let first = errors.remove(0);
+    let first = Error::most_telling(errors)
+        .ok_or_else(|| Error::internal(format!("chunk {}: no replica tried", piece.chunk)))?;
     Err(Error::new(
         first.kind,
         format!(
@@ -112,6 +88,33 @@ pub async fn read_piece(cluster: &Cluster, piece: &ChunkPiece, out: &mut [u8]) -
             tried.len()
         ),
     ))
+}
+
+/// Reads `piece` from the first of `ids` not tried yet that serves it; records the ones tried
+/// and their errors. Whether one served it.
+async fn try_replicas(
+    cluster: &Cluster,
+    ids: &[ProviderId],
+    piece: &ChunkPiece,
+    out: &mut [u8],
+    tried: &mut Vec<ProviderId>,
+    errors: &mut Vec<Error>,
+) -> bool {
+    for &id in ids {
+        if tried.contains(&id) {
+            continue;
+        }
+        tried.push(id);
+        match read_from(cluster, id, piece, out).await {
+            Ok(()) => return true,
+            Err(e) => {
+                tracing::debug!("chunk {} on provider {id}: {e}", piece.chunk);
+                cluster.suspect(id, &e);
+                errors.push(e);
+            }
+        }
+    }
+    false
 }
 
 /// The replica set repair recorded for `chunk` (empty when it never moved or the manager

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tomus_client::cluster::Cluster;
-use tomus_wire::{ClusterSecret, MaintenanceStatus, Pool, Request, Result, RpcConfig};
+use tomus_wire::{now_ms, ClusterSecret, MaintenanceStatus, Pool, Request, Result, RpcConfig};
 
 use crate::repair::Progress;
 use crate::throttle::Throttle;
@@ -183,11 +183,4 @@ async fn pass(
         }
     }
     Ok(())
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

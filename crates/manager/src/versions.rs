@@ -167,13 +167,7 @@ fn version_zero(blob: BlobId) -> VersionInfo {
     }
 }
 
-/// Wall-clock time in Unix milliseconds (for modification times shown to users).
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub use tomus_wire::now_ms;
 
 fn blob_info(s: &BlobState) -> BlobInfo {
     BlobInfo {

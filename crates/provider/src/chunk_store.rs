@@ -246,15 +246,11 @@ fn merge_sorted(a: Vec<ChunkEntry>, b: Vec<ChunkEntry>, limit: usize) -> Vec<Chu
     all
 }
 
-/// Now as Unix milliseconds.
-pub(crate) fn now_ms() -> u64 {
-    unix_ms(SystemTime::now())
-}
-
 /// A file's modification time as Unix milliseconds; now if the file system has none (later
 /// than the truth is the safe side: garbage collection spares recent chunks).
 pub(crate) fn mtime_ms(meta: &fs::Metadata) -> u64 {
-    meta.modified().map_or_else(|_| now_ms(), unix_ms)
+    meta.modified()
+        .map_or_else(|_| tomus_wire::now_ms(), unix_ms)
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -925,7 +921,7 @@ mod tests {
     async fn listing_pages_in_id_order_over_files_and_small_chunks() {
         let dir = TempDir::new("chunks-list");
         let store = store(&dir).await;
-        let before = now_ms();
+        let before = tomus_wire::now_ms();
         let mut expected = Vec::new();
         for n in 0..40u128 {
             // Spread over the fan-out directories; every fifth in one directory.
@@ -942,7 +938,7 @@ mod tests {
                 .unwrap();
             expected.push((id, len as u64));
         }
-        let after = now_ms();
+        let after = tomus_wire::now_ms();
         expected.sort();
 
         let (all, pages) = list_all(&store, 7).await;

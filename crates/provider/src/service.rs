@@ -149,12 +149,8 @@ impl ProviderService {
                 }
             }
         }
-        errors.sort_by_key(|e| match e.kind {
-            ErrorKind::Corrupt => 0,
-            ErrorKind::Unavailable => 1,
-            _ => 2,
-        });
-        let first = errors.remove(0);
+        let first = Error::most_telling(errors)
+            .ok_or_else(|| Error::internal(format!("copy of chunk {id}: no source tried")))?;
         Err(Error::new(
             first.kind,
             format!(

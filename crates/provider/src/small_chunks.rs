@@ -58,9 +58,10 @@ use bytes::Bytes;
 use tomus_metadata::ChunkId;
 use tomus_wire::{ChunkEntry, Error, Result};
 
-use crate::chunk_store::{check_range, mtime_ms, now_ms};
+use crate::chunk_store::{check_range, mtime_ms};
 use crate::group_commit::{append, drop_torn_tail, GroupCommit};
 use crate::{io_error, sync_dir};
+use tomus_wire::now_ms;
 
 /// Chunks strictly shorter than this go to the log; others get a file of their own.
 pub const SMALL_CHUNK_MAX: usize = 64 << 10;

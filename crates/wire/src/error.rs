@@ -57,6 +57,15 @@ impl Error {
             message: message.into(),
         }
     }
+    /// Of the failures of one operation tried at several places (replicas, sources), the one
+    /// that says most: corruption over unavailability over the rest. `None` when empty.
+    pub fn most_telling(errors: impl IntoIterator<Item = Error>) -> Option<Error> {
+        errors.into_iter().min_by_key(|e| match e.kind {
+            ErrorKind::Corrupt => 0,
+            ErrorKind::Unavailable => 1,
+            _ => 2,
+        })
+    }
     pub fn not_found(m: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, m)
     }

@@ -45,6 +45,25 @@ impl Drop for TestCluster {
     }
 }
 
+/// `tomus manager` arguments for fault tests: a provider is down after 1.5 s of silence,
+/// maintenance passes run every 300 ms, repair is unthrottled, and garbage collection spares
+/// chunks younger than `gc_grace_ms`.
+pub fn fast_maintenance(gc_grace_ms: u64) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--provider-timeout-ms",
+        "1500",
+        "--maintenance-interval-ms",
+        "300",
+        "--repair-rate",
+        "0",
+        "--gc-grace-ms",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(gc_grace_ms.to_string());
+    args
+}
+
 pub fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tomus"))
 }
