@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -39,9 +40,16 @@ impl Default for RpcConfig {
     }
 }
 
+/// Read buffer of a connection: a small frame (prefix, header and body) arrives with one
+/// `recv`; larger bodies bypass it and land in their destination directly.
+const READ_BUFFER: usize = 16 << 10;
+
+/// An authenticated connection, buffered for reading (writes go straight to the socket).
+type Conn = BufReader<TcpStream>;
+
 /// The connections to one peer: idle ones, and permits for every open one.
 struct Peer {
-    idle: Vec<TcpStream>,
+    idle: Vec<Conn>,
     slots: Arc<Semaphore>,
 }
 
@@ -158,7 +166,7 @@ impl Pool {
     async fn exchange(
         &self,
         addr: &str,
-        mut stream: TcpStream,
+        mut stream: Conn,
         req: &Request,
         body: &[u8],
         sink: BodySink<'_>,
@@ -181,7 +189,7 @@ impl Pool {
         }
     }
 
-    async fn connect(&self, addr: &str) -> Result<TcpStream> {
+    async fn connect(&self, addr: &str) -> Result<Conn> {
         let attempt = async {
             let s = TcpStream::connect(addr).await?;
             s.set_nodelay(true)?;
@@ -202,17 +210,17 @@ impl Pool {
             Err(_) => Err(Error::unavailable(format!(
                 "handshake with {addr} timed out"
             ))),
-            Ok(r) => r.map(|_| stream),
+            Ok(r) => r.map(|_| BufReader::with_capacity(READ_BUFFER, stream)),
         }
     }
 
-    fn take_idle(&self, addr: &str) -> Option<TcpStream> {
+    fn take_idle(&self, addr: &str) -> Option<Conn> {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         peers.get_mut(addr).and_then(|p| p.idle.pop())
     }
 
     /// Keeps a connection for reuse; there are never more than the peer's slots.
-    fn put_idle(&self, addr: &str, stream: TcpStream) {
+    fn put_idle(&self, addr: &str, stream: Conn) {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(peer) = peers.get_mut(addr) {
             peer.idle.push(stream);
@@ -349,6 +357,7 @@ pub async fn serve<H: Handler>(
                     return;
                 }
             }
+            let mut stream = BufReader::with_capacity(READ_BUFFER, stream);
             loop {
                 let frame = match read_frame::<_, Request>(&mut stream).await {
                     Ok(Some(f)) => f,
@@ -363,7 +372,7 @@ pub async fn serve<H: Handler>(
                 load.0.fetch_add(1, Ordering::Relaxed);
                 let (resp, payload) = handler.handle(frame.0, frame.1).await;
                 load.0.fetch_sub(1, Ordering::Relaxed);
-                if let Err(e) = write_response(&mut stream, &resp, &payload).await {
+                if let Err(e) = write_response(stream.get_mut(), &resp, &payload).await {
                     tracing::debug!("write to {peer} failed: {e}");
                     return;
                 }
