@@ -353,3 +353,158 @@ async fn a_dead_writer_is_aborted_after_its_lease_and_blocks_nobody() {
     assert_eq!(late.kind, ErrorKind::VersionAborted, "{late}");
     assert!(late.message.contains("lease"), "{late}");
 }
+
+/// A writer that cannot finish its version gives it up at once: the writers behind it go on
+/// without waiting for the lease, and the given-up version reads as aborted by its writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_version_aborted_by_its_writer_releases_the_writers_behind_it_at_once() {
+    // A lease far longer than the test: only the explicit abort can release the writers.
+    let tc = TestCluster::start_with(2, |s| s.writer_lease_ms = Some(120_000));
+    let client = tc.client().await;
+    let blob = client.create_blob(64 << 10, 1).await.unwrap();
+    let head = pattern::generate(1, 300);
+    blob.append(&head).await.unwrap();
+
+    let pool = Pool::new(RpcConfig::default());
+    let assign = Request::Assign {
+        blob: blob.id(),
+        op: WriteOp::Append { size: 70 },
+    };
+    let Response::Assigned(failed) = pool.call(&tc.addr(), &assign, &[]).await.unwrap().0 else {
+        panic!("no assignment")
+    };
+    assert_eq!(failed.version, 2);
+
+    let started = Instant::now();
+    let writers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let blob = blob.clone();
+            tokio::spawn(async move {
+                let mut landed = Vec::new();
+                for seq in 0..4 {
+                    let data =
+                        pattern::generate(pattern::seed(w, seq), 500 + (w * 5 + seq) as usize * 97);
+                    let (v, off) = blob.append(&data).await.unwrap();
+                    landed.push((off, v, data));
+                }
+                landed
+            })
+        })
+        .collect();
+    // The writers are held behind version 2 until its writer gives it up.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        writers.iter().all(|w| !w.is_finished()),
+        "writers went past an unfinished version"
+    );
+    let abort = Request::AbortVersion {
+        blob: blob.id(),
+        version: failed.version,
+    };
+    assert!(matches!(
+        pool.call(&tc.addr(), &abort, &[]).await.unwrap().0,
+        Response::Ok
+    ));
+    let mut landed = Vec::new();
+    for w in writers {
+        landed.extend(w.await.unwrap());
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "writers were held for {:?}",
+        started.elapsed()
+    );
+    landed.sort_by_key(|(off, _, _)| *off);
+    let mut expect = head.clone();
+    for (off, v, data) in &landed {
+        assert_eq!(
+            *off,
+            expect.len() as u64,
+            "append of version {v} left a gap or overlap"
+        );
+        expect.extend_from_slice(data);
+    }
+    assert_eq!(
+        blob.read(0, expect.len() as u64, None).await.unwrap(),
+        expect
+    );
+
+    // Aborting again changes nothing; the late writer learns who gave its version up.
+    assert!(matches!(
+        pool.call(&tc.addr(), &abort, &[]).await.unwrap().0,
+        Response::Ok
+    ));
+    let complete = Request::Complete {
+        blob: blob.id(),
+        version: failed.version,
+    };
+    let late = pool.call(&tc.addr(), &complete, &[]).await.unwrap_err();
+    assert_eq!(late.kind, ErrorKind::VersionAborted, "{late}");
+    assert!(late.message.contains("aborted by its writer"), "{late}");
+    assert_eq!(
+        blob.stat(Some(2)).await.unwrap_err().kind,
+        ErrorKind::VersionAborted
+    );
+
+    // A published version cannot be aborted, nor can one that was never assigned.
+    let published = Request::AbortVersion {
+        blob: blob.id(),
+        version: 1,
+    };
+    let e = pool.call(&tc.addr(), &published, &[]).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+    let future = Request::AbortVersion {
+        blob: blob.id(),
+        version: 1000,
+    };
+    assert!(pool.call(&tc.addr(), &future, &[]).await.is_err());
+    assert_eq!(
+        blob.read(0, expect.len() as u64, None).await.unwrap(),
+        expect
+    );
+}
+
+/// Small writes whose cached placement names a provider that died meanwhile still succeed:
+/// the chunk stored alongside the version's metadata fails, the version is aborted, and the
+/// write goes to a live provider; every acknowledged write reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn small_writes_survive_a_provider_dying_under_their_cached_placement() {
+    let mut tc = TestCluster::start(3);
+    let client = tc.client().await;
+    let blob = client.create_blob(1 << 20, 1).await.unwrap();
+    let mut expect = Vec::new();
+    // Fills the placement cache: the next runs of small writes have their providers chosen.
+    for seq in 0..4 {
+        let data = pattern::generate(pattern::seed(9, seq), 4096);
+        blob.append(&data).await.unwrap();
+        expect.extend_from_slice(&data);
+    }
+    let used = blob.locations(0, expect.len() as u64, None).await.unwrap();
+    let victim = (0..tc.cluster.provider_count())
+        .find(|&i| {
+            used[0]
+                .providers
+                .iter()
+                .any(|a| a == tc.cluster.provider_addr(i))
+        })
+        .expect("the provider of the current run");
+    tc.cluster.kill_provider(victim);
+    for seq in 4..40 {
+        let data = pattern::generate(pattern::seed(9, seq), 1000 + seq as usize * 50);
+        let (_, off) = blob.append(&data).await.unwrap();
+        assert_eq!(off, expect.len() as u64);
+        expect.extend_from_slice(&data);
+    }
+    let from = 4 * 4096;
+    assert_eq!(
+        blob.read(from, expect.len() as u64 - from, None)
+            .await
+            .unwrap(),
+        expect[from as usize..]
+    );
+    let list = blob.versions().await.unwrap();
+    assert!(
+        !list.aborted.is_empty(),
+        "the write that met the dead provider aborted its version"
+    );
+}

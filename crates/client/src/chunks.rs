@@ -13,13 +13,29 @@ pub fn new_chunk_id() -> ChunkId {
     ChunkId(rand::rngs::OsRng.gen_range(1..=u128::MAX))
 }
 
-/// Stores `data` as one chunk on every provider of `replicas`; all must acknowledge.
+/// Stores `data` as a new chunk on every provider of `replicas`; all must acknowledge.
 pub async fn put_chunk(
     cluster: &Cluster,
     data: &[u8],
     replicas: &[ProviderInfo],
 ) -> Result<StoredChunk> {
     let id = new_chunk_id();
+    put_chunk_as(cluster, id, data, replicas).await?;
+    Ok(StoredChunk {
+        chunk: id,
+        len: data.len() as u64,
+        replicas: replicas.iter().map(|p| p.id).collect(),
+        chunk_offset: 0,
+    })
+}
+
+/// Stores `data` as chunk `id` on every provider of `replicas`; all must acknowledge.
+pub async fn put_chunk_as(
+    cluster: &Cluster,
+    id: ChunkId,
+    data: &[u8],
+    replicas: &[ProviderInfo],
+) -> Result<()> {
     let req = Request::PutChunk { id };
     let puts = replicas.iter().map(|p| {
         let req = &req;
@@ -46,12 +62,7 @@ pub async fn put_chunk(
             }
         }
     }
-    Ok(StoredChunk {
-        chunk: id,
-        len: data.len() as u64,
-        replicas: replicas.iter().map(|p| p.id).collect(),
-        chunk_offset: 0,
-    })
+    Ok(())
 }
 
 /// Reads `piece` into `out` (of the piece's length) from the first replica that serves it:

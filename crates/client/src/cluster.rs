@@ -110,7 +110,8 @@ impl Cluster {
         }
     }
 
-    fn suspected(&self) -> Vec<ProviderId> {
+    /// Providers that failed a request within the last [`SUSPECT_FOR`].
+    pub(crate) fn suspected(&self) -> Vec<ProviderId> {
         let mut s = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
         s.retain(|_, since| since.elapsed() < SUSPECT_FOR);
         s.keys().copied().collect()

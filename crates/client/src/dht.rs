@@ -14,6 +14,10 @@ use crate::cluster::Cluster;
 const PATH_LIMIT: u32 = 64;
 /// Points per provider on the ring, so keys spread evenly over few providers.
 const VIRTUAL_NODES: u64 = 64;
+/// Consecutive versions of a blob sharing a ring position: writers committing to one blob
+/// at the same moment store their metadata on the same providers, whose group commit makes it
+/// durable with one disk sync; the next run of versions goes elsewhere on the ring.
+const VERSION_RUN: u64 = 64;
 /// Nodes kept in one cache generation (two generations approximate LRU).
 const CACHE_GENERATION: usize = 200_000;
 
@@ -25,10 +29,11 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Ring position of a node: all nodes of one version share it, so a writer stores a version's
-/// nodes with one request per replica, and versions spread over the providers.
+/// Ring position of a node: all nodes of one version (and of its run of [`VERSION_RUN`]
+/// versions) share it, so a writer stores a version's nodes with one request per replica, and
+/// runs of versions spread over the providers.
 pub fn key_hash(key: &NodeKey) -> u64 {
-    mix(mix(key.blob) ^ key.node.version)
+    mix(mix(key.blob) ^ (key.node.version / VERSION_RUN))
 }
 
 /// Consistent-hash ring over provider ids.

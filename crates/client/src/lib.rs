@@ -217,6 +217,13 @@ impl Blob {
         if data.is_empty() {
             return Err(Error::invalid("empty write"));
         }
+        if self.is_small(data) {
+            let op = WriteOp::Write {
+                offset,
+                size: data.len() as u64,
+            };
+            return Ok(self.commit_small(op, data).await?.version);
+        }
         let chunks = self.store_chunks(data).await?;
         Ok(self.commit_at(offset, chunks).await?.version)
     }
@@ -226,11 +233,66 @@ impl Blob {
         if data.is_empty() {
             return Err(Error::invalid("zero-length append"));
         }
-        let chunks = self.store_chunks(data).await?;
-        let info = self
-            .commit(WriteOp::Append { size: len(&chunks) }, chunks)
-            .await?;
+        let op = WriteOp::Append {
+            size: data.len() as u64,
+        };
+        let info = if self.is_small(data) {
+            self.commit_small(op, data).await?
+        } else {
+            let chunks = self.store_chunks(data).await?;
+            self.commit(op, chunks).await?
+        };
         Ok((info.version, info.span.offset))
+    }
+
+    /// Whether `data` is a small write: one chunk, placed from the cache of placements.
+    fn is_small(&self, data: &[u8]) -> bool {
+        data.len() as u64 <= placements::SMALL_WRITE.min(self.chunk_size)
+    }
+
+    /// A small write: its chunk is stored while its version is assigned and its metadata
+    /// stored, not before, which takes a round trip and a disk sync off its latency. (Large
+    /// writes store their data first, so their version is not held in flight, delaying the
+    /// publication of every later version, for the whole transfer.) When the chunk fails to
+    /// store, the version is aborted and the write done the long way, with failover to other
+    /// providers.
+    async fn commit_small(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
+        let replicas = self
+            .small_placement()
+            .await?
+            .pop()
+            .ok_or_else(|| Error::internal("manager returned no placement"))?;
+        let chunk = StoredChunk {
+            chunk: chunks::new_chunk_id(),
+            len: data.len() as u64,
+            replicas: replicas.iter().map(|p| p.id).collect(),
+            chunk_offset: 0,
+        };
+        let (assigned, stored) = futures::join!(
+            self.assign_and_store(op, vec![chunk.clone()], None),
+            chunks::put_chunk_as(self.cluster(), chunk.chunk, data, &replicas),
+        );
+        match (assigned, stored) {
+            (Ok(a), Ok(())) => match self.complete(a.version).await {
+                // Given up behind a dead writer's version: the chunk is stored, commit again.
+                Err(e) if e.kind == ErrorKind::Retry => {
+                    self.commit_with(op, vec![chunk], None).await
+                }
+                other => other,
+            },
+            (Ok(a), Err(e)) => {
+                self.abort(a.version).await;
+                if e.kind != ErrorKind::Unavailable {
+                    return Err(e);
+                }
+                tracing::info!("blob {}: {e}; storing the chunk elsewhere", self.id);
+                let replicas = self.fresh_replicas(data.len() as u64).await?;
+                let stored = self.put_chunk_with_failover(data, replicas).await?;
+                self.commit_with(op, vec![stored], None).await
+            }
+            // A chunk stored without a version is collected as garbage after the grace period.
+            (Err(e), _) => Err(e),
+        }
     }
 
     /// Makes `data` (possibly empty) the whole content: the new version has `data.len()`
@@ -340,9 +402,21 @@ impl Blob {
     async fn commit_once(
         &self,
         op: WriteOp,
-        mut chunks: Vec<StoredChunk>,
+        chunks: Vec<StoredChunk>,
         options: Option<&CommitOptions>,
     ) -> Result<VersionInfo> {
+        let assignment = self.assign_and_store(op, chunks, options).await?;
+        self.complete(assignment.version).await
+    }
+
+    /// Gets a version for stored `chunks` and stores its metadata. A version whose metadata
+    /// fails to store is aborted, so the writers behind it need not wait for its lease.
+    async fn assign_and_store(
+        &self,
+        op: WriteOp,
+        mut chunks: Vec<StoredChunk>,
+        options: Option<&CommitOptions>,
+    ) -> Result<Assignment> {
         let req = match options {
             None => Request::Assign { blob: self.id, op },
             Some(o) => Request::AssignWith {
@@ -366,14 +440,34 @@ impl Blob {
                 chunk_offset: 0,
             });
         }
-        self.store_metadata(&assignment, &chunks).await?;
+        if let Err(e) = self.store_metadata(&assignment, &chunks).await {
+            self.abort(assignment.version).await;
+            return Err(e);
+        }
+        Ok(assignment)
+    }
+
+    /// Waits until `version`, whose chunks and metadata are stored, is published.
+    async fn complete(&self, version: Version) -> Result<VersionInfo> {
         let complete = Request::Complete {
             blob: self.id,
-            version: assignment.version,
+            version,
         };
         match self.cluster().manager_call(&complete).await? {
             Response::Version(info) => Ok(info),
             other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Gives up `version`, which this writer cannot finish. Best effort: should the manager
+    /// not hear of it, the version's lease runs out instead.
+    async fn abort(&self, version: Version) {
+        let req = Request::AbortVersion {
+            blob: self.id,
+            version,
+        };
+        if let Err(e) = self.cluster().manager_call(&req).await {
+            tracing::info!("blob {}: aborting version {version}: {e}", self.id);
         }
     }
 
@@ -461,13 +555,19 @@ impl Blob {
     /// would otherwise spend a manager round trip on placement each.
     async fn small_placement(&self) -> Result<Vec<Vec<ProviderInfo>>> {
         let cache = &self.client.small_placements;
-        if let Some(p) = cache.take(self.id) {
+        let avoid = self.cluster().suspected();
+        if let Some(p) = cache.take(self.id, &avoid) {
             return Ok(vec![p]);
         }
         let batch = self
             .allocate(placements::BATCH, Some(placements::SMALL_WRITE))
             .await?;
-        Ok(vec![cache.refill(self.id, batch)?])
+        cache.refill(self.id, batch);
+        match cache.take(self.id, &avoid) {
+            Some(p) => Ok(vec![p]),
+            // Every new run names a provider that just failed (the manager has not noticed).
+            None => Ok(vec![self.fresh_replicas(placements::SMALL_WRITE).await?]),
+        }
     }
 
     async fn store_metadata(&self, a: &Assignment, chunks: &[StoredChunk]) -> Result<()> {

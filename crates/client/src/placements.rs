@@ -1,21 +1,31 @@
 //! Placements fetched ahead for small writes: one manager request serves many small appends.
+//!
+//! A replica set serves a run of consecutive small writes to a blob rather than one: writers
+//! appending to one blob at the same moment then reach the same providers, whose group commit
+//! makes their chunks durable with one disk sync instead of one each, and neighbouring small
+//! pieces sit together for readers. Runs of different blobs and successive runs of one blob
+//! take turns over the providers, as the manager's placement decides.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tomus_metadata::BlobId;
-use tomus_wire::{Error, ProviderInfo, Result};
+use tomus_metadata::{BlobId, ProviderId};
+use tomus_wire::ProviderInfo;
 
 /// Writes up to this size take their placement from the cache.
 pub const SMALL_WRITE: u64 = 64 << 10;
-/// Placements fetched per manager request.
-pub const BATCH: usize = 64;
+/// Placements (runs) fetched per manager request.
+pub const BATCH: usize = 4;
+/// Small writes sharing one replica set.
+const RUN_WRITES: u32 = 64;
 /// Older placements are dropped: provider load and liveness change.
 const FRESH_FOR: Duration = Duration::from_secs(2);
 
-/// When a batch was fetched, and its replica sets not handed out yet.
-type Batch = (Instant, VecDeque<Vec<ProviderInfo>>);
+/// A replica set and how many writes of its run it served.
+type Run = (Vec<ProviderInfo>, u32);
+/// When a batch was fetched, and its runs not finished yet.
+type Batch = (Instant, VecDeque<Run>);
 
 #[derive(Default)]
 pub struct PlacementCache {
@@ -23,25 +33,83 @@ pub struct PlacementCache {
 }
 
 impl PlacementCache {
-    /// A fresh cached replica set for `blob`, if any.
-    pub fn take(&self, blob: BlobId) -> Option<Vec<ProviderInfo>> {
+    /// A fresh cached replica set for `blob` without any provider of `avoid` (providers that
+    /// failed recently: their runs are dropped), if any.
+    pub fn take(&self, blob: BlobId, avoid: &[ProviderId]) -> Option<Vec<ProviderInfo>> {
         let mut map = self.by_blob.lock().unwrap_or_else(|p| p.into_inner());
         let (fetched, queue) = map.get_mut(&blob)?;
         if fetched.elapsed() > FRESH_FOR {
             map.remove(&blob);
             return None;
         }
-        queue.pop_front()
+        queue.retain(|(set, _)| !set.iter().any(|p| avoid.contains(&p.id)));
+        next_of_run(queue)
     }
 
-    /// Stores a new batch for `blob` and returns its first replica set.
-    pub fn refill(&self, blob: BlobId, batch: Vec<Vec<ProviderInfo>>) -> Result<Vec<ProviderInfo>> {
-        let mut queue: VecDeque<_> = batch.into();
-        let first = queue
-            .pop_front()
-            .ok_or_else(|| Error::internal("manager returned no placement"))?;
+    /// Stores a new batch for `blob`, replacing what is left of the previous one.
+    pub fn refill(&self, blob: BlobId, batch: Vec<Vec<ProviderInfo>>) {
+        let queue: VecDeque<Run> = batch.into_iter().map(|set| (set, 0)).collect();
         let mut map = self.by_blob.lock().unwrap_or_else(|p| p.into_inner());
         map.insert(blob, (Instant::now(), queue));
-        Ok(first)
+    }
+}
+
+/// The replica set of the current run; a finished run gives way to the next.
+fn next_of_run(queue: &mut VecDeque<Run>) -> Option<Vec<ProviderInfo>> {
+    let (set, served) = queue.front_mut()?;
+    *served += 1;
+    let set = set.clone();
+    if *served >= RUN_WRITES {
+        queue.pop_front();
+    }
+    Some(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(id: ProviderId) -> Vec<ProviderInfo> {
+        vec![ProviderInfo {
+            id,
+            addr: format!("127.0.0.1:{}", 7000 + id),
+            host: "127.0.0.1".into(),
+            capacity: 1 << 30,
+            free: 1 << 30,
+            chunks: 0,
+            load: 0,
+            alive: true,
+            draining: false,
+        }]
+    }
+
+    fn ids(cache: &PlacementCache, blob: BlobId, avoid: &[ProviderId]) -> Option<ProviderId> {
+        cache.take(blob, avoid).map(|s| s[0].id)
+    }
+
+    #[test]
+    fn a_replica_set_serves_a_run_of_writes_then_the_next_takes_over() {
+        let cache = PlacementCache::default();
+        cache.refill(7, vec![set(1), set(2)]);
+        for _ in 0..RUN_WRITES {
+            assert_eq!(ids(&cache, 7, &[]), Some(1));
+        }
+        for _ in 0..RUN_WRITES {
+            assert_eq!(ids(&cache, 7, &[]), Some(2));
+        }
+        assert_eq!(ids(&cache, 7, &[]), None, "batch used up");
+        assert_eq!(
+            ids(&cache, 8, &[]),
+            None,
+            "other blobs have their own batches"
+        );
+    }
+
+    #[test]
+    fn runs_on_a_failed_provider_are_dropped() {
+        let cache = PlacementCache::default();
+        cache.refill(7, vec![set(1), set(2), set(1)]);
+        assert_eq!(ids(&cache, 7, &[1]), Some(2));
+        assert_eq!(ids(&cache, 7, &[2]), None);
     }
 }

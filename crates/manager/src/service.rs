@@ -103,6 +103,10 @@ impl ManagerService {
             Request::Complete { blob, version } => {
                 Response::Version(self.versions.complete(blob, version).await?)
             }
+            Request::AbortVersion { blob, version } => {
+                self.versions.abort(blob, version)?;
+                Response::Ok
+            }
             Request::Version { blob, version } => {
                 Response::Version(self.versions.version(blob, version)?)
             }

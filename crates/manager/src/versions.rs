@@ -104,6 +104,8 @@ impl BlobState {
 enum GiveUp {
     /// Its writer did not complete within the lease.
     Expired,
+    /// Its writer gave it up: storing its data or metadata failed.
+    Abandoned,
     /// Assigned while the expired version `0` was in flight: its metadata refers to that
     /// version, so it is given up too, and its writer can simply retry.
     Behind(Version),
@@ -461,38 +463,84 @@ impl VersionManager {
                 .find(|(_, p)| !p.completed && p.assigned_at.elapsed() > lease)
                 .map(|(v, _)| *v);
             let Some(first) = expired else { continue };
-            let end = s.next_version;
-            // Durable before anyone is told, so a restart lists them as aborted too.
-            self.store.put_aborted(blob, first, end)?;
-            let victims: Vec<Version> = s.pending.range(first..).map(|(v, _)| *v).collect();
-            for v in &victims {
-                s.pending.remove(v);
-                let why = if *v == first {
-                    GiveUp::Expired
-                } else {
-                    GiveUp::Behind(first)
-                };
-                s.given_up.insert(*v, why);
-            }
-            // The next versions continue from the last one still standing; appends close the
-            // gap the given-up ones leave.
-            let (size, capacity) = match s.pending.values().next_back() {
-                Some(p) => (p.info.size, p.info.capacity),
-                None => (s.record.size, s.record.capacity),
-            };
-            s.assigned_size = size;
-            s.assigned_capacity = capacity;
             tracing::warn!(
                 "blob {blob}: version {first} was not completed within its {:.1}s lease; \
-                 versions {first}..{end} given up",
-                lease.as_secs_f64()
+                 versions {first}..{} given up",
+                lease.as_secs_f64(),
+                s.next_version
             );
-            given_up += victims.len();
+            given_up += self.give_up(blob, &mut s, first, GiveUp::Expired)?;
             drop(s);
             // Wakes the writers waiting on the given-up versions.
             slot.published.send_modify(|_| {});
         }
         Ok(given_up)
+    }
+
+    /// Gives up `version`, which its writer could not finish (its data or metadata failed to
+    /// store), with the versions assigned after it, at once rather than after the lease. Given
+    /// up already: nothing to do. Completed or published: refused.
+    pub fn abort(&self, blob: BlobId, version: Version) -> Result<()> {
+        let slot = self.slot(blob)?;
+        let mut s = slot.lock();
+        if s.given_up.contains_key(&version) {
+            return Ok(());
+        }
+        match s.pending.get(&version) {
+            Some(p) if !p.completed => {}
+            Some(_) => {
+                return Err(Error::invalid(format!(
+                    "version {version} of blob {blob} is complete; it cannot be aborted"
+                )))
+            }
+            None if version <= s.record.published && version > 0 => {
+                return Err(Error::invalid(format!(
+                    "version {version} of blob {blob} is published; it cannot be aborted"
+                )))
+            }
+            None => return Err(not_pending(&s, blob, version)),
+        }
+        tracing::info!(
+            "blob {blob}: version {version} aborted by its writer; versions {version}..{} given up",
+            s.next_version
+        );
+        self.give_up(blob, &mut s, version, GiveUp::Abandoned)?;
+        drop(s);
+        slot.published.send_modify(|_| {});
+        Ok(())
+    }
+
+    /// Gives up the pending versions from `first` on, `first` for `why` and the later ones as
+    /// behind it; durably first, so a restart lists them as aborted too. Returns how many.
+    fn give_up(
+        &self,
+        blob: BlobId,
+        s: &mut BlobState,
+        first: Version,
+        why: GiveUp,
+    ) -> Result<usize> {
+        self.store.put_aborted(blob, first, s.next_version)?;
+        let victims: Vec<Version> = s.pending.range(first..).map(|(v, _)| *v).collect();
+        for v in &victims {
+            s.pending.remove(v);
+            s.given_up.insert(
+                *v,
+                if *v == first {
+                    why
+                } else {
+                    GiveUp::Behind(first)
+                },
+            );
+        }
+        // The next versions continue from the last one still standing; appends close the
+        // gap the given-up ones leave.
+        let (size, capacity) = match s.pending.values().next_back() {
+            Some(p) => (p.info.size, p.info.capacity),
+            None => (s.record.size, s.record.capacity),
+        };
+        s.assigned_size = size;
+        s.assigned_capacity = capacity;
+        Ok(victims.len())
     }
 
     /// Hands the completed versions right above the last sent one to the committer.
@@ -752,6 +800,13 @@ fn not_pending(s: &BlobState, blob: BlobId, version: Version) -> Error {
             format!(
                 "version {version} of blob {blob} was aborted: its writer did not complete it \
                  within the lease"
+            ),
+        ),
+        Some(GiveUp::Abandoned) => Error::new(
+            ErrorKind::VersionAborted,
+            format!(
+                "version {version} of blob {blob} was aborted by its writer, which could not \
+                 store its data"
             ),
         ),
         None if version < s.next_version => Error::new(

@@ -9,7 +9,8 @@ pub enum ErrorKind {
     NotFound,
     /// The version exists but is not published yet.
     VersionNotPublished,
-    /// The version was given up (writer lease expired or manager restarted before publication).
+    /// The version was given up (its writer aborted it, its lease expired, or the manager
+    /// restarted before publication).
     VersionAborted,
     /// A read or write outside what the version holds.
     OutOfRange,

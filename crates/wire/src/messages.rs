@@ -272,6 +272,12 @@ pub enum Request {
         blob: BlobId,
         version: Version,
     },
+    /// The writer cannot finish `version` (storing its data or metadata failed): it and the
+    /// versions assigned after it are given up now instead of when its lease runs out.
+    AbortVersion {
+        blob: BlobId,
+        version: Version,
+    },
     /// A version's record (`None`: the latest published).
     Version {
         blob: BlobId,
