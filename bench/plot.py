@@ -65,7 +65,12 @@ def main(path: str) -> None:
         ),
         "s2": (
             "S2: N readers, distinct 64 MiB ranges of one blob",
-            {"read": results.get("s2", {}).get("points", [])},
+            {
+                "read": results.get("s2", {}).get("points", []),
+                "bare sendfile, same reads (ceiling)": results.get("ceiling", {}).get(
+                    "points", []
+                ),
+            },
             "MiB/s",
         ),
         "s3": (

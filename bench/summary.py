@@ -25,6 +25,7 @@ def main(path: str) -> None:
     iperf = r.get("loopback", {}).get("iperf3", {}) or {}
     iperf4 = iperf.get("streams_4_mib_s")
     s2 = at(r.get("s2", {}).get("points", []), 8)
+    ceiling = at(r.get("ceiling", {}).get("points", []), 8)
     s3w = at(r.get("s3", {}).get("write", []), 8)
     s4 = at(r.get("s4", {}).get("points", []), 8)
     s5 = at(r.get("s5", {}).get("append_4k", []), 8)
@@ -35,6 +36,9 @@ def main(path: str) -> None:
         "s2_n8_fraction_of_loopback": {"value": ratio(s2, limit), "target": 0.6},
         "iperf3_4_streams_mib_s": iperf4,
         "s2_n8_fraction_of_iperf3_4_streams": ratio(s2, iperf4),
+        "serving_ceiling_n8_mib_s": ceiling,
+        "serving_ceiling_n8_fraction_of_loopback": ratio(ceiling, limit),
+        "s2_n8_fraction_of_serving_ceiling": ratio(s2, ceiling),
         "s4_append_n8_mib_s": s4,
         "s3_write_n8_mib_s": s3w,
         "s4_over_s3_n8": {"value": ratio(s4, s3w), "target": 0.8},

@@ -37,12 +37,14 @@ pub struct BenchArgs {
     /// Runs per point (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Scenarios: loopback, s1, s2, s3s4 (S3 and S4 interleaved), s5, manager, objects (the S3
+    /// Scenarios: loopback, ceiling (S2's reads served by bare sendfile, no checksums or
+    /// metadata: what memory and TCP allow), s1, s2, s3s4 (S3 and S4 interleaved), s5,
+    /// manager, objects (the S3
     /// gateway's workload with the native client; not run by default), repair (failure
     /// detection, repair time and foreground reads during repair; not run by default).
     #[arg(
         long,
-        default_value = "loopback,s1,s2,s3s4,s5,manager",
+        default_value = "loopback,ceiling,s1,s2,s3s4,s5,manager",
         value_delimiter = ','
     )]
     pub scenarios: Vec<String>,
@@ -74,8 +76,8 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    const KNOWN: [&str; 8] = [
-        "loopback", "s1", "s2", "s3s4", "s5", "manager", "objects", "repair",
+    const KNOWN: [&str; 9] = [
+        "loopback", "ceiling", "s1", "s2", "s3s4", "s5", "manager", "objects", "repair",
     ];
     if let Some(bad) = args.scenarios.iter().find(|s| !KNOWN.contains(&s.as_str())) {
         bail!("unknown scenario {bad:?} (known: {})", KNOWN.join(", "));
@@ -98,6 +100,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         eprintln!("bench: {scenario}");
         let named = if scenario == "loopback" {
             vec![("loopback".to_string(), rt.block_on(loopback())?)]
+        } else if scenario == "ceiling" {
+            let dir = crate::scratch_dir("bench-ceiling");
+            let out =
+                crate::bench_ceiling::ceiling(&dir, &args.clients, args.per_client, args.runs);
+            let _ = std::fs::remove_dir_all(&dir);
+            vec![("ceiling".to_string(), out?)]
         } else if scenario == "repair" {
             vec![(
                 "repair".to_string(),

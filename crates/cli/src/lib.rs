@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod bench;
+pub mod bench_ceiling;
 pub mod bench_objects;
 pub mod bench_repair;
 pub mod demo;
