@@ -292,45 +292,12 @@ async fn a_dead_writer_is_aborted_after_its_lease_and_blocks_nobody() {
     assert_eq!(dead.version, 2);
 
     let started = Instant::now();
-    let writers: Vec<_> = (0..6u64)
-        .map(|w| {
-            let blob = blob.clone();
-            tokio::spawn(async move {
-                let mut landed = Vec::new();
-                for seq in 0..5 {
-                    let data = pattern::generate(
-                        pattern::seed(w, seq),
-                        1000 + (w * 7 + seq) as usize * 311,
-                    );
-                    let (v, off) = blob.append(&data).await.unwrap();
-                    landed.push((off, v, data));
-                }
-                landed
-            })
-        })
-        .collect();
-    let mut landed = Vec::new();
-    for w in writers {
-        landed.extend(w.await.unwrap());
-    }
+    let writers = spawn_appenders(&blob, 6, 5, |w, seq| 1000 + (w * 7 + seq) as usize * 311);
+    contiguous_after(&blob, &head, writers).await;
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "writers were held for {:?}",
         started.elapsed()
-    );
-    landed.sort_by_key(|(off, _, _)| *off);
-    let mut expect = head.clone();
-    for (off, v, data) in &landed {
-        assert_eq!(
-            *off,
-            expect.len() as u64,
-            "append of version {v} left a gap or overlap"
-        );
-        expect.extend_from_slice(data);
-    }
-    assert_eq!(
-        blob.read(0, expect.len() as u64, None).await.unwrap(),
-        expect
     );
 
     let list = blob.versions().await.unwrap();
@@ -376,21 +343,7 @@ async fn a_version_aborted_by_its_writer_releases_the_writers_behind_it_at_once(
     assert_eq!(failed.version, 2);
 
     let started = Instant::now();
-    let writers: Vec<_> = (0..4u64)
-        .map(|w| {
-            let blob = blob.clone();
-            tokio::spawn(async move {
-                let mut landed = Vec::new();
-                for seq in 0..4 {
-                    let data =
-                        pattern::generate(pattern::seed(w, seq), 500 + (w * 5 + seq) as usize * 97);
-                    let (v, off) = blob.append(&data).await.unwrap();
-                    landed.push((off, v, data));
-                }
-                landed
-            })
-        })
-        .collect();
+    let writers = spawn_appenders(&blob, 4, 4, |w, seq| 500 + (w * 5 + seq) as usize * 97);
     // The writers are held behind version 2 until its writer gives it up.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
@@ -405,28 +358,11 @@ async fn a_version_aborted_by_its_writer_releases_the_writers_behind_it_at_once(
         pool.call(&tc.addr(), &abort, &[]).await.unwrap().0,
         Response::Ok
     ));
-    let mut landed = Vec::new();
-    for w in writers {
-        landed.extend(w.await.unwrap());
-    }
+    let expect = contiguous_after(&blob, &head, writers).await;
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "writers were held for {:?}",
         started.elapsed()
-    );
-    landed.sort_by_key(|(off, _, _)| *off);
-    let mut expect = head.clone();
-    for (off, v, data) in &landed {
-        assert_eq!(
-            *off,
-            expect.len() as u64,
-            "append of version {v} left a gap or overlap"
-        );
-        expect.extend_from_slice(data);
-    }
-    assert_eq!(
-        blob.read(0, expect.len() as u64, None).await.unwrap(),
-        expect
     );
 
     // Aborting again changes nothing; the late writer learns who gave its version up.
@@ -507,4 +443,58 @@ async fn small_writes_survive_a_provider_dying_under_their_cached_placement() {
         !list.aborted.is_empty(),
         "the write that met the dead provider aborted its version"
     );
+}
+
+/// The (offset, version, data) of every append of one appender.
+type Landed = Vec<(u64, u64, Vec<u8>)>;
+
+/// `writers` tasks appending `appends` pieces each to `blob`, of `size(writer, seq)` bytes.
+fn spawn_appenders(
+    blob: &tomus_client::Blob,
+    writers: u64,
+    appends: u64,
+    size: fn(u64, u64) -> usize,
+) -> Vec<tokio::task::JoinHandle<Landed>> {
+    (0..writers)
+        .map(|w| {
+            let blob = blob.clone();
+            tokio::spawn(async move {
+                let mut landed = Vec::new();
+                for seq in 0..appends {
+                    let data = pattern::generate(pattern::seed(w, seq), size(w, seq));
+                    let (v, off) = blob.append(&data).await.unwrap();
+                    landed.push((off, v, data));
+                }
+                landed
+            })
+        })
+        .collect()
+}
+
+/// Waits for `writers` and checks that their appends follow `head` without gap or overlap and
+/// read back; returns the blob's expected content.
+async fn contiguous_after(
+    blob: &tomus_client::Blob,
+    head: &[u8],
+    writers: Vec<tokio::task::JoinHandle<Landed>>,
+) -> Vec<u8> {
+    let mut landed = Vec::new();
+    for w in writers {
+        landed.extend(w.await.unwrap());
+    }
+    landed.sort_by_key(|(off, _, _)| *off);
+    let mut expect = head.to_vec();
+    for (off, v, data) in &landed {
+        assert_eq!(
+            *off,
+            expect.len() as u64,
+            "append of version {v} left a gap or overlap"
+        );
+        expect.extend_from_slice(data);
+    }
+    assert_eq!(
+        blob.read(0, expect.len() as u64, None).await.unwrap(),
+        expect
+    );
+    expect
 }
