@@ -21,6 +21,8 @@ use common::{chunk_files, TestCluster};
 
 const CHUNK: u64 = 64 << 10;
 const RUN: Duration = Duration::from_secs(20);
+/// Faults injected at least, even when the run outlasts [`RUN`].
+const MIN_FAULTS: u32 = 4;
 
 #[derive(Default)]
 struct History {
@@ -216,7 +218,9 @@ async fn nemesis() {
     // One fault at a time, each healed and repaired before the next (R=2 survives one).
     let started = Instant::now();
     let mut faults: HashMap<&str, u32> = HashMap::new();
-    while started.elapsed() < RUN {
+    // At least MIN_FAULTS, however long repair after each takes (it grows with the data the
+    // writers managed to store).
+    while started.elapsed() < RUN || faults.values().sum::<u32>() < MIN_FAULTS {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(300..1200))).await;
         let running: Vec<usize> = (0..tc.cluster.provider_count())
             .filter(|&i| tc.cluster.is_running(i))
@@ -333,7 +337,7 @@ async fn nemesis() {
         hist.seen.len(),
         reads.load(Ordering::Relaxed)
     );
-    assert!(injected >= 4, "only {injected} faults injected");
+    assert!(injected >= MIN_FAULTS, "only {injected} faults injected");
     assert!(
         hist.appends.len() >= 20,
         "only {} appends acknowledged",
