@@ -23,7 +23,7 @@ use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
 use crate::pattern;
 use crate::size::parse_size;
 
-const MIB: f64 = (1 << 20) as f64;
+pub(crate) const MIB: f64 = (1 << 20) as f64;
 const BLOCK: u64 = 4 << 20;
 
 #[derive(Args, Debug, Clone)]
@@ -187,7 +187,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn point(clients: usize, runs: Vec<f64>, unit: &str) -> Value {
+pub(crate) fn point(clients: usize, runs: Vec<f64>, unit: &str) -> Value {
     json!({"clients": clients, "median": median(runs.clone()), "runs": runs, "unit": unit})
 }
 

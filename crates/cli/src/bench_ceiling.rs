@@ -15,10 +15,10 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
+use crate::bench::{point, MIB};
 use crate::pattern;
 
 const REQUEST: usize = 16 << 20;
-const MIB: f64 = (1 << 20) as f64;
 
 /// Medians of `runs` runs for each reader count, over a file of `max(clients) * per_client`
 /// bytes written in `dir` (read once first, so it is in the page cache like S2's chunks).
@@ -41,9 +41,7 @@ pub fn ceiling(dir: &Path, clients: &[usize], per_client: u64, runs: usize) -> R
         for _ in 0..runs {
             samples.push(serve_once(&path, n, per)?);
         }
-        samples.sort_by(|a, b| a.total_cmp(b));
-        points.push(json!({"clients": n, "median": samples[samples.len() / 2],
-                           "runs": samples, "unit": "MiB/s"}));
+        points.push(point(n, samples, "MiB/s"));
     }
     let _ = std::fs::remove_file(&path);
     Ok(json!({"points": points}))

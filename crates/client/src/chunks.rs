@@ -19,14 +19,19 @@ pub async fn put_chunk(
     data: &[u8],
     replicas: &[ProviderInfo],
 ) -> Result<StoredChunk> {
-    let id = new_chunk_id();
-    put_chunk_as(cluster, id, data, replicas).await?;
-    Ok(StoredChunk {
+    let chunk = whole_chunk(new_chunk_id(), data.len() as u64, replicas);
+    put_chunk_as(cluster, chunk.chunk, data, replicas).await?;
+    Ok(chunk)
+}
+
+/// The record of chunk `id`, all `len` bytes of it, stored on `replicas`.
+pub fn whole_chunk(id: ChunkId, len: u64, replicas: &[ProviderInfo]) -> StoredChunk {
+    StoredChunk {
         chunk: id,
-        len: data.len() as u64,
+        len,
         replicas: replicas.iter().map(|p| p.id).collect(),
         chunk_offset: 0,
-    })
+    }
 }
 
 /// Stores `data` as chunk `id` on every provider of `replicas`; all must acknowledge.

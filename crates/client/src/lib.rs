@@ -257,17 +257,8 @@ impl Blob {
     /// store, the version is aborted and the write done the long way, with failover to other
     /// providers.
     async fn commit_small(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
-        let replicas = self
-            .small_placement()
-            .await?
-            .pop()
-            .ok_or_else(|| Error::internal("manager returned no placement"))?;
-        let chunk = StoredChunk {
-            chunk: chunks::new_chunk_id(),
-            len: data.len() as u64,
-            replicas: replicas.iter().map(|p| p.id).collect(),
-            chunk_offset: 0,
-        };
+        let replicas = self.small_placement().await?;
+        let chunk = chunks::whole_chunk(chunks::new_chunk_id(), data.len() as u64, &replicas);
         let (assigned, stored) = futures::join!(
             self.assign_and_store(op, vec![chunk.clone()], None),
             chunks::put_chunk_as(self.cluster(), chunk.chunk, data, &replicas),
@@ -285,10 +276,10 @@ impl Blob {
                 if e.kind != ErrorKind::Unavailable {
                     return Err(e);
                 }
+                // The provider that failed is suspected now: the next placement avoids it.
                 tracing::info!("blob {}: {e}; storing the chunk elsewhere", self.id);
-                let replicas = self.fresh_replicas(data.len() as u64).await?;
-                let stored = self.put_chunk_with_failover(data, replicas).await?;
-                self.commit_with(op, vec![stored], None).await
+                let stored = self.store_chunks(data).await?;
+                self.commit_with(op, stored, None).await
             }
             // A chunk stored without a version is collected as garbage after the grace period.
             (Err(e), _) => Err(e),
@@ -476,7 +467,7 @@ impl Blob {
         let cs = self.chunk_size as usize;
         let count = data.len().div_ceil(cs);
         let placements = if count == 1 && data.len() as u64 <= placements::SMALL_WRITE {
-            self.small_placement().await?
+            vec![self.small_placement().await?]
         } else {
             self.allocate(count, None).await?
         };
@@ -553,20 +544,20 @@ impl Blob {
 
     /// One replica set for a small write, from placements fetched in batches: small appends
     /// would otherwise spend a manager round trip on placement each.
-    async fn small_placement(&self) -> Result<Vec<Vec<ProviderInfo>>> {
+    async fn small_placement(&self) -> Result<Vec<ProviderInfo>> {
         let cache = &self.client.small_placements;
         let avoid = self.cluster().suspected();
         if let Some(p) = cache.take(self.id, &avoid) {
-            return Ok(vec![p]);
+            return Ok(p);
         }
         let batch = self
             .allocate(placements::BATCH, Some(placements::SMALL_WRITE))
             .await?;
         cache.refill(self.id, batch);
         match cache.take(self.id, &avoid) {
-            Some(p) => Ok(vec![p]),
+            Some(p) => Ok(p),
             // Every new run names a provider that just failed (the manager has not noticed).
-            None => Ok(vec![self.fresh_replicas(placements::SMALL_WRITE).await?]),
+            None => self.fresh_replicas(placements::SMALL_WRITE).await,
         }
     }
 
