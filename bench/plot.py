@@ -93,7 +93,8 @@ def main(path: str) -> None:
             "S5: 4 KiB operations",
             {
                 "append 4 KiB": results.get("s5", {}).get("append_4k", []),
-                "read 4 KiB": results.get("s5", {}).get("read_4k", []),
+                "read 4 KiB, latest": results.get("s5", {}).get("read_4k", []),
+                "read 4 KiB, pinned version": results.get("s5", {}).get("read_4k_pinned", []),
             },
             "ops/s",
         ),

@@ -29,6 +29,8 @@ def main(path: str) -> None:
     s3w = at(r.get("s3", {}).get("write", []), 8)
     s4 = at(r.get("s4", {}).get("points", []), 8)
     s5 = at(r.get("s5", {}).get("append_4k", []), 8)
+    read_latest = at(r.get("s5", {}).get("read_4k", []), 8)
+    read_pinned = at(r.get("s5", {}).get("read_4k_pinned", []), 8)
     mgr = r.get("manager", {}).get("in_process_ops_s")
     summary = {
         "loopback_tcp_limit_mib_s": limit,
@@ -43,6 +45,9 @@ def main(path: str) -> None:
         "s3_write_n8_mib_s": s3w,
         "s4_over_s3_n8": {"value": ratio(s4, s3w), "target": 0.8},
         "s5_append_4k_n8_ops_s": {"value": s5, "target": 5000},
+        "s5_read_4k_latest_n8_ops_s": read_latest,
+        "s5_read_4k_pinned_n8_ops_s": read_pinned,
+        "s5_pinned_over_latest_read_n8": ratio(read_pinned, read_latest),
         "manager_in_process_ops_s": {"value": mgr, "target": 50000},
         "manager_rpc_ops_s": r.get("manager", {}).get("rpc_ops_s"),
     }

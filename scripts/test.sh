@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The full test suite: Rust workspace tests, then the Python package (built from this checkout
-# into .venv) with its linter and tests against real embedded clusters.
+# into .venv) with its linter, type checker and tests against real embedded clusters.
 # Needs only Rust, Python >= 3.10 with pip and venv, and access to crates.io and PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +15,8 @@ fi
 # A development build (the workspace dev profile) reusing the cargo build above.
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --locked -m python/Cargo.toml
 .venv/bin/ruff check python
+# Strict type checking of the package (configured in python/pyproject.toml), then the stubs of
+# the native module against the module just built: its names, parameters and defaults.
+(cd python && ../.venv/bin/mypy)
+(cd python && ../.venv/bin/python -m mypy.stubtest tomus._native)
 .venv/bin/python -m pytest -q python/tests

@@ -88,6 +88,29 @@ fn new_bytes<'py, T>(
     }
 }
 
+/// The length of the range of `size` bytes (`None`: to the end) at `offset` of the version `info`
+/// describes; for a range past its end, the `OutOfRange` error the Rust client gives.
+fn read_len(info: &tomus_wire::VersionInfo, offset: u64, size: Option<u64>) -> Result<u64, Error> {
+    let past_end = |range: String| {
+        Error::out_of_range(format!(
+            "{range} is past the end of blob {} at version {} (size {})",
+            info.blob, info.version, info.size
+        ))
+    };
+    let Some(size) = size else {
+        return info
+            .size
+            .checked_sub(offset)
+            .ok_or_else(|| past_end(format!("offset {offset}")));
+    };
+    // In u128, where offset + size cannot overflow: the message names the real end.
+    let end = u128::from(offset) + u128::from(size);
+    if end > u128::from(info.size) {
+        return Err(past_end(format!("range {offset}..{end}")));
+    }
+    Ok(size)
+}
+
 /// Reopens a blob from its pickled state, without contacting the cluster yet.
 #[pyfunction]
 pub fn restore_blob(client: &ClientHandle, id: u64, chunk_size: u64, replication: u32) -> Blob {
@@ -157,28 +180,19 @@ impl Blob {
         version: Option<i64>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let offset = non_negative("offset", offset)?;
-        let mut version = version_arg(version)?;
-        let size = match size {
-            Some(s) => non_negative("size", s)?,
-            None => {
-                // Pin the version so the size and the bytes come from the same snapshot.
-                let info = self.run(py, |b| async move { b.stat(version).await })?;
-                version = Some(info.version);
-                info.size.checked_sub(offset).ok_or_else(|| {
-                    to_py(Error::out_of_range(format!(
-                        "offset {offset} is past the end of blob {} at version {} (size {})",
-                        self.id, info.version, info.size
-                    )))
-                })?
-            }
-        };
-        let len = usize::try_from(size)
-            .map_err(|_| PyValueError::new_err(format!("size {size} is too large")))?;
+        let size = size.map(|s| non_negative("size", s)).transpose()?;
+        let version = version_arg(version)?;
+        // The version's record comes first: `size` is the caller's number, so it is checked
+        // against the version's size before a buffer of that size exists, and the bytes are
+        // then read from that same version (its size and content are one snapshot).
+        let info = self.run(py, |b| async move { b.stat(version).await })?;
+        let len = read_len(&info, offset, size).map_err(to_py)?;
+        let len = usize::try_from(len)
+            .map_err(|_| PyValueError::new_err(format!("size {len} is too large")))?;
         new_bytes(py, len, |out| {
-            self.run(
-                py,
-                |b| async move { b.read_into(offset, out, version).await },
-            )
+            self.run(py, |b| async move {
+                b.read_version_into(&info, offset, out).await
+            })
         })
     }
 
@@ -243,15 +257,7 @@ impl Blob {
         let size = size.map(|s| non_negative("size", s)).transpose()?;
         let locs = self.run(py, |b| async move {
             let info = b.stat(version).await?;
-            let size = match size {
-                Some(s) => s,
-                None => info.size.checked_sub(offset).ok_or_else(|| {
-                    Error::out_of_range(format!(
-                        "offset {offset} is past the end of version {} (size {})",
-                        info.version, info.size
-                    ))
-                })?,
-            };
+            let size = read_len(&info, offset, size)?;
             b.locations(offset, size, Some(info.version)).await
         })?;
         Ok(locs

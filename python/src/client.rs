@@ -136,7 +136,8 @@ impl ClientHandle {
     }
 
     /// Creates a blob; `chunk_size` is a power of two from 4 KiB to 256 MiB.
-    #[pyo3(signature = (chunk_size=4 << 20, replication=1))]
+    // Defaults as literals (4 MiB): Python's signature (help(), stubtest) shows only those.
+    #[pyo3(signature = (chunk_size=4_194_304, replication=1))]
     fn create_blob(&self, py: Python<'_>, chunk_size: i64, replication: u32) -> PyResult<Blob> {
         let chunk_size = non_negative("chunk_size", chunk_size)?;
         let conn = self.conn.clone();

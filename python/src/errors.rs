@@ -2,19 +2,20 @@
 //!
 //! The exception classes live in `tomus/errors.py` (they need multiple inheritance, e.g.
 //! `NotFound` is also a `FileNotFoundError`); this module hands each error to that module's
-//! `_from_native(kind, message)`, keyed by the kind's name so kinds added to the wire protocol
-//! later map to a class of their own or to the base `TomusError`.
+//! `_from_native(kind, message)`, keyed by the kind's name. `error_kinds` lists every kind's
+//! name, so the Python tests can check that each has a class of its own.
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use tomus_wire::ErrorKind;
 
 static FROM_NATIVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// The Python exception for a tomus error.
 pub fn to_py(e: tomus_wire::Error) -> PyErr {
     Python::attach(|py| {
-        let kind = format!("{:?}", e.kind);
+        let kind = kind_name(e.kind);
         let make = FROM_NATIVE.get_or_try_init(py, || {
             py.import("tomus.errors")?
                 .getattr("_from_native")
@@ -26,6 +27,17 @@ pub fn to_py(e: tomus_wire::Error) -> PyErr {
             Err(_) => PyRuntimeError::new_err(format!("{kind}: {}", e.message)),
         }
     })
+}
+
+/// The name a kind is known by in Python (`TomusError.kind`): its Rust name.
+fn kind_name(kind: ErrorKind) -> String {
+    format!("{kind:?}")
+}
+
+/// The name of every error kind of the wire protocol (`TomusError.kind` values).
+#[pyfunction]
+pub fn error_kinds() -> Vec<String> {
+    ErrorKind::ALL.iter().copied().map(kind_name).collect()
 }
 
 /// A non-negative integer argument as `u64` (`ValueError` otherwise).

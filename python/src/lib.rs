@@ -26,6 +26,8 @@ mod _native {
     #[pymodule_export]
     use crate::client::{connect, restore_client, ClientHandle};
     #[pymodule_export]
+    use crate::errors::error_kinds;
+    #[pymodule_export]
     use crate::namespace::Namespace;
     #[pymodule_export]
     use crate::types::{BlobInfo, ProviderInfo, VersionInfo, VersionList};

@@ -10,8 +10,9 @@ use tomus_wire::{EntryKind, FsEntry};
 
 use crate::blob::Blob;
 use crate::client::Conn;
-use crate::errors::{non_negative, to_py};
+use crate::errors::{non_negative, to_py, version_arg};
 use crate::runtime::block_on;
+use crate::types::VersionInfo;
 
 #[pyclass(frozen, module = "tomus")]
 pub struct Namespace {
@@ -99,7 +100,8 @@ impl Namespace {
 
     /// Creates a file on a new blob (missing parents are made); an existing file is opened
     /// unless `exclusive`. Returns `(entry, blob)`.
-    #[pyo3(signature = (path, chunk_size=4 << 20, replication=1, exclusive=false))]
+    // Defaults as literals (4 MiB): Python's signature (help(), stubtest) shows only those.
+    #[pyo3(signature = (path, chunk_size=4_194_304, replication=1, exclusive=false))]
     fn create<'py>(
         &self,
         py: Python<'py>,
@@ -121,6 +123,26 @@ impl Namespace {
     fn open<'py>(&self, py: Python<'py>, path: String) -> PyResult<(Bound<'py, PyDict>, Blob)> {
         let (e, b) = self.run(py, |ns| async move { ns.open(&path).await })?;
         Ok((entry_dict(py, &e)?, Blob::new(self.conn.clone(), b)))
+    }
+
+    /// Opens an existing file at one of its versions (`None`: the latest published), in one
+    /// round trip: `(entry, blob, version record)`. Reads of that version through the blob
+    /// then ask only the metadata DHT and the providers, never the manager.
+    #[pyo3(signature = (path, version=None))]
+    fn open_version<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        version: Option<i64>,
+    ) -> PyResult<(Bound<'py, PyDict>, Blob, VersionInfo)> {
+        let version = version_arg(version)?;
+        let (o, b) = self.run(py, |ns| async move { ns.object(&path, version).await })?;
+        let entry = entry_dict(py, &o.entry)?;
+        Ok((
+            entry,
+            Blob::new(self.conn.clone(), b),
+            VersionInfo::from(&o.version),
+        ))
     }
 
     /// Moves a file or a directory tree; an existing file at `dst` is replaced.

@@ -6,6 +6,7 @@ import os
 import socket
 import threading
 import time
+import tracemalloc
 
 import pytest
 from blob_support import CHUNK
@@ -28,6 +29,31 @@ def test_read_past_end_is_out_of_range(blob: tomus.Blob) -> None:
         blob.read(11)
     with pytest.raises(ValueError):  # OutOfRange is a ValueError too
         blob.locations(0, 100)
+
+
+def test_read_checks_the_range_before_allocating(blob: tomus.Blob) -> None:
+    """A size past the end is refused from the version's size, before a buffer of that size is
+    allocated: ``OutOfRange`` naming the range, blob, version and size, not ``MemoryError`` (nor
+    gigabytes zeroed only to be dropped)."""
+    v = blob.write(0, os.urandom(100_000))
+    tracemalloc.start()
+    try:
+        for offset, size in [(0, 2**40), (0, 1 << 30), (99_999, 2**63 - 1), (2**63 - 1, 2**63 - 1)]:
+            tracemalloc.reset_peak()
+            with pytest.raises(tomus.errors.OutOfRange) as e:
+                blob.read(offset, size)
+            assert tracemalloc.get_traced_memory()[1] < 1 << 20
+            assert str(e.value) == (
+                f"range {offset}..{offset + size} is past the end of blob {blob.id} "
+                f"at version {v} (size 100000)"
+            )
+    finally:
+        tracemalloc.stop()
+    with pytest.raises(ValueError, match="size must be >= 0"):
+        blob.read(0, -1)
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        blob.read(-1, 10)
+    assert len(blob.read(0, 100_000, version=v)) == 100_000
 
 
 @pytest.mark.parametrize("chunk_size", [0, 1000, 2048, 4096 + 1, 512 << 20])
@@ -137,6 +163,8 @@ def test_error_hierarchy() -> None:
         (tomus.NotEmpty, OSError),
         (tomus.IsADirectory, IsADirectoryError),
         (tomus.NotADirectory, NotADirectoryError),
+        (tomus.InternalError, RuntimeError),
+        (tomus.WriteExpired, TimeoutError),
     ]:
         assert issubclass(cls, tomus.TomusError) and issubclass(cls, base)
     for cls in [
@@ -144,12 +172,42 @@ def test_error_hierarchy() -> None:
         tomus.VersionAborted,
         tomus.Corrupt,
         tomus.ProtocolError,
+        tomus.Retry,
+        tomus.PreconditionFailed,
     ]:
-        assert issubclass(cls, tomus.TomusError)
+        assert cls.__mro__[1:] == (tomus.TomusError, Exception, BaseException, object)
     from tomus.errors import _from_native
 
     assert type(_from_native("SomeFutureKind", "m")) is tomus.TomusError
     assert type(_from_native("IsADirectory", "m")) is tomus.IsADirectory
+
+
+def test_every_error_kind_has_a_class_of_its_own() -> None:
+    """The error kinds of the wire protocol (the Rust enum, listed by the extension) and the
+    exception classes of ``tomus.errors`` are the same set, and the extension's errors of each
+    kind become that kind's own class."""
+    import inspect
+
+    from tomus import _native, errors
+
+    rust = _native.error_kinds()
+    assert len(set(rust)) == len(rust)
+    classes = [
+        cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, tomus.TomusError) and cls is not tomus.TomusError
+    ]
+    python = {cls.kind for cls in classes}
+    assert sorted(set(rust) - python) == [], "kinds without an exception class"
+    assert sorted(python - set(rust)) == [], "exception classes of no kind"
+    made = {}
+    for kind in rust:
+        exc = errors._from_native(kind, "what went wrong")
+        assert type(exc) is not tomus.TomusError, f"{kind} has no class of its own"
+        assert type(exc).kind == exc.kind == kind and str(exc) == "what went wrong"
+        assert getattr(tomus, type(exc).__name__) is type(exc), "exported by tomus"
+        made[kind] = type(exc)
+    assert len(set(made.values())) == len(rust), "two kinds share a class"
 
 
 def test_errors_from_other_kinds_keep_working(blob: tomus.Blob) -> None:

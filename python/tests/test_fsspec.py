@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 
@@ -127,6 +128,14 @@ def test_every_close_is_a_version_and_old_ones_stay_readable(
         assert fs.cat_file(f"{path}?version={v}") == c
         assert fs.info(f"{path}?version={v}")["size"] == len(c)
     assert fs.versions(path) == versions
+    # One round trip gives the file and a version's record; copies take one version whole.
+    entry, blob, stat = fs.ns.open_version(path.removeprefix("/"), versions[0])
+    assert (entry["type"], stat.version, stat.size) == ("file", versions[0], len(contents[0]))
+    assert blob.read(0, 5, stat.version) == contents[0][:5]
+    fs.cp_file(f"{path}?version={versions[0]}", f"{root}/copy.txt")
+    assert fs.cat_file(f"{root}/copy.txt") == contents[0]
+    with pytest.raises(tomus.IsADirectory):
+        fs.ns.open_version(root.removeprefix("/"))
 
 
 def test_locations_name_providers_for_every_byte(fs: TomusFileSystem, root: str) -> None:
@@ -184,6 +193,23 @@ def test_bad_input_gives_clear_errors(fs: TomusFileSystem, root: str) -> None:
     with pytest.raises(ValueError):
         fs.info("a/../b")
     assert fs.cat_file(f"{root}/f") == b"x"
+
+
+def test_huge_ranges_read_what_the_file_has(fs: TomusFileSystem, root: str) -> None:
+    """Ends far past the end of a file are clamped to its size (slice semantics) before
+    anything is read or allocated."""
+    data = os.urandom(100_000)
+    fs.pipe_file(f"{root}/f", data)
+    tracemalloc.start()
+    try:
+        assert fs.cat_file(f"{root}/f", 10, 2**40) == data[10:]
+        assert fs.cat_ranges([f"{root}/f"] * 2, [0, 2**40], [2**40, 2**41]) == [data, b""]
+        with fs.open(f"{root}/f", "rb") as f:
+            f.seek(99_990)
+            assert f.read(2**40) == data[99_990:]
+        assert tracemalloc.get_traced_memory()[1] < 16 << 20
+    finally:
+        tracemalloc.stop()
 
 
 def test_fsspec_registry_pandas_pyarrow_and_dask(root: str, env_addr: None) -> None:

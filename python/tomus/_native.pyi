@@ -1,10 +1,38 @@
-"""Type stubs for tomus._native, the compiled bindings to the Rust client."""
+"""Type stubs for tomus._native, the compiled bindings to the Rust client (python/src/*.rs).
 
-from collections.abc import Iterator
-from typing import Any
+scripts/test.sh checks them against the built module with ``mypy.stubtest`` (names, parameters,
+defaults); return types are what the Rust methods return, converted by PyO3.
+"""
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import ClassVar, Literal, final
 
 from typing_extensions import Buffer
 
+from tomus.fs import Entry, TomusFileSystem
+
+__all__ = [
+    "BUILD_PROFILE",
+    "Blob",
+    "BlobInfo",
+    "BlobWriter",
+    "Client",
+    "Namespace",
+    "ProviderInfo",
+    "VersionInfo",
+    "VersionList",
+    "cli_main",
+    "connect",
+    "die_with_parent",
+    "error_kinds",
+    "restore_blob",
+    "restore_client",
+]
+
+# What a pickled Client holds: restore_client's arguments.
+_ClientArgs = tuple[str, bytes | None, int, float, float, bool]
+
+@final
 class Client:
     """A connection to a tomus cluster (its manager). Thread-safe; share one per process."""
 
@@ -14,12 +42,15 @@ class Client:
     def open_blob(self, id: int) -> Blob: ...
     def list_blobs(self) -> list[BlobInfo]: ...
     def providers(self) -> list[ProviderInfo]: ...
-    def fs(self) -> Any:
-        """The fsspec file system (tomus://) over this cluster: a tomus.fs.TomusFileSystem."""
+    def fs(self) -> TomusFileSystem:
+        """The fsspec file system (tomus://) over this cluster."""
     def namespace(self) -> Namespace:
         """The cluster's directories and files (each file a blob)."""
-    def __reduce__(self) -> tuple[Any, ...]: ...
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[[str, bytes | None, int, float, float, bool], Client], _ClientArgs]: ...
 
+@final
 class Blob:
     """A handle on one versioned blob. Every call releases the GIL during I/O."""
 
@@ -49,8 +80,11 @@ class Blob:
         self, offset: int = 0, size: int | None = None, version: int | None = None
     ) -> list[tuple[int, int, list[str]]]:
         """[(offset, size, [provider address, ...]), ...]; no address: a hole (zeros)."""
-    def __reduce__(self) -> tuple[Any, ...]: ...
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[[Client, int, int, int], Blob], tuple[Client, int, int, int]]: ...
 
+@final
 class BlobWriter:
     """One version written in parts; nothing is visible before a commit."""
 
@@ -63,24 +97,28 @@ class BlobWriter:
     def commit_write(self, offset: int) -> int | None:
         """Publishes one write at `offset`: the version, or None if nothing was written."""
 
+@final
 class Namespace:
-    """Directories and files; entries are dicts in fsspec's info shape (name, type, size,
-    version, blob, chunk_size, replication, created, mtime)."""
+    """Directories and files; entries are dicts in fsspec's info shape (tomus.fs.Entry)."""
 
-    def stat(self, path: str) -> dict[str, Any]: ...
-    def list(self, path: str, recursive: bool = False) -> list[dict[str, Any]]: ...
-    def mkdir(self, path: str, parents: bool = False) -> dict[str, Any]: ...
+    def stat(self, path: str) -> Entry: ...
+    def list(self, path: str, recursive: bool = False) -> list[Entry]: ...
+    def mkdir(self, path: str, parents: bool = False) -> Entry: ...
     def create(
         self,
         path: str,
         chunk_size: int = 4194304,
         replication: int = 1,
         exclusive: bool = False,
-    ) -> tuple[dict[str, Any], Blob]: ...
-    def open(self, path: str) -> tuple[dict[str, Any], Blob]: ...
+    ) -> tuple[Entry, Blob]: ...
+    def open(self, path: str) -> tuple[Entry, Blob]: ...
+    def open_version(
+        self, path: str, version: int | None = None
+    ) -> tuple[Entry, Blob, VersionInfo]: ...
     def rename(self, src: str, dst: str) -> None: ...
     def delete(self, path: str, recursive: bool = False) -> None: ...
 
+@final
 class VersionInfo:
     """One version: the range it wrote (offset, length) and the blob size after it (size)."""
 
@@ -89,8 +127,7 @@ class VersionInfo:
     @property
     def version(self) -> int: ...
     @property
-    def state(self) -> str:
-        """'published', 'pending' or 'aborted'."""
+    def state(self) -> Literal["published", "pending", "aborted"]: ...
     @property
     def append(self) -> bool: ...
     @property
@@ -99,7 +136,10 @@ class VersionInfo:
     def length(self) -> int: ...
     @property
     def size(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
+@final
 class VersionList:
     """Published versions (a sequence of VersionInfo) and aborted version ranges [start, end)."""
 
@@ -108,9 +148,10 @@ class VersionList:
     @property
     def aborted(self) -> list[tuple[int, int]]: ...
     def __len__(self) -> int: ...
-    def __getitem__(self, index: int) -> VersionInfo: ...
+    def __getitem__(self, index: int, /) -> VersionInfo: ...
     def __iter__(self) -> Iterator[VersionInfo]: ...
 
+@final
 class BlobInfo:
     @property
     def id(self) -> int: ...
@@ -122,7 +163,10 @@ class BlobInfo:
     def latest(self) -> int: ...
     @property
     def size(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
+@final
 class ProviderInfo:
     @property
     def id(self) -> int: ...
@@ -142,6 +186,8 @@ class ProviderInfo:
     def alive(self) -> bool: ...
     @property
     def draining(self) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
 def connect(
     addr: str,
@@ -161,10 +207,12 @@ def restore_client(
     local: bool,
 ) -> Client: ...
 def restore_blob(client: Client, id: int, chunk_size: int, replication: int) -> Blob: ...
-def cli_main(argv: list[str]) -> int:
+def cli_main(argv: Sequence[str]) -> int:
     """Runs the tomus command line (program name first); returns the exit code."""
 
 def die_with_parent(parent: int) -> bool: ...
+def error_kinds() -> list[str]:
+    """The name of every error kind of the wire protocol (the ``kind`` of tomus.errors' classes)."""
 
-BUILD_PROFILE: str
+BUILD_PROFILE: Literal["debug", "release"]
 """The cargo profile the extension was built with: "debug" or "release"."""

@@ -15,14 +15,27 @@ import time
 import weakref
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from tomus import _native
 from tomus.errors import ClusterStartError
 
-__all__ = ["LocalCluster", "local_cluster"]
+if TYPE_CHECKING:  # typing has Unpack only from 3.11; annotations are not evaluated at run time
+    from typing_extensions import Unpack
+
+__all__ = ["ConnectOptions", "LocalCluster", "local_cluster"]
 
 _READY_LINE = b"tomus cluster listening on "
+
+
+class ConnectOptions(TypedDict, total=False):
+    """The options of ``tomus.connect`` (all keyword arguments)."""
+
+    secret: str | bytes | None
+    parallelism: int
+    timeout: float
+    connect_timeout: float
+    local: bool
 
 
 class LocalCluster:
@@ -104,7 +117,7 @@ class LocalCluster:
             f"local cluster did not start: {what}; log {self.log_path}:\n{_tail(self.log_path)}"
         )
 
-    def connect(self, **options: Any) -> _native.Client:
+    def connect(self, **options: Unpack[ConnectOptions]) -> _native.Client:
         """A client of this cluster (options as for ``tomus.connect``)."""
         from tomus import connect
 

@@ -1,7 +1,9 @@
 """Exceptions raised by tomus: one class per error kind, all subclasses of TomusError.
 
-Each also derives from the closest built-in exception, so ``except FileNotFoundError`` or
-``except ValueError`` work as they would for local files.
+Each also derives from the closest built-in exception where one has the same meaning, so
+``except FileNotFoundError`` or ``except ValueError`` work as they would for local files. Kinds
+that no built-in means (``Corrupt``, ``Retry``, ...) derive from ``TomusError`` alone: a loose
+fit would let handlers written for something else catch them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ __all__ = [
     "AuthFailed",
     "ClusterStartError",
     "Corrupt",
+    "InternalError",
     "InvalidArgument",
     "IsADirectory",
     "NoSpace",
@@ -18,11 +21,14 @@ __all__ = [
     "NotEmpty",
     "NotFound",
     "OutOfRange",
+    "PreconditionFailed",
     "ProtocolError",
+    "Retry",
     "TomusError",
     "Unavailable",
     "VersionAborted",
     "VersionNotPublished",
+    "WriteExpired",
 ]
 
 
@@ -92,6 +98,20 @@ class ProtocolError(TomusError):
     kind = "Protocol"
 
 
+class InternalError(TomusError, RuntimeError):
+    """A bug, or an unexpected failure of a server's own state (e.g. an I/O error on its disk)."""
+
+    kind = "Internal"
+
+
+class Retry(TomusError):
+    """Given up through no fault of the caller (the writer of a version before this one died
+    while it was in flight): doing the same operation again succeeds. The client already
+    commits again a few times before raising it."""
+
+    kind = "Retry"
+
+
 class AlreadyExists(TomusError, FileExistsError):
     """The path already exists."""
 
@@ -116,6 +136,21 @@ class NotADirectory(TomusError, NotADirectoryError):
     kind = "NotADirectory"
 
 
+class PreconditionFailed(TomusError):
+    """A condition the request set on the current state did not hold (e.g. the size an append
+    at a known offset expected)."""
+
+    kind = "PreconditionFailed"
+
+
+class WriteExpired(TomusError, TimeoutError):
+    """A write took longer from storing its data to committing it than the cluster's garbage
+    collection grace: the data may have been reclaimed, so nothing was published. Write it
+    again (or raise the manager's ``--gc-grace-ms``)."""
+
+    kind = "WriteExpired"
+
+
 class ClusterStartError(TomusError, RuntimeError):
     """A local cluster did not come up."""
 
@@ -135,10 +170,14 @@ _BY_KIND: dict[str, type[TomusError]] = {
         NoSpace,
         AuthFailed,
         ProtocolError,
+        InternalError,
+        Retry,
         AlreadyExists,
         NotEmpty,
         IsADirectory,
         NotADirectory,
+        PreconditionFailed,
+        WriteExpired,
     )
 }
 

@@ -13,18 +13,40 @@ and ``locations(path)`` tells schedulers which providers hold which bytes.
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 from urllib.parse import parse_qs
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
-from tomus._native import Blob, BlobWriter, Client
+from tomus._native import Blob, BlobWriter, Client, VersionInfo
 from tomus.errors import InvalidArgument, NotFound
 
-__all__ = ["TomusFile", "TomusFileSystem"]
+__all__ = ["Entry", "TomusFile", "TomusFileSystem"]
+
+
+class _EntryFields(TypedDict):  # what every entry has; Entry adds what only files have
+    name: str
+    type: Literal["file", "directory"]
+    size: int
+    created: float
+    mtime: float
+
+
+class Entry(_EntryFields, total=False):
+    """A file or directory in fsspec's ``info`` shape, as ``info``, ``ls`` and the native
+    ``Namespace`` give it: ``name`` (no leading ``/``), ``type``, ``size``, ``created`` and
+    ``mtime`` (Unix seconds), and for files tomus's own ``version``, ``blob``, ``chunk_size``
+    and ``replication``."""
+
+    version: int
+    blob: int
+    chunk_size: int
+    replication: int
+
 
 DEFAULT_CHUNK_SIZE = 4 << 20
 #: Ranges fetched at once by ``cat_ranges``.
@@ -85,7 +107,7 @@ class TomusFileSystem(AbstractFileSystem):
         return base.strip("/") + sep + query
 
     @staticmethod
-    def _get_kwargs_from_urls(urlpath: str) -> dict[str, Any]:
+    def _get_kwargs_from_urls(urlpath: str) -> dict[str, object]:
         return {}
 
     def unstrip_protocol(self, name: str) -> str:
@@ -93,7 +115,7 @@ class TomusFileSystem(AbstractFileSystem):
 
     # ---- metadata
 
-    def info(self, path: str, version: int | None = None, **kwargs: Any) -> dict[str, Any]:
+    def info(self, path: str, version: int | None = None, **kwargs: Any) -> Entry:
         path, query_version = _split_version(self._strip_protocol(path))
         version = version if version is not None else query_version
         entry = self.ns.stat(path)
@@ -103,7 +125,7 @@ class TomusFileSystem(AbstractFileSystem):
             entry["version"] = stat.version
         return entry
 
-    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Entry] | list[str]:
         path = self._strip_protocol(path)
         entry = self.ns.stat(path)
         entries = [entry] if entry["type"] == "file" else self.ns.list(path, False)
@@ -116,10 +138,11 @@ class TomusFileSystem(AbstractFileSystem):
         withdirs: bool = False,
         detail: bool = False,
         **kwargs: Any,
-    ) -> Any:
+    ) -> list[str] | dict[str, Entry]:
         # One recursive listing from the manager instead of a walk of ls calls.
         if maxdepth is not None:
-            return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail)
+            walked = super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail)
+            return cast("list[str] | dict[str, Entry]", walked)  # fsspec is untyped
         path = self._strip_protocol(path)
         try:
             top = self.ns.stat(path)
@@ -143,14 +166,10 @@ class TomusFileSystem(AbstractFileSystem):
         except NotFound:
             return False
 
-    def created(self, path: str) -> Any:
-        import datetime
-
+    def created(self, path: str) -> datetime.datetime:
         return datetime.datetime.fromtimestamp(self.info(path)["created"], datetime.timezone.utc)
 
-    def modified(self, path: str) -> Any:
-        import datetime
-
+    def modified(self, path: str) -> datetime.datetime:
         return datetime.datetime.fromtimestamp(self.info(path)["mtime"], datetime.timezone.utc)
 
     def locations(
@@ -187,7 +206,9 @@ class TomusFileSystem(AbstractFileSystem):
     def _rm(self, path: str) -> None:
         self.ns.delete(self._strip_protocol(path), False)
 
-    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+    def rm(
+        self, path: str | Iterable[str], recursive: bool = False, maxdepth: int | None = None
+    ) -> None:
         paths = [path] if isinstance(path, str) else list(path)
         for p in paths:
             if maxdepth is None and not any(c in p for c in "*?["):
@@ -205,12 +226,14 @@ class TomusFileSystem(AbstractFileSystem):
             super().mv(path1, path2, recursive=recursive, **kwargs)
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
-        src = self._blob(self._strip_protocol(path1))
+        """Copies one version of ``path1`` (the latest, or ``?version=N``): a writer to the
+        source meanwhile changes neither what is copied nor its size."""
+        bare, version = _split_version(self._strip_protocol(path1))
+        _, src, stat = self.ns.open_version(bare, version)
         with self.open(path2, "wb", chunk_size=src.chunk_size) as out:
-            size = src.size()
             window = max(src.chunk_size, 16 << 20)
-            for start in range(0, size, window):
-                out.write(src.read(start, min(window, size - start)))
+            for start in range(0, stat.size, window):
+                out.write(src.read(start, min(window, stat.size - start), stat.version))
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
         path = self._strip_protocol(path)
@@ -234,8 +257,9 @@ class TomusFileSystem(AbstractFileSystem):
     ) -> bytes:
         path, version = _split_version(self._strip_protocol(path))
         version = kwargs.get("version", version)
-        blob = self._blob(path)
-        stat = blob.stat(version)
+        # One manager round trip for the path and the version's record; the read itself
+        # goes to the metadata DHT and the providers only.
+        _, blob, stat = self.ns.open_version(path, version)
         lo, hi = _clamp(start, end, stat.size)
         return blob.read(lo, hi - lo, stat.version)
 
@@ -244,37 +268,33 @@ class TomusFileSystem(AbstractFileSystem):
         paths: Sequence[str],
         starts: Sequence[int | None] | int | None,
         ends: Sequence[int | None] | int | None,
-        max_gap: Any = None,
+        max_gap: int | None = None,
         on_error: str = "return",
         **kwargs: Any,
-    ) -> list[Any]:
+    ) -> list[bytes | Exception]:
         """Fetches every range in parallel (each file's version pinned once)."""
         n = len(paths)
         starts_l = list(starts) if isinstance(starts, Iterable) else [starts] * n
         ends_l = list(ends) if isinstance(ends, Iterable) else [ends] * n
         if len(starts_l) != n or len(ends_l) != n:
             raise ValueError("paths, starts and ends must have the same length")
-        pinned: dict[str, tuple[Blob, Any]] = {}
-
-        def pin(path: str) -> tuple[Blob, Any]:
-            if path not in pinned:
-                bare, version = _split_version(self._strip_protocol(path))
-                blob = self._blob(bare)
-                pinned[path] = (blob, blob.stat(version))
-            return pinned[path]
-
+        # Each file's blob and version record, or why it could not be opened.
+        pinned: dict[str, tuple[Blob, VersionInfo] | Exception] = {}
         for p in set(paths):
             try:
-                pin(p)
+                bare, version = _split_version(self._strip_protocol(p))
+                _, blob, stat = self.ns.open_version(bare, version)
+                pinned[p] = (blob, stat)
             except Exception as e:
                 if on_error != "return":
                     raise
-                pinned[p] = (None, e)  # type: ignore[assignment]
+                pinned[p] = e
 
-        def one(i: int) -> Any:
-            blob, stat = pinned[paths[i]]
-            if blob is None:
-                return stat
+        def one(i: int) -> bytes | Exception:
+            opened = pinned[paths[i]]
+            if isinstance(opened, Exception):
+                return opened
+            blob, stat = opened
             try:
                 lo, hi = _clamp(starts_l[i], ends_l[i], stat.size)
                 return blob.read(lo, hi - lo, stat.version)
@@ -301,7 +321,10 @@ class TomusFileSystem(AbstractFileSystem):
         path, query_version = _split_version(self._strip_protocol(path))
         version = version if version is not None else query_version
         if "r" in mode:
-            _, blob = self.ns.open(path)
+            # The version's record comes with the path: the file's reads, pinned to it,
+            # never ask the manager.
+            _, blob, stat = self.ns.open_version(path, version)
+            version = stat.version
         else:
             if version is not None:
                 raise InvalidArgument("version= applies to reading; writes make new versions")
@@ -336,6 +359,8 @@ def _clamp(start: int | None, end: int | None, size: int) -> tuple[int, int]:
 class TomusFile(AbstractBufferedFile):
     """A file of the namespace: reads one pinned version with read-ahead; writes go to the
     blob chunk by chunk and publish one version when the file is closed."""
+
+    mode: str  # set by fsspec's AbstractBufferedFile
 
     def __init__(
         self,

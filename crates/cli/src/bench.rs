@@ -17,7 +17,8 @@ use rand::Rng;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tomus_client::{Blob, Client, ClientOptions};
-use tomus_wire::{Pool, Request, Response, RpcConfig, WriteOp};
+use tomus_wire::manager::{Assign, Complete, CreateBlob};
+use tomus_wire::{Attrs, DataAge, Pool, RpcConfig, WriteOp};
 
 use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
 use crate::pattern;
@@ -41,7 +42,9 @@ pub struct BenchArgs {
     /// metadata: what memory and TCP allow), s1, s2, s3s4 (S3 and S4 interleaved), s5,
     /// manager, objects (the S3
     /// gateway's workload with the native client; not run by default), repair (failure
-    /// detection, repair time and foreground reads during repair; not run by default).
+    /// detection, repair time and foreground reads during repair; not run by default),
+    /// maintenance (the cost of maintenance rounds and of the full audit as the number of
+    /// retained versions grows; not run by default).
     #[arg(
         long,
         default_value = "loopback,ceiling,s1,s2,s3s4,s5,manager",
@@ -73,11 +76,23 @@ pub struct BenchArgs {
     /// Bytes of copies the killed provider holds in the repair scenario.
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     pub repair_size: u64,
+    /// Retained versions the maintenance scenario measures with, one cluster each.
+    #[arg(long, default_value = "1000,10000,100000", value_delimiter = ',')]
+    pub maintenance_versions: Vec<u64>,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    const KNOWN: [&str; 9] = [
-        "loopback", "ceiling", "s1", "s2", "s3s4", "s5", "manager", "objects", "repair",
+    const KNOWN: [&str; 10] = [
+        "loopback",
+        "ceiling",
+        "s1",
+        "s2",
+        "s3s4",
+        "s5",
+        "manager",
+        "objects",
+        "repair",
+        "maintenance",
     ];
     if let Some(bad) = args.scenarios.iter().find(|s| !KNOWN.contains(&s.as_str())) {
         bail!("unknown scenario {bad:?} (known: {})", KNOWN.join(", "));
@@ -110,6 +125,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             vec![(
                 "repair".to_string(),
                 crate::bench_repair::repair(&launcher, &args, &rt)?,
+            )]
+        } else if scenario == "maintenance" {
+            vec![(
+                "maintenance".to_string(),
+                crate::bench_maintenance::maintenance(&launcher, &args, &rt)?,
             )]
         } else if let Some(addr) = args.cluster.as_deref().filter(|_| scenario != "manager") {
             let dir = crate::scratch_dir(&format!("bench-{scenario}"));
@@ -439,12 +459,16 @@ async fn s4_once(client: &Client, n: usize, per: u64, data: &Arc<Vec<u8>>) -> Re
     Ok(size as f64 / MIB / secs)
 }
 
-/// S5: 4 KiB appends to one shared blob from N clients, then 4 KiB reads at random offsets.
+/// S5: 4 KiB appends to one shared blob from N clients, then 4 KiB reads at random offsets:
+/// of the latest version (each read asks the manager which it is, as every read did before
+/// clients cached version records) and of a pinned version (the manager off the read path:
+/// only the metadata DHT, mostly cached, and the providers).
 async fn s5(client: &Client, args: &BenchArgs) -> Result<Value> {
     let mut appends = Vec::new();
     let mut reads = Vec::new();
+    let mut pinned_reads = Vec::new();
     for &n in &args.clients {
-        let (mut a_runs, mut r_runs) = (Vec::new(), Vec::new());
+        let (mut a_runs, mut r_runs, mut p_runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.runs {
             let blob = client.create_blob(BLOCK, 1).await?;
             let ops = args.small_ops;
@@ -459,24 +483,31 @@ async fn s5(client: &Client, args: &BenchArgs) -> Result<Value> {
                 }
             });
             a_runs.push((n as u64 * ops) as f64 / timed(appenders).await?);
-            let size = blob.size(None).await?;
-            let readers = (0..n).map(|_| {
-                let b = blob.clone();
-                async move {
-                    let mut buf = vec![0u8; 4096];
-                    for _ in 0..ops {
-                        let off = rand::thread_rng().gen_range(0..size / 4096) * 4096;
-                        b.read_into(off, &mut buf, None).await?;
+            let latest = blob.stat(None).await?;
+            let size = latest.size;
+            let readers = |version: Option<u64>| {
+                let blob = &blob;
+                (0..n).map(move |_| {
+                    let b = blob.clone();
+                    async move {
+                        let mut buf = vec![0u8; 4096];
+                        for _ in 0..ops {
+                            let off = rand::thread_rng().gen_range(0..size / 4096) * 4096;
+                            b.read_into(off, &mut buf, version).await?;
+                        }
+                        Ok(())
                     }
-                    Ok(())
-                }
-            });
-            r_runs.push((n as u64 * ops) as f64 / timed(readers).await?);
+                })
+            };
+            r_runs.push((n as u64 * ops) as f64 / timed(readers(None)).await?);
+            let pinned = Some(latest.version);
+            p_runs.push((n as u64 * ops) as f64 / timed(readers(pinned)).await?);
         }
         appends.push(point(n, a_runs, "ops/s"));
         reads.push(point(n, r_runs, "ops/s"));
+        pinned_reads.push(point(n, p_runs, "ops/s"));
     }
-    Ok(json!({"append_4k": appends, "read_4k": reads}))
+    Ok(json!({"append_4k": appends, "read_4k": reads, "read_4k_pinned": pinned_reads}))
 }
 
 /// The manager alone: version assignment + publication with no data, in process (its own
@@ -486,14 +517,22 @@ async fn manager(addr: &str, dir: &std::path::Path) -> Result<Value> {
     let store = Arc::new(tomus_manager::store::Store::open(
         &dir.join("micro-manager"),
     )?);
-    let vm = tomus_manager::VersionManager::open(store)?;
+    let vm = tomus_manager::VersionManager::open(store, &tomus_worker::Workers::default())?;
     let blob = vm.create_blob(BLOCK, 1)?.id;
     let in_process = drive(256, duration, {
         let vm = vm.clone();
         move || {
             let vm = vm.clone();
             async move {
-                let a = vm.assign(blob, WriteOp::Append { size: 4096 })?;
+                let a = vm
+                    .assign(
+                        blob,
+                        WriteOp::Append { size: 4096 },
+                        Attrs::new(),
+                        None,
+                        DataAge::default(),
+                    )
+                    .await?;
                 vm.complete(blob, a.version).await?;
                 Ok(())
             }
@@ -501,34 +540,24 @@ async fn manager(addr: &str, dir: &std::path::Path) -> Result<Value> {
     })
     .await?;
     let pool = Pool::new(RpcConfig::default());
-    let blob = match pool
-        .call(
-            addr,
-            &Request::CreateBlob {
-                chunk_size: BLOCK,
-                replication: 1,
-            },
-            &[],
-        )
-        .await?
-    {
-        (Response::Blob(b), _) => b.id,
-        (other, _) => bail!("unexpected {other:?}"),
+    let create = CreateBlob {
+        chunk_size: BLOCK,
+        replication: 1,
     };
+    let blob = pool.call(addr, create).await?.id;
     let addr = addr.to_string();
     let over_rpc = drive(64, duration, move || {
         let (pool, addr) = (pool.clone(), addr.clone());
         async move {
-            let assign = Request::Assign {
+            let assign = Assign {
                 blob,
                 op: WriteOp::Append { size: 4096 },
+                attrs: Attrs::new(),
+                expect_size: None,
+                data: DataAge::default(),
             };
-            let version = match pool.call(&addr, &assign, &[]).await? {
-                (Response::Assigned(a), _) => a.version,
-                (other, _) => return Err(tomus_wire::unexpected(&other)),
-            };
-            pool.call(&addr, &Request::Complete { blob, version }, &[])
-                .await?;
+            let version = pool.call(&addr, assign).await?.version;
+            pool.call(&addr, Complete { blob, version }).await?;
             Ok(())
         }
     })

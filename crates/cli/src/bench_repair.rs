@@ -107,12 +107,12 @@ async fn watch_detection(client: &Client, victim: &str, killed: Instant) -> Resu
 /// start before the manager marks the provider down: a provider whose listing fails counts
 /// for nothing in that pass.
 async fn watch_repair(client: &Client, killed: Instant) -> Result<(Duration, u64)> {
-    let passes = crate::ops_cmd::status(client).await?.maintenance.passes;
+    let since = crate::ops_cmd::status(client).await?.now_ms;
     let mut under_bytes = 0;
     loop {
         let m = crate::ops_cmd::status(client).await?.maintenance;
         under_bytes = under_bytes.max(m.under_replicated_bytes);
-        if m.passes >= passes + 2 && m.under_replicated_chunks == 0 && under_bytes > 0 {
+        if m.repaired_since(since) && under_bytes > 0 {
             return Ok((killed.elapsed(), under_bytes));
         }
         if killed.elapsed() > Duration::from_secs(1800) {

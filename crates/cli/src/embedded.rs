@@ -25,6 +25,8 @@ pub struct ClusterSpec {
     pub writer_lease_ms: Option<u64>,
     /// More arguments for `tomus manager` (e.g. `--provider-timeout-ms 2000`).
     pub manager_args: Vec<String>,
+    /// More arguments for every `tomus provider`.
+    pub provider_args: Vec<String>,
 }
 
 impl ClusterSpec {
@@ -38,6 +40,7 @@ impl ClusterSpec {
             heartbeat_ms: 1000,
             writer_lease_ms: None,
             manager_args: Vec::new(),
+            provider_args: Vec::new(),
         }
     }
 }
@@ -128,6 +131,16 @@ impl EmbeddedCluster {
         self.providers.len()
     }
 
+    /// The manager's process id, while it runs.
+    pub fn manager_pid(&self) -> Option<u32> {
+        self.manager.as_ref().map(Child::id)
+    }
+
+    /// Provider `i`'s process id, while it runs.
+    pub fn provider_pid(&self, i: usize) -> Option<u32> {
+        self.providers.get(i)?.as_ref().map(Child::id)
+    }
+
     /// (Re)starts the manager on the cluster's address and state directory.
     pub fn start_manager(&mut self) -> Result<()> {
         let mut args = vec![
@@ -186,6 +199,7 @@ impl EmbeddedCluster {
         if !self.spec.fsync {
             args.push("--no-fsync".into());
         }
+        args.extend(self.spec.provider_args.iter().cloned());
         let (child, addr) = self.spawn(&format!("provider-{i}"), &args)?;
         self.provider_addrs[i] = addr;
         self.providers[i] = Some(child);

@@ -5,6 +5,7 @@
 pub mod app;
 pub mod bench;
 pub mod bench_ceiling;
+pub mod bench_maintenance;
 pub mod bench_objects;
 pub mod bench_repair;
 pub mod demo;

@@ -9,9 +9,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use tomus_client::Client;
 use tomus_metadata::ChunkId;
-use tomus_wire::{
-    unexpected, ClusterStatus, ProviderInfo, Request, Response, Retention, ScrubReport,
-};
+use tomus_wire::manager::{DrainProvider, GetStatus, RemoveProvider, SetRetention};
+use tomus_wire::provider::Scrub;
+use tomus_wire::{ClusterStatus, ProviderInfo, Retention, ScrubReport};
 
 use crate::size::format_size;
 
@@ -84,10 +84,7 @@ pub fn parse_age(s: &str) -> std::result::Result<Duration, String> {
 }
 
 pub async fn status(client: &Client) -> Result<ClusterStatus> {
-    match client.manager_call(&Request::Status).await? {
-        Response::Status(s) => Ok(s),
-        other => Err(unexpected(&other).into()),
-    }
+    Ok(client.manager_call(GetStatus {}).await?)
 }
 
 fn state_of(p: &ProviderInfo) -> &'static str {
@@ -138,10 +135,13 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
             p.chunks
         );
     }
+    let now = tomus_wire::now_ms();
+    print_workers("manager", &s.workers, now);
     if s.maintenance_reported_ms == 0 {
         println!("maintenance: no report yet (repair and garbage collection not running?)");
         return Ok(());
     }
+    print_workers("maintenance", &m.workers, now);
     println!(
         "under-replicated: {} chunks ({}), {} metadata nodes; lost (no live copy): {} chunks",
         m.under_replicated_chunks,
@@ -150,21 +150,40 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
         m.lost_chunks
     );
     println!(
-        "repair: {} of {} copied, {} of {} nodes{}; {} passes done, totals: {} chunks ({}) repaired",
+        "repair: {} of {} copied, {} of {} nodes{}; {} rounds done, totals: {} chunks ({}) repaired",
         format_size(m.repair_done_bytes),
         format_size(m.repair_total_bytes),
         m.repair_done_nodes,
         m.repair_total_nodes,
-        if m.running { " (pass running)" } else { "" },
+        if m.running { " (round running)" } else { "" },
         m.passes,
         m.repaired_chunks,
         format_size(m.repaired_bytes)
     );
     println!(
-        "garbage collected: {} chunks ({}), {} metadata nodes",
+        "garbage collected: {} chunks ({}), {} metadata nodes; waiting: {} unreferenced chunks, \
+         {} deletions",
         m.gc_chunks,
         format_size(m.gc_bytes),
-        m.gc_nodes
+        m.gc_nodes,
+        m.unreferenced_chunks,
+        m.pending_deletions
+    );
+    println!(
+        "ledger: {} leaves, {} chunks; {} changes applied, {} versions counted, {} rebuilds; \
+         last repair round {} ms; {} audits{}",
+        m.ledger_leaves,
+        m.ledger_chunks,
+        m.changes_applied,
+        m.versions_counted,
+        m.rebuilds,
+        m.last_pass_duration_ms,
+        m.audits,
+        if m.audits > 0 {
+            format!(", the last took {} ms", m.last_audit_duration_ms)
+        } else {
+            String::new()
+        }
     );
     for (id, left) in &m.draining {
         println!(
@@ -178,6 +197,36 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
     Ok(())
 }
 
+/// One line per background worker: what it does now, what it did last, its errors.
+fn print_workers(process: &str, workers: &[tomus_wire::WorkerStatus], now_ms: u64) {
+    for w in workers {
+        let ago = match w.last_round_ms {
+            0 => "no round yet".to_string(),
+            t => format!(
+                "last round {} s ago, {} ms",
+                now_ms.saturating_sub(t) / 1000,
+                w.last_duration_ms
+            ),
+        };
+        let errors = match (&w.last_error, w.errors) {
+            (Some(e), n) => format!("; {n} errors, last: {e}"),
+            (None, 0) => String::new(),
+            (None, n) => format!("; {n} errors"),
+        };
+        println!(
+            "{process} worker {:<10} {:<17} {} rounds, {ago}{}{errors}",
+            w.name,
+            w.state,
+            w.rounds,
+            if w.summary.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", w.summary)
+            }
+        );
+    }
+}
+
 pub async fn provider_action(
     client: &Client,
     json_out: bool,
@@ -185,15 +234,11 @@ pub async fn provider_action(
 ) -> Result<()> {
     match action {
         ProviderAction::Drain { provider, wait } => {
-            let info = match client
-                .manager_call(&Request::DrainProvider {
+            let info = client
+                .manager_call(DrainProvider {
                     addr: provider.clone(),
                 })
-                .await?
-            {
-                Response::Provider(p) => p,
-                other => return Err(unexpected(&other).into()),
-            };
+                .await?;
             if !json_out {
                 eprintln!("provider {} ({}) is draining", info.id, info.addr);
             }
@@ -216,15 +261,11 @@ pub async fn provider_action(
             Ok(())
         }
         ProviderAction::Remove { provider } => {
-            match client
-                .manager_call(&Request::RemoveProvider {
+            client
+                .manager_call(RemoveProvider {
                     addr: provider.clone(),
                 })
-                .await?
-            {
-                Response::Ok => {}
-                other => return Err(unexpected(&other).into()),
-            }
+                .await?;
             if json_out {
                 println!("{}", json!({"removed": provider}));
             } else {
@@ -237,7 +278,7 @@ pub async fn provider_action(
 
 /// Polls until a maintenance pass that started after now reports nothing left on `id`.
 async fn wait_drained(client: &Client, id: u32) -> Result<Option<u64>> {
-    let since = status(client).await?.maintenance.passes;
+    let since = status(client).await?.now_ms;
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} {msg}").context("progress style")?);
     loop {
@@ -252,8 +293,9 @@ async fn wait_drained(client: &Client, id: u32) -> Result<Option<u64>> {
             Some(l) => format!("{} left to move", format_size(l)),
             None => "waiting for the next maintenance pass".to_string(),
         });
-        // Two passes after the drain: the first moves, the second confirms nothing is left.
-        if s.maintenance.passes >= since + 2 && left == Some(0) {
+        // A complete pass that started after now: it saw the drain, and a later one found
+        // nothing left (or it found nothing to move).
+        if s.maintenance.last_pass_started_ms > since && left == Some(0) {
             bar.finish_and_clear();
             return Ok(Some(0));
         }
@@ -341,18 +383,14 @@ async fn scrub_one(
     let (mut checked, mut bytes, mut corrupt) = (0, 0, Vec::new());
     let mut after = None;
     loop {
-        let req = Request::Scrub {
+        let req = Scrub {
             start_after: after,
             limit: SCRUB_PAGE,
         };
-        let report: ScrubReport = match client
-            .provider_call(&p.addr, &req)
+        let report: ScrubReport = client
+            .provider_call(&p.addr, req)
             .await
-            .with_context(|| format!("scrubbing provider {} ({})", p.id, p.addr))?
-        {
-            Response::Scrubbed(r) => r,
-            other => return Err(unexpected(&other).into()),
-        };
+            .with_context(|| format!("scrubbing provider {} ({})", p.id, p.addr))?;
         checked += report.checked;
         bytes += report.bytes;
         corrupt.extend(report.corrupt);
@@ -368,12 +406,11 @@ async fn scrub_one(
 
 /// Waits for a maintenance pass that starts after now and finds nothing under-replicated.
 async fn wait_repaired(client: &Client) -> Result<()> {
-    let since = status(client).await?.maintenance.passes;
+    let since = status(client).await?.now_ms;
     let started = Instant::now();
     loop {
         let s = status(client).await?;
-        let m = &s.maintenance;
-        if m.passes >= since + 2 && m.under_replicated_chunks == 0 {
+        if s.maintenance.repaired_since(since) {
             return Ok(());
         }
         if s.maintenance_reported_ms == 0 && started.elapsed() > Duration::from_secs(5) {
@@ -390,16 +427,12 @@ pub async fn set_retention(client: &Client, json_out: bool, a: RetentionArgs) ->
         (None, None, true) => Retention::KeepAll,
         _ => bail!("give one of --keep-last K, --keep-newer-than AGE or --keep-all"),
     };
-    let info = match client
-        .manager_call(&Request::SetRetention {
+    let info = client
+        .manager_call(SetRetention {
             blob: a.id,
             retention,
         })
-        .await?
-    {
-        Response::Blob(info) => info,
-        other => return Err(unexpected(&other).into()),
-    };
+        .await?;
     if json_out {
         println!(
             "{}",

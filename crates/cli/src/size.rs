@@ -7,9 +7,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| {
-        format!("invalid size {text:?}: expected a number with an optional unit like 4MiB")
-    })?;
+    let invalid =
+        || format!("invalid size {text:?}: expected a number with an optional unit like 4MiB");
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -22,9 +21,25 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ))
         }
     };
+    let too_large = || format!("size {text:?} is larger than 2^64 - 1 bytes");
+    if !num.contains('.') {
+        // Whole numbers exactly: a float would round the largest ones to 2^64.
+        let n: u128 = num.parse().map_err(|_| invalid())?;
+        return n
+            .checked_mul(mult as u128)
+            .and_then(|b| u64::try_from(b).ok())
+            .ok_or_else(too_large);
+    }
+    let value: f64 = num.parse().map_err(|_| invalid())?;
     let bytes = value * mult as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {
-        return Err(format!("invalid size {text:?}"));
+    if !bytes.is_finite() || bytes < 0.0 || bytes.fract() != 0.0 {
+        return Err(format!(
+            "invalid size {text:?}: not a whole number of bytes"
+        ));
+    }
+    // 2^64 is exact as a float; anything at or above it does not fit.
+    if bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(too_large());
     }
     Ok(bytes as u64)
 }
@@ -56,6 +71,14 @@ mod tests {
         assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
         assert!(parse_size("12 parsecs").is_err());
         assert!(parse_size("").is_err());
+        // The largest whole sizes are exact, and one more is an error, not 2^64 - 1.
+        assert_eq!(parse_size("18446744073709551615").unwrap(), u64::MAX);
+        assert!(parse_size("18446744073709551616")
+            .unwrap_err()
+            .contains("larger than"));
+        assert!(parse_size("16777216TiB").is_err());
+        assert_eq!(parse_size("16777215TiB").unwrap(), 16_777_215 << 40);
+        assert!(parse_size("0.5").is_err());
         assert_eq!(format_size(4 << 20), "4.0 MiB");
         assert_eq!(format_size(12), "12 B");
     }

@@ -84,21 +84,25 @@ pub async fn pinned_range(
 ) -> Result<(VersionInfo, u64)> {
     // Pin the version first so every window comes from the same snapshot.
     let info = blob.stat(version).await?;
-    let past_end = || {
-        Error::out_of_range(format!(
-            "offset {offset} is past the end of version {} (size {})",
-            info.version, info.size
-        ))
-    };
     let size = match size {
         Some(s) => s,
-        None => info.size.checked_sub(offset).ok_or_else(past_end)?,
+        None => info.size.checked_sub(offset).ok_or_else(|| {
+            Error::out_of_range(format!(
+                "offset {offset} is past the end of version {} (size {})",
+                info.version, info.size
+            ))
+        })?,
     };
-    offset
-        .checked_add(size)
-        .filter(|e| *e <= info.size)
-        .ok_or_else(past_end)?;
-    Ok((info, size))
+    match offset.checked_add(size) {
+        Some(end) if end <= info.size => Ok((info, size)),
+        end => Err(Error::out_of_range(format!(
+            "the range {offset}..{} ends past the end of version {} (size {})",
+            end.map_or_else(|| "2^64".to_string(), |e| e.to_string()),
+            info.version,
+            info.size
+        ))
+        .into()),
+    }
 }
 
 /// Copies a range of one version of `blob` to `out`, window by window.

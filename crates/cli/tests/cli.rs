@@ -1,6 +1,8 @@
 //! The `tomus` command as users run it: the demo, and blob commands with --json against
 //! `tomus up`, including exit codes and one-line errors.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use std::io::{BufRead, BufReader, Write};

@@ -1,6 +1,8 @@
 //! Version attributes, conditional appends, versions that change no byte, and composed
 //! versions (metadata-only copies), against real manager and provider processes.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use tomus_cli::pattern;

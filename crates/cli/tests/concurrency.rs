@@ -1,6 +1,8 @@
 //! Concurrent writers, appenders and readers against real manager and provider processes,
 //! checked against a plain model.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use std::collections::BTreeMap;

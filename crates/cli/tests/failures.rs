@@ -1,6 +1,8 @@
 //! Failure paths and bad input against real processes: manager SIGKILL and restart, provider
 //! restart, corrupt chunk files, unreachable servers, invalid requests, the cluster secret.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use std::process::Command;
@@ -8,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use tomus_cli::pattern;
 use tomus_client::{Client, ClientOptions};
-use tomus_wire::{ClusterSecret, ErrorKind, Pool, Request, Response, RpcConfig, WriteOp};
+use tomus_wire::manager::{AbortVersion, Complete};
+use tomus_wire::{ClusterSecret, ErrorKind, Pool, RpcConfig};
 
 use common::{chunk_files, exe, TestCluster};
 
@@ -35,14 +38,8 @@ async fn manager_sigkill_and_restart_keeps_published_versions() {
     }
     // A version assigned but never completed when the manager dies.
     let pool = Pool::new(RpcConfig::default());
-    let assign = Request::Assign {
-        blob: blob.id(),
-        op: WriteOp::Append { size: 10 },
-    };
-    match pool.call(&tc.addr(), &assign, &[]).await.unwrap().0 {
-        Response::Assigned(a) => assert_eq!(a.version, 13),
-        other => panic!("unexpected {other:?}"),
-    }
+    let a = common::raw_assign(&pool, &tc.addr(), blob.id(), 10).await;
+    assert_eq!(a.version, 13);
     tc.cluster.kill_manager();
     let down = client
         .open_blob(blob.id())
@@ -77,12 +74,54 @@ async fn manager_sigkill_and_restart_keeps_published_versions() {
     let e = blob.read(0, 1, Some(13)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::VersionAborted);
     // The writer of version 13 coming back late is told so.
-    let late = Request::Complete {
+    let late = Complete {
         blob: blob.id(),
         version: 13,
     };
-    let e = pool.call(&tc.addr(), &late, &[]).await.unwrap_err();
+    let e = pool.call(&tc.addr(), late).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::VersionAborted);
+}
+
+/// A read of a known version asks only the metadata DHT and the providers: with the manager
+/// gone, versions this client read before (or learned through the namespace) still read,
+/// anywhere in them; only the latest, which only the manager knows, cannot be found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_known_versions_do_not_need_the_manager() {
+    let mut tc = TestCluster::start(3);
+    let client = tc.client().await;
+    let blob = client.create_blob(64 << 10, 2).await.unwrap();
+    let first = pattern::generate(1, 1 << 20);
+    let v1 = blob.write(0, &first).await.unwrap();
+    let patch = pattern::generate(2, 100_000);
+    let v2 = blob.write(300_000, &patch).await.unwrap();
+    let mut second = first.clone();
+    second[300_000..400_000].copy_from_slice(&patch);
+    let ns = client.namespace();
+    ns.create("/data/f", Default::default()).await.unwrap();
+    let (_, file) = ns.open("/data/f").await.unwrap();
+    let fv = file.write(0, &patch).await.unwrap();
+    // A reader that wrote nothing knows: v2 from a read, v1 from its record, the file's
+    // version from the namespace.
+    let reader = tc.client().await;
+    let blob = reader.open_blob(blob.id()).await.unwrap();
+    blob.read(0, 10, Some(v2)).await.unwrap();
+    blob.stat(Some(v1)).await.unwrap();
+    let (object, file) = reader.namespace().object("/data/f", None).await.unwrap();
+    assert_eq!(object.version.version, fv);
+
+    tc.cluster.kill_manager();
+    for (v, content) in [(v1, &first), (v2, &second)] {
+        for (off, len) in [(0, 1 << 20), (299_990, 20), (65_536, 131_072)] {
+            let got = blob.read(off, len, Some(v)).await.unwrap();
+            assert!(
+                got == content[off as usize..(off + len) as usize],
+                "v{v} {off}+{len}"
+            );
+        }
+    }
+    assert_eq!(file.read(0, 100_000, Some(fv)).await.unwrap(), patch);
+    let e = blob.read(0, 10, None).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,14 +320,7 @@ async fn a_dead_writer_is_aborted_after_its_lease_and_blocks_nobody() {
 
     // The "dead" writer: gets a version for an append and never completes it.
     let pool = Pool::new(RpcConfig::default());
-    let assign = Request::Assign {
-        blob: blob.id(),
-        op: WriteOp::Append { size: 50 },
-    };
-    let (dead, _) = pool.call(&tc.addr(), &assign, &[]).await.unwrap();
-    let Response::Assigned(dead) = dead else {
-        panic!("unexpected {dead:?}")
-    };
+    let dead = common::raw_assign(&pool, &tc.addr(), blob.id(), 50).await;
     assert_eq!(dead.version, 2);
 
     let started = Instant::now();
@@ -312,11 +344,11 @@ async fn a_dead_writer_is_aborted_after_its_lease_and_blocks_nobody() {
         blob.stat(Some(2)).await.unwrap_err().kind,
         ErrorKind::VersionAborted
     );
-    let complete = Request::Complete {
+    let complete = Complete {
         blob: blob.id(),
         version: dead.version,
     };
-    let late = pool.call(&tc.addr(), &complete, &[]).await.unwrap_err();
+    let late = pool.call(&tc.addr(), complete).await.unwrap_err();
     assert_eq!(late.kind, ErrorKind::VersionAborted, "{late}");
     assert!(late.message.contains("lease"), "{late}");
 }
@@ -333,13 +365,7 @@ async fn a_version_aborted_by_its_writer_releases_the_writers_behind_it_at_once(
     blob.append(&head).await.unwrap();
 
     let pool = Pool::new(RpcConfig::default());
-    let assign = Request::Assign {
-        blob: blob.id(),
-        op: WriteOp::Append { size: 70 },
-    };
-    let Response::Assigned(failed) = pool.call(&tc.addr(), &assign, &[]).await.unwrap().0 else {
-        panic!("no assignment")
-    };
+    let failed = common::raw_assign(&pool, &tc.addr(), blob.id(), 70).await;
     assert_eq!(failed.version, 2);
 
     let started = Instant::now();
@@ -350,14 +376,11 @@ async fn a_version_aborted_by_its_writer_releases_the_writers_behind_it_at_once(
         writers.iter().all(|w| !w.is_finished()),
         "writers went past an unfinished version"
     );
-    let abort = Request::AbortVersion {
+    let abort = AbortVersion {
         blob: blob.id(),
         version: failed.version,
     };
-    assert!(matches!(
-        pool.call(&tc.addr(), &abort, &[]).await.unwrap().0,
-        Response::Ok
-    ));
+    pool.call(&tc.addr(), abort.clone()).await.unwrap();
     let expect = contiguous_after(&blob, &head, writers).await;
     assert!(
         started.elapsed() < Duration::from_secs(20),
@@ -366,15 +389,12 @@ async fn a_version_aborted_by_its_writer_releases_the_writers_behind_it_at_once(
     );
 
     // Aborting again changes nothing; the late writer learns who gave its version up.
-    assert!(matches!(
-        pool.call(&tc.addr(), &abort, &[]).await.unwrap().0,
-        Response::Ok
-    ));
-    let complete = Request::Complete {
+    pool.call(&tc.addr(), abort).await.unwrap();
+    let complete = Complete {
         blob: blob.id(),
         version: failed.version,
     };
-    let late = pool.call(&tc.addr(), &complete, &[]).await.unwrap_err();
+    let late = pool.call(&tc.addr(), complete).await.unwrap_err();
     assert_eq!(late.kind, ErrorKind::VersionAborted, "{late}");
     assert!(late.message.contains("aborted by its writer"), "{late}");
     assert_eq!(
@@ -383,17 +403,17 @@ async fn a_version_aborted_by_its_writer_releases_the_writers_behind_it_at_once(
     );
 
     // A published version cannot be aborted, nor can one that was never assigned.
-    let published = Request::AbortVersion {
+    let published = AbortVersion {
         blob: blob.id(),
         version: 1,
     };
-    let e = pool.call(&tc.addr(), &published, &[]).await.unwrap_err();
+    let e = pool.call(&tc.addr(), published).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
-    let future = Request::AbortVersion {
+    let future = AbortVersion {
         blob: blob.id(),
         version: 1000,
     };
-    assert!(pool.call(&tc.addr(), &future, &[]).await.is_err());
+    assert!(pool.call(&tc.addr(), future).await.is_err());
     assert_eq!(
         blob.read(0, expect.len() as u64, None).await.unwrap(),
         expect

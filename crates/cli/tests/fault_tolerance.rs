@@ -3,6 +3,8 @@
 //! joining and draining under load, retention and garbage collection, and a randomized
 //! nemesis mixing these faults with concurrent clients.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use std::collections::{HashMap, HashSet};
@@ -14,9 +16,9 @@ use tomus_cli::embedded::ClusterSpec;
 use tomus_cli::pattern;
 use tomus_client::Client;
 use tomus_metadata::ChunkId;
-use tomus_wire::{
-    ClusterStatus, ErrorKind, Pool, ProviderInfo, Request, Response, Retention, RpcConfig,
-};
+use tomus_wire::manager::{Allocate, GetStatus, SetRetention};
+use tomus_wire::provider::{ListChunks, ListNodes, PutChunk};
+use tomus_wire::{ClusterStatus, ErrorKind, Pool, ProviderInfo, Retention, RpcConfig};
 
 use common::{chunk_files, exe, TestCluster};
 
@@ -25,7 +27,7 @@ const CHUNK: u64 = 64 << 10;
 /// Fast failure detection and maintenance passes, unthrottled repair, short GC grace.
 fn fast(spec: &mut ClusterSpec) {
     spec.heartbeat_ms = 200;
-    spec.manager_args = common::fast_maintenance(1500);
+    spec.manager_args = common::fast_maintenance(4000);
 }
 
 async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut cond: F)
@@ -41,10 +43,7 @@ where
 }
 
 async fn status(client: &Client) -> ClusterStatus {
-    match client.manager_call(&Request::Status).await.unwrap() {
-        Response::Status(s) => s,
-        other => panic!("unexpected {other:?}"),
-    }
+    client.manager_call(GetStatus {}).await.unwrap()
 }
 
 /// Which live providers hold each chunk, from their own listings.
@@ -54,13 +53,14 @@ async fn holders(client: &Client) -> HashMap<ChunkId, HashSet<u32>> {
     for p in client.providers().await.unwrap().iter().filter(|p| p.alive) {
         let mut after = None;
         loop {
-            let req = Request::ListChunks {
+            let req = ListChunks {
                 start_after: after,
                 limit: 1000,
             };
-            let Ok((Response::Chunks(page), _)) = pool.call(&p.addr, &req, &[]).await else {
+            let Ok(listing) = pool.call(&p.addr, req).await else {
                 break;
             };
+            let page = listing.entries;
             for c in &page {
                 out.entry(c.id).or_default().insert(p.id);
             }
@@ -75,10 +75,9 @@ async fn holders(client: &Client) -> HashMap<ChunkId, HashSet<u32>> {
 
 /// Waits until a maintenance pass that started after this call found nothing to repair.
 async fn wait_repaired(client: &Client, timeout: Duration) {
-    let since = status(client).await.maintenance.passes;
+    let since = status(client).await.now_ms;
     wait_until("repair to finish", timeout, || async {
-        let m = status(client).await.maintenance;
-        m.passes >= since + 2 && m.under_replicated_chunks == 0 && m.under_replicated_nodes == 0
+        status(client).await.maintenance.repaired_since(since)
     })
     .await;
 }
@@ -87,25 +86,23 @@ async fn wait_repaired(client: &Client, timeout: Duration) {
 /// never commits them.
 async fn store_orphans(client: &Client, blob: u64, n: u32) {
     let pool = Pool::new(RpcConfig::default());
-    let req = Request::Allocate {
+    let req = Allocate {
         blob,
         chunks: n,
         chunk_bytes: None,
         placement: Default::default(),
         client_host: None,
+        avoid: Vec::new(),
     };
-    let Response::Placements(sets) = client.manager_call(&req).await.unwrap() else {
-        panic!("no placements");
-    };
+    let sets = client.manager_call(req).await.unwrap();
     for (i, set) in sets.iter().enumerate() {
         let id = ChunkId(0xdead_0000 + i as u128);
         let data = pattern::generate(99 + i as u64, CHUNK as usize);
         for p in set {
-            let (resp, _) = pool
-                .call(&p.addr, &Request::PutChunk { id }, &data)
+            let crc = tomus_wire::checksum::crc32c(&data);
+            pool.call_with_body(&p.addr, PutChunk { id, crc }, &data)
                 .await
                 .unwrap();
-            assert_eq!(resp, Response::Ok);
         }
     }
 }
@@ -311,22 +308,11 @@ async fn providers_join_and_drain_under_load_without_a_failed_operation() {
     let h = holders(&fresh).await;
     assert!(h.values().any(|s| s.contains(&joined_id)));
     let pool = Pool::new(RpcConfig::default());
-    let nodes = match pool
-        .call(
-            &joined_addr,
-            &Request::ListNodes {
-                start_after: None,
-                limit: 10,
-            },
-            &[],
-        )
-        .await
-        .unwrap()
-        .0
-    {
-        Response::NodeKeys(k) => k,
-        other => panic!("unexpected {other:?}"),
+    let list = ListNodes {
+        start_after: None,
+        limit: 10,
     };
+    let nodes = pool.call(&joined_addr, list).await.unwrap();
     assert!(!nodes.is_empty(), "the new provider got no metadata");
 }
 
@@ -350,7 +336,7 @@ async fn retention_and_deletion_give_space_back() {
     .await;
 
     client
-        .manager_call(&Request::SetRetention {
+        .manager_call(SetRetention {
             blob: blob.id(),
             retention: Retention::KeepLast(2),
         })

@@ -1,6 +1,8 @@
 //! Files: the namespace on the manager, whole-content replacement and streaming writers,
 //! against real manager and provider processes.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -2,6 +2,8 @@
 //! end, leaving holes) and appends, some issued concurrently, on a real cluster; every version
 //! must read back exactly as a plain byte-vector model says.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use proptest::prelude::*;

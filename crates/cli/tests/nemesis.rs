@@ -4,6 +4,8 @@
 //! acknowledged append is readable at its version with its bytes, versions publish in order,
 //! and every read of a version returned the same bytes.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use std::collections::HashMap;
@@ -15,7 +17,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tomus_cli::pattern;
 use tomus_client::{Blob, Client, ClientOptions};
-use tomus_wire::{Request, Response};
+use tomus_wire::manager::GetStatus;
 
 use common::{chunk_files, TestCluster};
 
@@ -26,6 +28,8 @@ const MIN_FAULTS: u32 = 4;
 
 #[derive(Default)]
 struct History {
+    /// Blobs made by the creators: (blob, latest acknowledged content's hash and length).
+    created: Vec<(u64, u64, u64)>,
     /// Acknowledged appends: (version, offset, data).
     appends: Vec<(u64, u64, Vec<u8>)>,
     /// Hash of the whole content of each version of the overwritten blob a reader saw.
@@ -49,16 +53,6 @@ async fn connect(addr: &str) -> Client {
     Client::connect(addr, options).await.expect("connect")
 }
 
-async fn under_replicated(client: &Client) -> Option<(u64, u64)> {
-    match client.manager_call(&Request::Status).await {
-        Ok(Response::Status(s)) => Some((
-            s.maintenance.passes,
-            s.maintenance.under_replicated_chunks + s.maintenance.under_replicated_nodes,
-        )),
-        _ => None,
-    }
-}
-
 /// Waits (bounded) for a maintenance pass started after now to find nothing to repair.
 async fn settle(addr: &str, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
@@ -73,13 +67,23 @@ async fn settle(addr: &str, timeout: Duration) -> bool {
     };
     let mut since = None;
     while Instant::now() < deadline {
-        if let Some((passes, under)) = under_replicated(&client).await {
-            let start = *since.get_or_insert(passes);
-            if passes >= start + 2 && under == 0 {
+        if let Ok(s) = client.manager_call(GetStatus {}).await {
+            let start = *since.get_or_insert(s.now_ms);
+            if s.maintenance.repaired_since(start) {
                 return true;
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if let Ok(s) = client.manager_call(GetStatus {}).await {
+        eprintln!(
+            "maintenance did not settle: {:?}; providers (id, alive, draining) {:?}",
+            s.maintenance,
+            s.providers
+                .iter()
+                .map(|p| (p.id, p.alive, p.draining))
+                .collect::<Vec<_>>()
+        );
     }
     false
 }
@@ -166,6 +170,53 @@ async fn snapshot_reader(
     }
 }
 
+/// Creates blobs and files concurrently with everyone else and rewrites them under retention,
+/// and deletes some files: blob creation, publication, expiry and deletion race with the
+/// maintenance passes.
+async fn creator(client: Client, seed: u64, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>) {
+    let mut n = 0u64;
+    let ns = client.namespace();
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let Ok(blob) = client.create_blob(CHUNK, 2).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let mut last = None;
+        for round in 0..3u64 {
+            let data = pattern::generate(seed ^ (n << 8) ^ round, 1000 + (round as usize) * 70_000);
+            if blob.write(0, &data).await.is_ok() {
+                last = Some(data);
+            }
+            if round == 0 {
+                let keep = tomus_wire::manager::SetRetention {
+                    blob: blob.id(),
+                    retention: tomus_wire::Retention::KeepLast(1),
+                };
+                let _ = client.manager_call(keep).await;
+            }
+        }
+        if let Some(data) = last {
+            history
+                .lock()
+                .unwrap()
+                .created
+                .push((blob.id(), hash(&data), data.len() as u64));
+        }
+        // A file made and deleted: its blob's data goes while the others' stays.
+        let path = format!("nemesis/{seed}/{n}");
+        let options = tomus_client::CreateOptions {
+            chunk_size: CHUNK,
+            replication: 2,
+            ..Default::default()
+        };
+        if let Ok((_, file)) = ns.create(&path, options).await {
+            let _ = file.write(0, &pattern::generate(n, 5000)).await;
+            let _ = ns.delete(&path, false).await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nemesis() {
     let seed: u64 = std::env::var("TOMUS_NEMESIS_SEED")
@@ -177,7 +228,10 @@ async fn nemesis() {
     let mut tc = TestCluster::start_with(5, |s| {
         s.heartbeat_ms = 200;
         s.writer_lease_ms = Some(2000);
-        s.manager_args = common::fast_maintenance(600_000);
+        // Fast passes and audits: creations, expiry and deletions race with collection.
+        let mut args = common::fast_maintenance(600_000);
+        args[7] = "2000".into();
+        s.manager_args = args;
     });
     let client = connect(&tc.addr()).await;
     let appended = client.create_blob(CHUNK, 2).await.unwrap();
@@ -214,6 +268,14 @@ async fn nemesis() {
         history.clone(),
         reads.clone(),
     )));
+    for i in 0..2 {
+        tasks.push(tokio::spawn(creator(
+            client.clone(),
+            seed ^ (31 + i),
+            stop.clone(),
+            history.clone(),
+        )));
+    }
 
     // One fault at a time, each healed and repaired before the next (R=2 survives one).
     let started = Instant::now();
@@ -329,11 +391,18 @@ async fn nemesis() {
         );
         checked += 1;
     }
+    for (id, h, len) in &hist.created {
+        let blob = client.open_blob(*id).await.unwrap();
+        let data = blob.read(0, *len, None).await.unwrap();
+        assert_eq!(hash(&data), *h, "created blob {id}");
+        checked += 1;
+    }
     let injected: u32 = faults.values().sum();
     eprintln!(
         "nemesis: {injected} faults {faults:?}; {} acknowledged appends, {} snapshot versions, \
-         {} reads during the run, {checked} checks after it; 0 lost",
+         {} blobs created, {} reads during the run, {checked} checks after it; 0 lost",
         hist.appends.len(),
+        hist.created.len(),
         hist.seen.len(),
         reads.load(Ordering::Relaxed)
     );

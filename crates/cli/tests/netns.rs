@@ -12,6 +12,8 @@
 //! `cargo test -p tomus-cli --test netns -- --nocapture` prints the measured times.
 //! `TOMUS_TEST_NO_NETNS=1` forces the loopback fallback; `TOMUS_TEST_KEEP=1` keeps the logs.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
@@ -26,9 +28,9 @@ use tomus_client::cluster::Cluster;
 use tomus_client::dht::DhtSource;
 use tomus_client::{Blob, Client, ClientOptions};
 use tomus_metadata::{resolve_range, ChunkId, NodeRef, Segment, Span};
-use tomus_wire::{
-    ClusterStatus, Pool, ProviderInfo, Request, Response, RpcConfig, VersionInfo, VersionState,
-};
+use tomus_wire::manager::GetStatus;
+use tomus_wire::provider::ListChunks;
+use tomus_wire::{ClusterStatus, Pool, ProviderInfo, RpcConfig, VersionInfo, VersionState};
 
 use common::hosts::{Hosts, LinkSide};
 
@@ -143,10 +145,7 @@ impl Net {
 }
 
 async fn status(client: &Client) -> ClusterStatus {
-    match client.manager_call(&Request::Status).await {
-        Ok(Response::Status(s)) => s,
-        other => panic!("status: {other:?}"),
-    }
+    client.manager_call(GetStatus {}).await.expect("status")
 }
 
 /// Waits until the manager lists `n` providers, all alive.
@@ -166,7 +165,7 @@ async fn wait_all_alive(client: &Client, n: usize) {
 }
 
 /// Polls the manager until it lists the provider at `addr` with `alive == want`; returns how
-/// long after `since` that was, and the maintenance passes completed by then.
+/// long after `since` that was, and the manager's clock then.
 async fn watch_alive(
     client: Client,
     addr: String,
@@ -178,8 +177,8 @@ async fn watch_alive(
         if let Ok(list) = client.providers().await {
             if list.iter().any(|p| p.addr == addr && p.alive == want) {
                 let took = since.elapsed();
-                let passes = status(&client).await.maintenance.passes;
-                return Some((took, passes));
+                let at_ms = status(&client).await.now_ms;
+                return Some((took, at_ms));
             }
         }
         if since.elapsed() > limit {
@@ -602,11 +601,11 @@ async fn verify_all(blob: &Blob, ops: &[Op], label: &str, rng: &mut StdRng) -> V
 /// What the manager said after the fault, polled every 50 ms from the moment of the fault.
 #[derive(Default)]
 struct Timeline {
-    /// When `Request::Providers` first listed the failed provider as not alive.
+    /// When `ListProviders` first listed the failed provider as not alive.
     detected: Option<Duration>,
-    /// Maintenance passes completed by then: a pass counted from `passes_at_detection + 2` on
+    /// The manager's clock then: a repair pass that started later saw the failure.
     /// started after the detection.
-    passes_at_detection: u64,
+    detected_ms: u64,
     first_under_replicated: Option<Duration>,
     max_under_chunks: u64,
     max_under_bytes: u64,
@@ -628,14 +627,14 @@ async fn monitor(client: Client, addr: String, fault_at: Instant, t: SharedTimel
             if let Ok(list) = client.providers().await {
                 if list.iter().any(|p| p.addr == addr && !p.alive) {
                     let at = fault_at.elapsed();
-                    let passes = status(&client).await.maintenance.passes;
+                    let detected_ms = status(&client).await.now_ms;
                     let mut t = t.lock().unwrap();
                     t.detected = Some(at);
-                    t.passes_at_detection = passes;
+                    t.detected_ms = detected_ms;
                 }
             }
         }
-        if let Ok(Response::Status(st)) = client.manager_call(&Request::Status).await {
+        if let Ok(st) = client.manager_call(GetStatus {}).await {
             let at = fault_at.elapsed();
             let mut t = t.lock().unwrap();
             let m = &st.maintenance;
@@ -647,13 +646,7 @@ async fn monitor(client: Client, addr: String, fault_at: Instant, t: SharedTimel
             t.max_under_nodes = t.max_under_nodes.max(m.under_replicated_nodes);
             t.max_lost = t.max_lost.max(m.lost_chunks);
             t.max_repair_total_bytes = t.max_repair_total_bytes.max(m.repair_total_bytes);
-            if t.detected.is_some()
-                && t.clean.is_none()
-                && m.passes >= t.passes_at_detection + 2
-                && m.under_replicated_chunks == 0
-                && m.under_replicated_nodes == 0
-                && m.lost_chunks == 0
-            {
+            if t.detected.is_some() && t.clean.is_none() && m.repaired_since(t.detected_ms) {
                 t.clean = Some((at, st.clone()));
             }
             let done = t.clean.is_some();
@@ -697,15 +690,15 @@ async fn list_chunks(pool: &Pool, addr: &str) -> Result<Vec<(ChunkId, u64)>, Str
     let mut out = Vec::new();
     let mut after = None;
     loop {
-        let req = Request::ListChunks {
+        let req = ListChunks {
             start_after: after,
             limit: 5000,
         };
-        let page = match pool.call(addr, &req, &[]).await {
-            Ok((Response::Chunks(c), _)) => c,
-            Ok((other, _)) => return Err(format!("ListChunks on {addr}: {other:?}")),
-            Err(e) => return Err(format!("ListChunks on {addr}: {e}")),
-        };
+        let page = pool
+            .call(addr, req)
+            .await
+            .map_err(|e| format!("ListChunks on {addr}: {e}"))?
+            .entries;
         let done = page.len() < 5000;
         after = page.last().map(|c| c.id);
         out.extend(page.into_iter().map(|c| (c.id, c.len)));
@@ -764,14 +757,11 @@ async fn wait_repaired(o: &Outcome, refs: &[ChunkId], gone: &str, label: &str) -
                 .as_ref()
                 .map(|s| s.maintenance.clone())
                 .unwrap_or_default();
-            let stuck = if m.passes < t.passes_at_detection + 2 {
+            let stuck = if m.last_pass_started_ms <= t.detected_ms {
                 format!(
-                    "the maintenance service completed only {} passes since the failure was \
-                     detected (running now: {}, last pass ended at {} Unix ms), so no pass that \
-                     started after the detection has finished; ",
-                    m.passes - t.passes_at_detection,
-                    m.running,
-                    m.last_pass_ms
+                    "the maintenance service completed no pass that started after the failure was \
+                     detected at {} Unix ms (running now: {}, last pass ended at {} Unix ms); ",
+                    t.detected_ms, m.running, m.last_pass_ms
                 )
             } else {
                 String::new()
@@ -958,14 +948,15 @@ async fn repair_after(o: &Outcome, label: &str) {
     let m = &st.maintenance;
     eprintln!(
         "[{label}] REPAIR: status reports 0 under-replicated/lost chunks and nodes from a pass \
-         started after detection {} ms after the fault (passes {} at detection -> {}); \
+         started after detection {} ms after the fault (detected at {} Unix ms, the pass \
+         started at {}); \
          under-replicated first reported at {:?} ms, at most {} chunks ({} KiB) and {} nodes, \
          lost {}; repaired {} chunks ({} KiB) in total; all {} chunks ({} KiB) referenced by \
          the {} published versions on >= {REPLICATION} live providers by their listings \
          (checked {} ms after the fault)",
         clean_at.as_millis(),
-        t.passes_at_detection,
-        m.passes,
+        t.detected_ms,
+        m.last_pass_started_ms,
         t.first_under_replicated.map(|d| d.as_millis()),
         t.max_under_chunks,
         t.max_under_bytes >> 10,

@@ -2,6 +2,8 @@
 //! request ids, and refuses to start without keys or on a non-loopback address without the
 //! cluster secret. (The S3 API itself is tested with boto3 in python/tests/s3.)
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,7 +2,10 @@
 
 use rand::Rng;
 use tomus_metadata::{ChunkId, ChunkPiece, ProviderId, StoredChunk};
-use tomus_wire::{unexpected, Error, ProviderInfo, Request, Response, Result};
+use tomus_wire::manager::ChunkReplicas;
+use tomus_wire::pool::Placed;
+use tomus_wire::provider::{GetChunk, PutChunk};
+use tomus_wire::{checksum, Error, ProviderInfo, Result};
 
 use crate::cluster::Cluster;
 
@@ -34,37 +37,35 @@ pub fn whole_chunk(id: ChunkId, len: u64, replicas: &[ProviderInfo]) -> StoredCh
     }
 }
 
-/// Stores `data` as chunk `id` on every provider of `replicas`; all must acknowledge.
+/// Stores `data` as chunk `id` on every provider of `replicas`; all must acknowledge. Each
+/// provider checks the data's CRC32C, computed here once, before it stores anything.
 pub async fn put_chunk_as(
     cluster: &Cluster,
     id: ChunkId,
     data: &[u8],
     replicas: &[ProviderInfo],
 ) -> Result<()> {
-    let req = Request::PutChunk { id };
-    let puts = replicas.iter().map(|p| {
-        let req = &req;
-        async move {
-            cluster.pool.call(&p.addr, req, data).await.map_err(|e| {
+    let crc = checksum::crc32c(data);
+    let puts = replicas.iter().map(|p| async move {
+        cluster
+            .pool
+            .call_with_body(&p.addr, PutChunk { id, crc }, data)
+            .await
+            .map_err(|e| {
                 Error::new(
                     e.kind,
                     format!("storing chunk on provider {} ({}): {e}", p.id, p.addr),
                 )
             })
-        }
     });
     for (r, p) in futures::future::join_all(puts)
         .await
         .into_iter()
         .zip(replicas)
     {
-        match r {
-            Ok((Response::Ok, _)) => {}
-            Ok((other, _)) => return Err(unexpected(&other)),
-            Err(e) => {
-                cluster.suspect(p.id, &e);
-                return Err(e);
-            }
+        if let Err(e) = r {
+            cluster.suspect(p.id, &e);
+            return Err(e);
         }
     }
     Ok(())
@@ -136,18 +137,11 @@ async fn try_replicas(
 /// The replica set repair recorded for `chunk` (empty when it never moved or the manager
 /// cannot say).
 async fn repaired_replicas(cluster: &Cluster, chunk: ChunkId) -> Vec<ProviderId> {
-    let req = Request::ChunkReplicas {
+    let req = ChunkReplicas {
         chunks: vec![chunk],
     };
-    match cluster.manager_call(&req).await {
-        Ok(Response::Replicas(mut sets)) if sets.len() == 1 => sets.pop().unwrap_or_default(),
-        Ok(other) => {
-            tracing::debug!(
-                "asking for the replicas of chunk {chunk}: {}",
-                unexpected(&other)
-            );
-            Vec::new()
-        }
+    match cluster.manager(req).await {
+        Ok(mut sets) => sets.pop().unwrap_or_default(),
         Err(e) => {
             tracing::debug!("asking for the replicas of chunk {chunk}: {e}");
             Vec::new()
@@ -162,19 +156,23 @@ async fn read_from(
     out: &mut [u8],
 ) -> Result<()> {
     let addr = cluster.addr_of(id).await?;
-    let req = Request::GetChunk {
+    let req = GetChunk {
         id: piece.chunk,
         offset: piece.chunk_offset,
         len: piece.len,
     };
-    match cluster.pool.call_into(&addr, &req, out).await? {
-        (Response::Chunk, None) => Ok(()),
-        (Response::Chunk, Some(body)) => Err(Error::corrupt(format!(
+    match cluster.pool.call_into(&addr, req, out).await? {
+        (sent, Placed::Filled { crc }) if crc == sent => Ok(()),
+        (sent, Placed::Filled { crc }) => Err(checksum::damaged(
+            format!("chunk {} from provider {id}", piece.chunk),
+            crc,
+            sent,
+        )),
+        (_, Placed::Elsewhere(body)) => Err(Error::corrupt(format!(
             "provider {id} returned {} bytes of chunk {}, expected {}",
             body.len(),
             piece.chunk,
             piece.len
         ))),
-        (other, _) => Err(unexpected(&other)),
     }
 }

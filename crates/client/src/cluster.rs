@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::RwLock;
 use tomus_metadata::ProviderId;
-use tomus_wire::{unexpected, Error, ErrorKind, Pool, ProviderInfo, Request, Response, Result};
+use tomus_wire::manager::ListProviders;
+use tomus_wire::{Error, ErrorKind, Pool, ProviderInfo, Result, Rpc};
 
 use crate::dht::{NodeCache, Ring};
 
@@ -46,18 +47,12 @@ impl Cluster {
     }
 
     /// One request to the manager.
-    pub async fn manager_call(&self, req: &Request) -> Result<Response> {
-        self.pool
-            .call(&self.manager, req, &[])
-            .await
-            .map(|(r, _)| r)
+    pub async fn manager<R: Rpc>(&self, req: R) -> Result<R::Response> {
+        self.pool.call(&self.manager, req).await
     }
 
     pub async fn providers(&self) -> Result<Vec<ProviderInfo>> {
-        match self.manager_call(&Request::Providers).await? {
-            Response::Providers(p) => Ok(p),
-            other => Err(unexpected(&other)),
-        }
+        self.manager(ListProviders {}).await
     }
 
     async fn refresh(&self) -> Result<()> {
@@ -104,7 +99,9 @@ impl Cluster {
 
     /// Remembers that provider `id` just failed a request in a way that says it may be down.
     pub fn suspect(&self, id: ProviderId, error: &Error) {
-        if error.kind == ErrorKind::Unavailable {
+        // Corrupt: a copy found damaged there, or bytes damaged on the way (a bad link or
+        // NIC): either way, the provider is tried last for a while.
+        if matches!(error.kind, ErrorKind::Unavailable | ErrorKind::Corrupt) {
             let mut s = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
             s.insert(id, Instant::now());
         }

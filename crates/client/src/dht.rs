@@ -1,83 +1,22 @@
-//! The metadata DHT as seen from a client: consistent hashing of node keys over providers,
-//! replicated puts, lookups that fail over between replicas, and a cache of immutable nodes.
+//! The metadata DHT as seen from a client: replicated puts of nodes to their owners on the
+//! ring ([`crate::ring`]), lookups that fail over between replicas, and a cache of immutable
+//! nodes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
 use tomus_metadata::{BlobId, Node, NodeKey, NodeRef, NodeSource, ProviderId, Span};
-use tomus_wire::{unexpected, Error, ErrorKind, Request, Response, Result};
+use tomus_wire::provider::{GetNodes, GetPath, PutNodes};
+use tomus_wire::{Error, ErrorKind, Result};
 
 use crate::cluster::Cluster;
+pub use crate::ring::{key_hash, Ring};
 
 /// Nodes asked for per path request: both border paths of a write in a very large blob.
 const PATH_LIMIT: u32 = 64;
-/// Points per provider on the ring, so keys spread evenly over few providers.
-const VIRTUAL_NODES: u64 = 64;
-/// Consecutive versions of a blob sharing a ring position: writers committing to one blob
-/// at the same moment store their metadata on the same providers, whose group commit makes it
-/// durable with one disk sync; the next run of versions goes elsewhere on the ring.
-const VERSION_RUN: u64 = 64;
 /// Nodes kept in one cache generation (two generations approximate LRU).
 const CACHE_GENERATION: usize = 200_000;
-
-/// SplitMix64 finalizer: a stable hash (the ring must agree across processes and builds).
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Ring position of a node: all nodes of one version (and of its run of [`VERSION_RUN`]
-/// versions) share it, so a writer stores a version's nodes with one request per replica, and
-/// runs of versions spread over the providers.
-pub fn key_hash(key: &NodeKey) -> u64 {
-    mix(mix(key.blob) ^ (key.node.version / VERSION_RUN))
-}
-
-/// Consistent-hash ring over provider ids.
-#[derive(Clone, Debug, Default)]
-pub struct Ring {
-    points: Vec<(u64, ProviderId)>,
-    providers: usize,
-}
-
-impl Ring {
-    pub fn new(providers: &[ProviderId]) -> Self {
-        let mut points: Vec<(u64, ProviderId)> = providers
-            .iter()
-            .flat_map(|&p| (0..VIRTUAL_NODES).map(move |i| (mix(((p as u64) << 32) | i), p)))
-            .collect();
-        points.sort_unstable();
-        Ring {
-            points,
-            providers: providers.len(),
-        }
-    }
-
-    /// Every provider in ring order starting at `key`'s position: the first `r` are its owners,
-    /// the rest are where to look when membership changed since the node was written.
-    pub fn walk(&self, key: &NodeKey) -> Vec<ProviderId> {
-        let mut out = Vec::with_capacity(self.providers);
-        if self.points.is_empty() {
-            return out;
-        }
-        let h = key_hash(key);
-        let start = self.points.partition_point(|(p, _)| *p < h);
-        for i in 0..self.points.len() {
-            let (_, id) = self.points[(start + i) % self.points.len()];
-            if !out.contains(&id) {
-                out.push(id);
-                if out.len() == self.providers {
-                    break;
-                }
-            }
-        }
-        out
-    }
-}
-
 type Generation = HashMap<NodeKey, Arc<Node>>;
 
 /// Two-generation cache of immutable nodes: (current, previous).
@@ -128,7 +67,7 @@ pub async fn put_nodes(
         let candidates: VecDeque<ProviderId> = cluster.writable(&ring.walk(&key)).await?.into();
         if candidates.len() < r {
             return Err(Error::new(
-                ErrorKind::NoSpace,
+                ErrorKind::Unavailable,
                 format!(
                     "metadata replication {replication} needs {replication} live providers, {} available",
                     candidates.len()
@@ -162,7 +101,7 @@ pub async fn put_nodes(
                 let outcome = match cluster.addr_of(id).await {
                     Ok(addr) => cluster
                         .pool
-                        .call(&addr, &Request::PutNodes { nodes }, &[])
+                        .call(&addr, PutNodes { nodes })
                         .await
                         .map(|_| ()),
                     Err(e) => Err(e),
@@ -216,16 +155,15 @@ impl DhtSource<'_> {
                     continue;
                 }
             };
-            let req = Request::GetNodes { keys: vec![key] };
-            match self.cluster.pool.call(&addr, &req, &[]).await {
-                Ok((Response::Nodes(mut found), _)) if found.len() == 1 => {
+            let req = GetNodes { keys: vec![key] };
+            match self.cluster.pool.call(&addr, req).await {
+                Ok(mut found) => {
                     if let Some(node) = found.pop().flatten() {
                         let node = Arc::new(node);
                         self.cluster.cache.insert(key, node.clone());
                         return Ok(node);
                     }
                 }
-                Ok((other, _)) => last_err = Some(unexpected(&other)),
                 Err(e) => {
                     tracing::debug!("metadata lookup on provider {id} failed: {e}");
                     self.cluster.suspect(id, &e);
@@ -266,13 +204,13 @@ impl NodeSource for DhtSource<'_> {
         let Ok(addr) = self.cluster.addr_of(owner).await else {
             return;
         };
-        let req = Request::GetPath {
+        let req = GetPath {
             blob: self.blob,
             start: root,
             targets: targets.to_vec(),
             limit: PATH_LIMIT,
         };
-        if let Ok((Response::Path(nodes), _)) = self.cluster.pool.call(&addr, &req, &[]).await {
+        if let Ok(nodes) = self.cluster.pool.call(&addr, req).await {
             for (node, n) in nodes {
                 self.cluster.cache.insert(
                     NodeKey {
@@ -285,10 +223,89 @@ impl NodeSource for DhtSource<'_> {
         }
     }
 
+    /// Cached nodes from the cache; the others with one request per first healthy owner
+    /// (the nodes of a version, and of its run of versions, share owners), and whatever that
+    /// misses one at a time with failover over the whole ring.
     async fn fetch(&self, refs: &[NodeRef]) -> Result<Vec<Arc<Node>>> {
-        join_all(refs.iter().map(|r| self.fetch_one(*r)))
-            .await
-            .into_iter()
+        let mut out: Vec<Option<Arc<Node>>> = refs
+            .iter()
+            .map(|r| {
+                self.cluster.cache.get(&NodeKey {
+                    blob: self.blob,
+                    node: *r,
+                })
+            })
+            .collect();
+        let missing: Vec<usize> = (0..refs.len()).filter(|&i| out[i].is_none()).collect();
+        if missing.len() > 1 {
+            self.fetch_grouped(refs, &missing, &mut out).await;
+        }
+        let rest = (0..refs.len()).filter(|&i| out[i].is_none());
+        let fetched =
+            join_all(rest.map(|i| async move { (i, self.fetch_one(refs[i]).await) })).await;
+        for (i, node) in fetched {
+            out[i] = Some(node?);
+        }
+        out.into_iter()
+            .map(|n| n.ok_or_else(|| Error::internal("node fetch left a gap")))
             .collect()
+    }
+}
+
+impl DhtSource<'_> {
+    /// Fetches the nodes at `which` (indexes into `refs`) grouped by their first healthy
+    /// owner, one request per owner; fills `out` with what was found. Failures are left for
+    /// the one-by-one lookups.
+    async fn fetch_grouped(
+        &self,
+        refs: &[NodeRef],
+        which: &[usize],
+        out: &mut [Option<Arc<Node>>],
+    ) {
+        let Ok(ring) = self.cluster.ring().await else {
+            return;
+        };
+        let mut by_owner: HashMap<ProviderId, Vec<usize>> = HashMap::new();
+        for &i in which {
+            let key = NodeKey {
+                blob: self.blob,
+                node: refs[i],
+            };
+            if let Some(&owner) = self.cluster.read_order(&ring.walk(&key)).await.first() {
+                by_owner.entry(owner).or_default().push(i);
+            }
+        }
+        let asks = by_owner.into_iter().map(|(owner, idx)| async move {
+            let addr = self.cluster.addr_of(owner).await.ok()?;
+            let keys = idx
+                .iter()
+                .map(|&i| NodeKey {
+                    blob: self.blob,
+                    node: refs[i],
+                })
+                .collect();
+            let found = self
+                .cluster
+                .pool
+                .call(&addr, GetNodes { keys })
+                .await
+                .ok()?;
+            Some((idx, found))
+        });
+        for (idx, found) in join_all(asks).await.into_iter().flatten() {
+            for (i, node) in idx.into_iter().zip(found) {
+                if let Some(node) = node {
+                    let node = Arc::new(node);
+                    self.cluster.cache.insert(
+                        NodeKey {
+                            blob: self.blob,
+                            node: refs[i],
+                        },
+                        node.clone(),
+                    );
+                    out[i] = Some(node);
+                }
+            }
+        }
     }
 }

@@ -2,9 +2,11 @@
 //! delete). A file's content is its blob; every close of a written file is a version.
 
 use tomus_metadata::Version;
+use tomus_wire::manager::{
+    FsCreate, FsDelete, FsList, FsListAttrs, FsMkdir, FsObject, FsRename, FsStat,
+};
 use tomus_wire::{
-    unexpected, Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Request, Response, Result,
-    DEFAULT_CHUNK_SIZE,
+    Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Rpc, DEFAULT_CHUNK_SIZE,
 };
 
 use crate::{Blob, Client};
@@ -46,22 +48,8 @@ impl Client {
 }
 
 impl Namespace {
-    async fn call(&self, req: Request) -> Result<Response> {
-        self.client.cluster.manager_call(&req).await
-    }
-
-    async fn entry(&self, req: Request) -> Result<FsEntry> {
-        match self.call(req).await? {
-            Response::Entry(e) => Ok(e),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    async fn done(&self, req: Request) -> Result<()> {
-        match self.call(req).await? {
-            Response::Ok => Ok(()),
-            other => Err(unexpected(&other)),
-        }
+    async fn call<R: Rpc>(&self, req: R) -> Result<R::Response> {
+        self.client.cluster.manager(req).await
     }
 
     /// The blob of a file entry.
@@ -76,29 +64,29 @@ impl Namespace {
     }
 
     pub async fn stat(&self, path: &str) -> Result<FsEntry> {
-        self.entry(Request::FsStat { path: path.into() }).await
+        self.call(FsStat { path: path.into() }).await
     }
 
     /// Makes a directory; with `parents`, also its missing parents, and an existing
     /// directory is fine.
     pub async fn mkdir(&self, path: &str, parents: bool) -> Result<FsEntry> {
-        let req = Request::FsMkdir {
+        let req = FsMkdir {
             path: path.into(),
             parents,
         };
-        self.entry(req).await
+        self.call(req).await
     }
 
     /// Creates the file `path` (and its missing parent directories) on a new blob; an
     /// existing file is opened instead unless `options.exclusive`.
     pub async fn create(&self, path: &str, options: CreateOptions) -> Result<(FsEntry, Blob)> {
-        let req = Request::FsCreate {
+        let req = FsCreate {
             path: path.into(),
             chunk_size: options.chunk_size,
             replication: options.replication,
             exclusive: options.exclusive,
         };
-        let entry = self.entry(req).await?;
+        let entry = self.call(req).await?;
         let blob = self.blob_of(&entry)?;
         Ok((entry, blob))
     }
@@ -119,32 +107,27 @@ impl Namespace {
         start_after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<FsEntry>> {
-        let req = Request::FsList {
+        let req = FsList {
             path: path.into(),
             recursive,
             start_after: start_after.map(str::to_string),
             limit,
         };
-        match self.call(req).await? {
-            Response::Entries(e) => Ok(e),
-            other => Err(unexpected(&other)),
-        }
+        self.call(req).await
     }
 
     /// The file `path` with one of its versions (`None`: the latest published) and that
     /// version's attributes, in one round trip.
     pub async fn object(&self, path: &str, version: Option<Version>) -> Result<(ObjectInfo, Blob)> {
-        let req = Request::FsObject {
+        let req = FsObject {
             path: path.into(),
             version,
         };
-        match self.call(req).await? {
-            Response::Object(o) => {
-                let blob = self.blob_of(&o.entry)?;
-                Ok((o, blob))
-            }
-            other => Err(unexpected(&other)),
-        }
+        let o = self.call(req).await?;
+        let blob = self.blob_of(&o.entry)?;
+        // Reads of this version need not ask the manager for its record again.
+        self.client.versions.insert(&o.version);
+        Ok((o, blob))
     }
 
     /// [`Namespace::list_page`] with the attributes of each file's latest published version
@@ -156,16 +139,13 @@ impl Namespace {
         start_after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<(FsEntry, Attrs)>> {
-        let req = Request::FsListAttrs {
+        let req = FsListAttrs {
             path: path.into(),
             recursive,
             start_after: start_after.map(str::to_string),
             limit,
         };
-        match self.call(req).await? {
-            Response::EntriesAttrs(e) => Ok(e),
-            other => Err(unexpected(&other)),
-        }
+        self.call(req).await
     }
 
     async fn list_all(&self, path: &str, recursive: bool) -> Result<Vec<FsEntry>> {
@@ -195,19 +175,19 @@ impl Namespace {
 
     /// Moves a file or a directory tree (an existing file at `to` is replaced).
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
-        let req = Request::FsRename {
+        let req = FsRename {
             from: from.into(),
             to: to.into(),
         };
-        self.done(req).await
+        self.call(req).await
     }
 
     /// Removes a file, or a directory (everything below it when `recursive`).
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
-        let req = Request::FsDelete {
+        let req = FsDelete {
             path: path.into(),
             recursive,
         };
-        self.done(req).await
+        self.call(req).await
     }
 }

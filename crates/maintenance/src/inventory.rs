@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use tomus_client::cluster::Cluster;
 use tomus_metadata::{ChunkId, NodeKey, ProviderId};
-use tomus_wire::{unexpected, ProviderInfo, Request, Response, Result};
+use tomus_wire::provider::{ListChunks, ListNodes};
+use tomus_wire::{now_ms, ProviderInfo, Result};
 
 /// Entries asked for per listing request.
 const PAGE: u32 = 10_000;
@@ -60,38 +61,70 @@ pub async fn take(cluster: &Cluster, providers: &[ProviderInfo]) -> Inventory {
     inv
 }
 
+/// The node keys every alive provider holds, with their holders (node repair after a
+/// membership change). A provider whose listing fails is left out.
+pub async fn nodes(
+    cluster: &Cluster,
+    providers: &[ProviderInfo],
+) -> HashMap<NodeKey, Vec<ProviderId>> {
+    let mut out: HashMap<NodeKey, Vec<ProviderId>> = HashMap::new();
+    for p in providers.iter().filter(|p| p.alive) {
+        match list_nodes(cluster, &p.addr).await {
+            Ok(keys) => {
+                for key in keys {
+                    out.entry(key).or_default().push(p.id);
+                }
+            }
+            Err(e) => tracing::warn!("listing the nodes of provider {} ({}): {e}", p.id, p.addr),
+        }
+    }
+    out
+}
+
 type Listing = (Vec<(ChunkId, u64, u64)>, Vec<NodeKey>);
 
 async fn list(cluster: &Cluster, addr: &str) -> Result<Listing> {
+    Ok((
+        list_chunks(cluster, addr).await?,
+        list_nodes(cluster, addr).await?,
+    ))
+}
+
+/// A provider's chunks: id, length, and when it was stored on this process's clock.
+async fn list_chunks(cluster: &Cluster, addr: &str) -> Result<Vec<(ChunkId, u64, u64)>> {
     let mut chunks = Vec::new();
     let mut after = None;
     loop {
-        let req = Request::ListChunks {
+        let req = ListChunks {
             start_after: after,
             limit: PAGE,
         };
-        let page = match cluster.pool.call(addr, &req, &[]).await?.0 {
-            Response::Chunks(c) => c,
-            other => return Err(unexpected(&other)),
-        };
+        let listing = cluster.pool.call(addr, req).await?;
+        // Ages on the provider's own clock, turned into times on this one.
+        let now = now_ms();
+        let page = listing.entries;
         after = page.last().map(|c| c.id);
         let done = page.len() < PAGE as usize;
-        chunks.extend(page.into_iter().map(|c| (c.id, c.len, c.stored_ms)));
+        chunks.extend(page.into_iter().map(|c| {
+            let age = listing.now_ms.saturating_sub(c.stored_ms);
+            (c.id, c.len, now.saturating_sub(age))
+        }));
         if done || after.is_none() {
             break;
         }
     }
+    Ok(chunks)
+}
+
+async fn list_nodes(cluster: &Cluster, addr: &str) -> Result<Vec<NodeKey>> {
     let mut nodes = Vec::new();
     let mut after = None;
     loop {
-        let req = Request::ListNodes {
+        let req = ListNodes {
             start_after: after,
             limit: PAGE,
         };
-        let page = match cluster.pool.call(addr, &req, &[]).await?.0 {
-            Response::NodeKeys(k) => k,
-            other => return Err(unexpected(&other)),
-        };
+        let page = cluster.pool.call(addr, req).await?;
         after = page.last().copied();
         let done = page.len() < PAGE as usize;
         nodes.extend(page);
@@ -99,5 +132,5 @@ async fn list(cluster: &Cluster, addr: &str) -> Result<Listing> {
             break;
         }
     }
-    Ok((chunks, nodes))
+    Ok(nodes)
 }

@@ -1,59 +1,94 @@
 //! The tomus maintenance service: keeps every retained version readable with its full
-//! replication while providers fail, join and leave, and reclaims what nothing retains.
+//! replication while providers fail, join and leave, and reclaims what nothing retains. It
+//! runs next to the manager (in the `tomus manager` process) as a client of the cluster.
 //!
-//! It runs next to the manager (in the `tomus manager` process) as a client of the cluster.
-//! Each pass:
-//! 1. walks the segment trees of every retained version: the chunks and metadata nodes that
-//!    must be kept, and the replication each needs ([`references`]);
-//! 2. lists what every live provider holds ([`inventory`]);
-//! 3. copies under-replicated chunks provider to provider and metadata nodes to their ring
-//!    owners, throttled ([`repair`]); draining providers' copies do not count, so this also
-//!    moves their data away;
-//! 4. deletes what no retained version references ([`gc`]).
+//! Its work follows events, not scans, so a pass costs what changed since the last one, not
+//! what is stored:
+//! - the manager's change log is applied to a durable [`ledger`] of references: each
+//!   published version's delta read from the DHT ([`follow`], [`delta`]);
+//! - what expiry, deletions and aborts killed is deleted from the providers, and chunks
+//!   unreferenced since before the reuse cutoff with them ([`collect`]); cutoffs are granted
+//!   by the manager first, so nothing a writer in progress refers to goes;
+//! - chunks on a provider that went down or drains, or reported lost by one, are copied
+//!   elsewhere from the ledger's replica sets; nodes are moved to their ring owners from the
+//!   providers' listings when membership changed ([`repair`]);
+//! - a full [`audit`] (the walk of every retained tree and every provider's inventory) runs
+//!   rarely, repairs anything left, deletes positively dead leftovers and checks the ledger.
 //!
-//! All of its state is derived from the cluster at each pass, so a restarted manager resumes
-//! repair where it stopped. Progress goes to the manager for `tomus status`.
+//! Progress goes to the manager for `tomus status`.
 
-pub mod gc;
+/// The full walk and inventory behind the ledger.
+pub mod audit;
+/// Deleting what the ledger found dead.
+pub mod collect;
+/// What a published version changed, read from the DHT.
+pub mod delta;
+/// Applying the manager's change log to the ledger.
+pub mod follow;
+/// What each live provider holds, from its own listing.
 pub mod inventory;
+/// The durable record of references.
+pub mod ledger;
+/// What every retained version references, by walking their trees.
 pub mod references;
+/// Copies that restore replication and ring placement.
 pub mod repair;
+/// A token bucket for repair traffic.
 pub mod throttle;
+/// The gc, repair and audit workers.
+mod workers;
 
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::{watch, Notify};
 use tomus_client::cluster::Cluster;
-use tomus_wire::{now_ms, ClusterSecret, MaintenanceStatus, Pool, Request, Result, RpcConfig};
+use tomus_wire::maintenance::ReportMaintenance;
+use tomus_wire::{ClusterSecret, MaintenanceStatus, Pool, Result, RpcConfig};
+use tomus_worker::Workers;
 
-use crate::repair::Progress;
+use crate::ledger::Ledger;
 use crate::throttle::Throttle;
+use crate::workers::{AuditWorker, GcWorker, RepairWorker, Service};
 
 #[derive(Clone, Debug)]
 pub struct MaintenanceConfig {
     /// The manager's address.
     pub manager: String,
     pub secret: Option<ClusterSecret>,
-    /// Pause between passes.
+    /// Where the ledger lives (next to the manager's state).
+    pub state_dir: PathBuf,
+    /// Pause between rounds of collection and of repair.
     pub interval: Duration,
+    /// Pause between full audits.
+    pub audit_interval: Duration,
     /// Repair copies at most this many bytes per second (0: unlimited).
     pub repair_rate: u64,
     /// Chunk copies in flight at once.
     pub repair_parallelism: usize,
-    /// Garbage collection deletes only chunks stored longer ago than this (`None`: no
-    /// garbage collection).
+    /// Garbage collection deletes chunks never referenced only once stored longer ago than
+    /// this (a writer stores chunks before its version exists); `None`: no garbage
+    /// collection.
     pub gc_grace: Option<Duration>,
+    /// Chunks that were referenced go once unreferenced for this long (a copy made of
+    /// metadata only may be about to refer to them).
+    pub reuse_grace: Duration,
 }
 
 impl MaintenanceConfig {
-    pub fn new(manager: String) -> Self {
+    pub fn new(manager: String, state_dir: PathBuf) -> Self {
         MaintenanceConfig {
             manager,
             secret: None,
-            interval: Duration::from_secs(5),
+            state_dir,
+            interval: Duration::from_secs(2),
+            audit_interval: Duration::from_secs(3600),
             repair_rate: 64 << 20,
             repair_parallelism: 4,
             gc_grace: Some(Duration::from_secs(3600)),
+            reuse_grace: Duration::from_secs(60),
         }
     }
 }
@@ -61,14 +96,14 @@ impl MaintenanceConfig {
 /// How often progress is sent to the manager.
 const REPORT_EVERY: Duration = Duration::from_millis(500);
 /// Listings, metadata lookups and reports are small: a provider that does not answer them
-/// within this is taken as gone for the pass, so a silent one (cut off the network) holds a
-/// pass up for this long, not for a bulk transfer's timeout.
+/// within this is taken as gone for the round, so a silent one (cut off the network) holds a
+/// round up for this long, not for a bulk transfer's timeout.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 /// A chunk copy moves up to a chunk (256 MiB at most) between providers.
 const COPY_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Runs passes forever.
-pub async fn run(config: MaintenanceConfig) {
+/// Runs the workers until `stop` becomes true (each finishes its round first).
+pub async fn run(config: MaintenanceConfig, stop: watch::Receiver<bool>) -> Result<()> {
     let pool = |request_timeout| {
         Pool::new(RpcConfig {
             connect_timeout: Duration::from_secs(3),
@@ -76,111 +111,72 @@ pub async fn run(config: MaintenanceConfig) {
             secret: config.secret.clone(),
         })
     };
-    let cluster = Cluster::new(config.manager.clone(), pool(CONTROL_TIMEOUT));
-    let copies = pool(COPY_TIMEOUT);
-    let throttle = Throttle::new(config.repair_rate);
-    let progress: Progress = Arc::new(Mutex::new(MaintenanceStatus::default()));
-    let reporter = report_forever(&cluster, &progress);
-    let passes = async {
-        loop {
-            let outcome = pass(&cluster, &copies, &config, &throttle, &progress).await;
-            finish_pass(&progress, outcome);
-            tokio::time::sleep(config.interval).await;
-        }
+    let path = config.state_dir.join("maintenance.redb");
+    let ledger = tokio::task::spawn_blocking(move || Ledger::open(&path))
+        .await
+        .map_err(|e| tomus_wire::Error::internal(format!("opening the ledger: {e}")))??;
+    let service = Arc::new(Service {
+        cluster: Cluster::new(config.manager.clone(), pool(CONTROL_TIMEOUT)),
+        copies: pool(COPY_TIMEOUT),
+        ledger: Arc::new(ledger),
+        throttle: Throttle::new(config.repair_rate),
+        progress: Arc::new(Mutex::new(MaintenanceStatus::default())),
+        ledger_turn: tokio::sync::Mutex::new(()),
+        settled: Mutex::new(None),
+        audit_wanted: AtomicBool::new(false),
+        wake_audit: Arc::new(Notify::new()),
+        wake_gc: Arc::new(Notify::new()),
+        config,
+    });
+    let workers = Workers::default();
+    let gc = GcWorker {
+        service: service.clone(),
+        last: String::new(),
     };
-    tokio::join!(reporter, passes);
-}
-
-fn finish_pass(progress: &Progress, outcome: Result<()>) {
-    let mut s = progress.lock().unwrap_or_else(|p| p.into_inner());
-    s.running = false;
-    s.last_pass_ms = now_ms();
-    match outcome {
-        Ok(()) => {
-            s.passes += 1;
-            s.last_error = None;
-        }
-        Err(e) => {
-            tracing::warn!("maintenance pass failed: {e}");
-            s.last_error = Some(e.to_string());
-        }
-    }
-}
-
-async fn report_forever(cluster: &Cluster, progress: &Progress) {
-    loop {
-        let status = progress.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Err(e) = cluster
-            .manager_call(&Request::ReportMaintenance { status })
-            .await
-        {
-            tracing::debug!("reporting maintenance progress: {e}");
-        }
-        tokio::time::sleep(REPORT_EVERY).await;
-    }
-}
-
-/// One pass: scan, inventory, repair, garbage collection.
-async fn pass(
-    cluster: &Cluster,
-    copies: &Pool,
-    config: &MaintenanceConfig,
-    throttle: &Throttle,
-    progress: &Progress,
-) -> Result<()> {
-    let started_ms = now_ms();
-    progress.lock().unwrap_or_else(|p| p.into_inner()).running = true;
-    let refs = references::scan(cluster).await?;
-    let providers = cluster.providers().await?;
-    let inv = inventory::take(cluster, &providers).await;
-    // The ring of this pass's provider list, not the client's cached view: nodes must move to
-    // a provider that just joined at once.
-    let ids: Vec<_> = providers.iter().map(|p| p.id).collect();
-    let ring = tomus_client::dht::Ring::new(&ids);
-    let plan = repair::plan(&refs, &inv, &ring);
-    {
-        let mut s = progress.lock().unwrap_or_else(|p| p.into_inner());
-        s.under_replicated_chunks = plan.under_replicated_chunks;
-        s.under_replicated_bytes = plan.under_replicated_bytes;
-        s.lost_chunks = plan.lost_chunks;
-        s.under_replicated_nodes = plan.under_replicated_nodes;
-        s.repair_total_bytes = plan.copy_bytes;
-        s.repair_done_bytes = 0;
-        s.repair_total_nodes = plan.copy_nodes;
-        s.repair_done_nodes = 0;
-        s.draining = repair::sorted(plan.draining_left.clone());
-    }
-    if plan.copy_bytes > 0 || plan.copy_nodes > 0 {
-        tracing::info!(
-            "repair: {} under-replicated chunks ({} bytes), {} nodes; copying {} bytes and {} nodes",
-            plan.under_replicated_chunks,
-            plan.under_replicated_bytes,
-            plan.under_replicated_nodes,
-            plan.copy_bytes,
-            plan.copy_nodes
-        );
-    }
-    repair::execute(
-        cluster,
-        copies,
-        plan,
-        &inv,
-        throttle,
-        config.repair_parallelism,
-        progress,
-    )
-    .await?;
-    if let Some(grace) = config.gc_grace {
-        if inv.unlisted.is_empty() && refs.unreadable == 0 {
-            let older_than = started_ms.saturating_sub(grace.as_millis() as u64);
-            gc::collect(cluster, &refs, &inv, older_than, progress).await?;
-        } else {
-            tracing::info!(
-                "garbage collection skipped: providers {:?} could not be listed, {} nodes unreadable",
-                inv.unlisted,
-                refs.unreadable
-            );
+    let repair = RepairWorker {
+        service: service.clone(),
+        membership: Default::default(),
+        unresolved: Vec::new(),
+        last: String::new(),
+    };
+    let audit = AuditWorker {
+        service: service.clone(),
+        last: String::new(),
+    };
+    let mut tasks = vec![
+        workers.spawn(gc, stop.clone(), Some(service.wake_gc.clone())),
+        workers.spawn(repair, stop.clone(), None),
+        workers.spawn(audit, stop.clone(), Some(service.wake_audit.clone())),
+    ];
+    tasks.push(tokio::spawn(report_until_stopped(service, workers, stop)));
+    for task in tasks {
+        if let Err(e) = task.await {
+            tracing::error!("a maintenance worker failed: {e}");
         }
     }
     Ok(())
+}
+
+/// Sends progress, with every worker's status, to the manager for `tomus status`.
+async fn report_until_stopped(
+    service: Arc<Service>,
+    workers: Workers,
+    mut stop: watch::Receiver<bool>,
+) {
+    while !*stop.borrow() {
+        let mut status = service
+            .progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        status.workers = workers.statuses();
+        let status = Box::new(status);
+        if let Err(e) = service.cluster.manager(ReportMaintenance { status }).await {
+            tracing::debug!("reporting maintenance progress: {e}");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(REPORT_EVERY) => {}
+            _ = stop.changed() => {}
+        }
+    }
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use tomus_client::cluster::Cluster;
 use tomus_client::dht::DhtSource;
 use tomus_metadata::{BlobId, ChunkId, Node, NodeKey, NodeRef, NodeSource, Version};
-use tomus_wire::{unexpected, BlobInfo, Request, Response, Result};
+use tomus_wire::manager::{ListBlobs, ListVersions};
+use tomus_wire::{BlobInfo, Fate, Result};
 
 /// Nodes fetched per request wave while walking a tree.
 const FETCH_WAVE: usize = 256;
@@ -15,6 +16,9 @@ const FETCH_WAVE: usize = 256;
 /// A referenced chunk: the replication it needs (the highest of the blobs referring to it).
 pub struct ChunkRef {
     pub replication: u32,
+    /// Whether a leaf the maintenance ledger has counted refers to it (a leaf of a version at
+    /// or below the blob's last counted one): then the ledger must track it.
+    pub counted: bool,
 }
 
 /// A referenced metadata node, with its content (to copy it) and the replication it needs.
@@ -23,49 +27,62 @@ pub struct NodeEntry {
     pub replication: u32,
 }
 
-/// The references found by one scan, and the state of the blobs when it started (garbage
-/// collection must not touch what was created after that).
+/// The references found by one scan.
 #[derive(Default)]
 pub struct References {
     pub chunks: HashMap<ChunkId, ChunkRef>,
     pub nodes: HashMap<NodeKey, NodeEntry>,
-    /// Blobs at the start of the scan, with their latest published version then.
-    pub published: HashMap<BlobId, Version>,
-    /// The highest blob id at the start of the scan.
-    pub max_blob: BlobId,
+    /// Per blob scanned: its first retained version when the scan read its version list
+    /// (0: none published). Garbage collection deletes the nodes of expired versions only
+    /// below it: a version that expired later may be referenced by versions published since.
+    pub first_retained: HashMap<BlobId, Version>,
+    /// Blobs the ledger tracked when the scan began.
+    pub tracked: HashSet<BlobId>,
+    /// Blobs whose every retained version the ledger had counted when the scan read them.
+    pub caught_up: HashSet<BlobId>,
     /// Nodes that could not be read (their only copies are on providers that are down):
     /// what lies below them is unknown, so nothing may be garbage-collected.
     pub unreadable: u64,
 }
 
 impl References {
-    /// Whether garbage collection may delete a node nothing references: its blob was
-    /// deleted, or its version was already published when the scan started (so it is an
-    /// expired or aborted version's node, not an in-flight writer's).
-    pub fn node_is_garbage(&self, key: &NodeKey) -> bool {
+    /// Whether garbage collection may delete a node nothing references, given what the
+    /// manager positively knows of its version ([`Fate`]). Deletion is never inferred from
+    /// a blob or a version missing from a listing.
+    ///
+    /// The maintenance ledger may still have to read a blob's nodes (to count its versions
+    /// published since the ledger last looked, or the previous tree they replaced): those of
+    /// a deleted blob are left alone until the ledger saw the deletion, those of expired
+    /// versions until the ledger counted every version the scan saw.
+    pub fn node_is_garbage(&self, key: &NodeKey, fate: Fate) -> bool {
         if self.nodes.contains_key(key) {
             return false;
         }
-        match self.published.get(&key.blob) {
-            Some(&published) => key.node.version <= published,
-            None => key.blob <= self.max_blob,
+        match fate {
+            Fate::Aborted => true,
+            Fate::Deleted => !self.tracked.contains(&key.blob),
+            Fate::Expired => {
+                self.caught_up.contains(&key.blob)
+                    && self
+                        .first_retained
+                        .get(&key.blob)
+                        .is_some_and(|&first| key.node.version < first)
+            }
+            Fate::Live | Fate::Unknown => false,
         }
     }
 }
 
 /// Walks every retained version of every blob.
-pub async fn scan(cluster: &Cluster) -> Result<References> {
-    let blobs = match cluster.manager_call(&Request::ListBlobs).await? {
-        Response::Blobs(b) => b,
-        other => return Err(unexpected(&other)),
-    };
+pub async fn scan(cluster: &Cluster, counted: &HashMap<BlobId, Version>) -> Result<References> {
+    let blobs = cluster.manager(ListBlobs {}).await?;
     let mut refs = References {
-        max_blob: blobs.iter().map(|b| b.id).max().unwrap_or(0),
-        published: blobs.iter().map(|b| (b.id, b.latest)).collect(),
+        tracked: counted.keys().copied().collect(),
         ..References::default()
     };
     for blob in &blobs {
-        scan_blob(cluster, blob, &mut refs).await?;
+        let counted = counted.get(&blob.id).copied().unwrap_or(0);
+        scan_blob(cluster, blob, counted, &mut refs).await?;
     }
     if refs.unreadable > 0 {
         tracing::warn!(
@@ -76,17 +93,23 @@ pub async fn scan(cluster: &Cluster) -> Result<References> {
     Ok(refs)
 }
 
-async fn scan_blob(cluster: &Cluster, blob: &BlobInfo, refs: &mut References) -> Result<()> {
-    let versions = match cluster
-        .manager_call(&Request::Versions { blob: blob.id })
-        .await
-    {
-        Ok(Response::Versions(v)) => v.versions,
-        Ok(other) => return Err(unexpected(&other)),
+async fn scan_blob(
+    cluster: &Cluster,
+    blob: &BlobInfo,
+    counted: Version,
+    refs: &mut References,
+) -> Result<()> {
+    let versions = match cluster.manager(ListVersions { blob: blob.id }).await {
+        Ok(v) => v.versions,
         // Deleted since it was listed: nothing of it to keep.
         Err(e) if e.kind == tomus_wire::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
+    let first = versions.iter().map(|v| v.version).min().unwrap_or(0);
+    refs.first_retained.insert(blob.id, first);
+    if versions.last().is_some_and(|v| v.version <= counted) {
+        refs.caught_up.insert(blob.id);
+    }
     let mut frontier: Vec<NodeRef> = versions
         .iter()
         .filter(|v| v.capacity > 0)
@@ -122,11 +145,12 @@ async fn scan_blob(cluster: &Cluster, blob: &BlobInfo, refs: &mut References) ->
                 }
             }
             for chunk in chunks_of(&node) {
-                let r = refs
-                    .chunks
-                    .entry(chunk)
-                    .or_insert(ChunkRef { replication: 0 });
+                let r = refs.chunks.entry(chunk).or_insert(ChunkRef {
+                    replication: 0,
+                    counted: false,
+                });
                 r.replication = r.replication.max(blob.replication);
+                r.counted |= at.version <= counted;
             }
             refs.nodes.insert(
                 NodeKey {

@@ -8,13 +8,16 @@ pub mod registry;
 pub mod service;
 pub mod store;
 pub mod versions;
+pub mod workers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tomus_wire::{check_bind, ClusterSecret, Error, LoadGauge, Result};
+use tokio::sync::watch;
+use tomus_wire::{check_bind, ClusterSecret, Error, LoadGauge, Result, ServerLimits};
+use tomus_worker::Workers;
 
 pub use versions::VersionManager;
 
@@ -29,21 +32,33 @@ pub struct ManagerConfig {
     /// A writer that holds a version number this long without completing it is taken as
     /// dead: its version (and those assigned after it) are given up so later writes publish.
     pub writer_lease: Duration,
+    /// What clients may hold of the server: connections, time, memory.
+    pub limits: ServerLimits,
 }
 
-/// Runs the manager until the process ends. Sends the bound address on `ready` once serving.
+/// Runs the manager until the process ends (or the future is dropped). Sends the bound
+/// address on `ready` once serving.
 pub async fn run(
     config: ManagerConfig,
     ready: Option<tokio::sync::oneshot::Sender<String>>,
 ) -> Result<()> {
     let store = Arc::new(store::Store::open(&config.data_dir)?);
-    let versions = VersionManager::open(store.clone())?;
+    let workers = Workers::default();
+    let versions = VersionManager::open(store.clone(), &workers)?;
     let namespace = Arc::new(namespace::Namespace::open(store.clone(), versions.clone())?);
-    tokio::spawn(enforce_leases(
-        Arc::downgrade(&versions),
-        config.writer_lease,
-    ));
-    tokio::spawn(enforce_retention(Arc::downgrade(&versions)));
+    // The workers stop when this function ends (its future is dropped with the runtime).
+    let (_running, stopped) = watch::channel(false);
+    let leases = workers::Leases {
+        versions: Arc::downgrade(&versions),
+        lease: config.writer_lease,
+        given_up: 0,
+    };
+    workers.spawn(leases, stopped.clone(), None);
+    let retention = workers::Retention {
+        versions: Arc::downgrade(&versions),
+        expired: 0,
+    };
+    workers.spawn(retention, stopped, None);
     let registry = Arc::new(registry::Registry::open(
         store.clone(),
         config.provider_timeout,
@@ -65,40 +80,15 @@ pub async fn run(
         namespace,
         registry,
         store,
+        workers,
     });
     tomus_wire::serve(
         listener,
         config.secret,
+        config.limits,
         service,
         Arc::new(LoadGauge::default()),
     )
     .await;
     Ok(())
-}
-
-/// Checks writer leases a few times per lease period for as long as the manager runs.
-async fn enforce_leases(versions: std::sync::Weak<VersionManager>, lease: Duration) {
-    let mut tick = tokio::time::interval((lease / 4).max(Duration::from_millis(50)));
-    loop {
-        tick.tick().await;
-        let Some(vm) = versions.upgrade() else { return };
-        if let Err(e) = vm.expire_leases(lease) {
-            tracing::error!("checking writer leases failed: {e}");
-        }
-    }
-}
-
-/// Applies retention policies every second for as long as the manager runs (time-based
-/// policies expire versions without any request).
-async fn enforce_retention(versions: std::sync::Weak<VersionManager>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let Some(vm) = versions.upgrade() else { return };
-        let round = tokio::task::spawn_blocking(move || vm.enforce_retention(versions::now_ms()));
-        if let Err(e) = round.await {
-            tracing::error!("applying retention policies failed: {e}");
-        }
-    }
 }

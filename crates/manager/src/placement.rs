@@ -24,8 +24,9 @@ pub fn place(
 ) -> Result<Vec<Vec<ProviderInfo>>> {
     let r = replication as usize;
     if candidates.len() < r {
+        // Not a lack of space: providers are down or draining, and may come back.
         return Err(Error::new(
-            ErrorKind::NoSpace,
+            ErrorKind::Unavailable,
             format!(
                 "replication {replication} needs {replication} live providers, {} available",
                 candidates.len()
@@ -165,10 +166,10 @@ mod tests {
     }
 
     #[test]
-    fn too_few_providers_or_no_space_is_an_error() {
+    fn too_few_providers_or_no_space_are_errors() {
         let mut c = vec![provider(1, "a", 1 << 30)];
         let e = place(&mut c, 1 << 20, 1, 2, Placement::Balanced, None).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::NoSpace);
+        assert_eq!(e.kind, ErrorKind::Unavailable);
         let mut c = vec![provider(1, "a", 1 << 20)];
         let e = place(&mut c, 1 << 20, 2, 1, Placement::Balanced, None).unwrap_err();
         assert_eq!(e.kind, ErrorKind::NoSpace);

@@ -5,10 +5,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tomus_metadata::ProviderId;
+use tomus_metadata::{ChunkId, ProviderId};
 use tomus_wire::{
-    host_of, Error, ErrorKind, MaintenanceStatus, ProviderInfo, ProviderReport, Result,
+    check_count, host_of, Error, ErrorKind, LostChunks, MaintenanceStatus, ProviderInfo,
+    ProviderReport, Result, MAX_ITEMS,
 };
+
+/// Longest last-error message a maintenance report keeps.
+const MAX_REPORTED_ERROR: usize = 4096;
 
 use crate::store::{ProviderRecord, Store};
 use crate::versions::now_ms;
@@ -46,7 +50,12 @@ pub struct Registry {
     /// re-registration under the same id cannot interleave.
     changes: Mutex<()>,
     maintenance: Mutex<Maintenance>,
+    /// Chunk copies providers reported lost (quarantined), for repair to take.
+    lost: Mutex<LostChunks>,
 }
+
+/// Most lost-copy reports kept until repair takes them; past it, repair's audit finds them.
+const MAX_LOST: usize = 100_000;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -90,6 +99,7 @@ impl Registry {
             entries: Mutex::new(entries),
             changes: Mutex::new(()),
             maintenance: Mutex::new(Maintenance::default()),
+            lost: Mutex::new(LostChunks::default()),
         })
     }
 
@@ -163,6 +173,8 @@ impl Registry {
                 drain_after_report,
             },
         );
+        drop(entries);
+        self.note_lost(id, report.lost);
         tracing::info!("provider {id} registered");
         Ok(id)
     }
@@ -180,7 +192,28 @@ impl Registry {
         e.reported = true;
         e.placed_since_report = 0;
         e.placed_chunks_since_report = 0;
+        drop(entries);
+        self.note_lost(id, report.lost);
         Ok(())
+    }
+
+    fn note_lost(&self, provider: ProviderId, chunks: Vec<ChunkId>) {
+        if chunks.is_empty() {
+            return;
+        }
+        let mut lost = lock(&self.lost);
+        for c in chunks {
+            if lost.chunks.len() >= MAX_LOST {
+                lost.overflowed = true;
+                break;
+            }
+            lost.chunks.push((c, provider));
+        }
+    }
+
+    /// The lost copies reported since the last call, and whether some did not fit.
+    pub fn take_lost(&self) -> LostChunks {
+        std::mem::take(&mut *lock(&self.lost))
     }
 
     /// Every known provider, with `alive` from the heartbeat timeout.
@@ -359,11 +392,23 @@ impl Registry {
     }
 
     /// Keeps the maintenance service's latest report (in memory: it reports again soon).
-    pub fn report_maintenance(&self, status: MaintenanceStatus) {
+    pub fn report_maintenance(&self, mut status: MaintenanceStatus) -> Result<()> {
+        check_count("draining providers", status.draining.len(), MAX_ITEMS)?;
+        if let Some(e) = status.last_error.as_mut() {
+            // Shown by `tomus status`; a report is not a place to store a book.
+            if e.len() > MAX_REPORTED_ERROR {
+                let mut cut = MAX_REPORTED_ERROR;
+                while !e.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                e.truncate(cut);
+            }
+        }
         let mut m = lock(&self.maintenance);
         m.status = status;
         m.received_ms = now_ms();
         m.count += 1;
+        Ok(())
     }
 
     /// The latest maintenance report and when it arrived (Unix ms; 0: never).

@@ -3,8 +3,12 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use tomus_wire::{ClusterStatus, Error, Handler, Payload, Request, Response, Result};
+use tomus_wire::maintenance::*;
+use tomus_wire::manager::*;
+use tomus_wire::{
+    check_count, wrong_service, ClusterStatus, Envelope, Error, Handler, Reply, Result,
+    MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ITEMS, MAX_LISTING,
+};
 
 use crate::namespace::Namespace;
 use crate::placement::place;
@@ -18,9 +22,12 @@ pub struct ManagerService {
     pub registry: Arc<Registry>,
     /// For the chunk replica overlay, which only the service reads and writes.
     pub store: Arc<Store>,
+    /// The committer, leases and retention, for `tomus status`.
+    pub workers: tomus_worker::Workers,
 }
 
-/// Runs `op` (which commits fsynced transactions) off the async workers.
+/// Runs `op` (which commits fsynced transactions) off the async workers: a slow disk sync
+/// must not hold up requests that need none.
 async fn blocking<T: Send + 'static>(op: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(op)
         .await
@@ -58,174 +65,206 @@ impl ManagerService {
             provider_timeout_ms: self.registry.timeout().as_millis() as u64,
             maintenance,
             maintenance_reported_ms,
+            workers: self.workers.statuses(),
+            now_ms: tomus_wire::now_ms(),
         }
     }
 
-    async fn dispatch(&self, req: Request) -> Result<Response> {
-        Ok(match req {
-            Request::Ping => Response::Ok,
-            Request::CreateBlob {
-                chunk_size,
-                replication,
-            } => {
-                self.check_replication(replication)?;
-                Response::Blob(self.versions.create_blob(chunk_size, replication)?)
+    async fn manager(&self, req: ManagerRequest) -> Reply {
+        use ManagerRequest as M;
+        match req {
+            M::CreateBlob(r) => Reply::of::<CreateBlob>(self.create_blob(r).await),
+            M::GetBlob(r) => Reply::of::<GetBlob>(self.versions.blob_info(r.blob)),
+            M::ListBlobs(_) => Reply::of::<ListBlobs>(Ok(self.versions.list_blobs())),
+            M::Allocate(r) => Reply::of::<Allocate>(self.allocate(r)),
+            M::Assign(r) => Reply::of::<Assign>(
+                self.versions
+                    .assign(r.blob, r.op, r.attrs, r.expect_size, r.data)
+                    .await,
+            ),
+            M::Complete(r) => {
+                Reply::of::<Complete>(self.versions.complete(r.blob, r.version).await)
             }
-            Request::BlobInfo { blob } => Response::Blob(self.versions.blob_info(blob)?),
-            Request::ListBlobs => Response::Blobs(self.versions.list_blobs()),
-            Request::Allocate {
-                blob,
-                chunks,
-                chunk_bytes,
-                placement,
-                client_host,
-            } => {
-                let (blob_chunk_size, replication) = self.versions.chunk_size(blob)?;
-                let chunk_size = chunk_bytes.unwrap_or(blob_chunk_size).min(blob_chunk_size);
-                let mut candidates = self.registry.candidates();
-                let placed = place(
-                    &mut candidates,
-                    chunk_size,
-                    chunks,
-                    replication,
-                    placement,
-                    client_host.as_deref(),
-                )?;
-                let charged: Vec<_> = placed
-                    .iter()
-                    .flatten()
-                    .map(|p| (p.id, chunk_size))
-                    .collect();
-                self.registry.charge(&charged);
-                Response::Placements(placed)
-            }
-            Request::Assign { blob, op } => Response::Assigned(self.versions.assign(blob, op)?),
-            Request::Complete { blob, version } => {
-                Response::Version(self.versions.complete(blob, version).await?)
-            }
-            Request::AbortVersion { blob, version } => {
-                self.versions.abort(blob, version)?;
-                Response::Ok
-            }
-            Request::Version { blob, version } => {
-                Response::Version(self.versions.version(blob, version)?)
-            }
-            Request::Versions { blob } => Response::Versions(self.versions.versions(blob)?),
-            Request::Register { id, addr, report } => {
-                Response::Registered(self.registry.register(id, addr, report)?)
-            }
-            Request::Heartbeat { id, report } => {
-                self.registry.heartbeat(id, report)?;
-                Response::Ok
-            }
-            Request::Providers => Response::Providers(self.registry.list()),
-            Request::FsMkdir { path, parents } => {
-                Response::Entry(self.namespace(move |ns| ns.mkdir(&path, parents)).await?)
-            }
-            Request::FsCreate {
-                path,
-                chunk_size,
-                replication,
-                exclusive,
-            } => {
-                self.check_replication(replication)?;
-                let create =
-                    move |ns: &Namespace| ns.create(&path, chunk_size, replication, exclusive);
-                Response::Entry(self.namespace(create).await?)
-            }
-            Request::FsStat { path } => {
-                Response::Entry(self.namespace(move |ns| ns.stat(&path)).await?)
-            }
-            Request::FsList {
-                path,
-                recursive,
-                start_after,
-                limit,
-            } => {
-                let list =
-                    move |ns: &Namespace| ns.list(&path, recursive, start_after.as_deref(), limit);
-                Response::Entries(self.namespace(list).await?)
-            }
-            Request::FsRename { from, to } => {
-                self.namespace(move |ns| ns.rename(&from, &to)).await?;
-                Response::Ok
-            }
-            Request::FsDelete { path, recursive } => {
-                self.namespace(move |ns| ns.delete(&path, recursive))
-                    .await?;
-                Response::Ok
-            }
-            Request::AssignWith {
-                blob,
-                op,
-                attrs,
-                expect_size,
-            } => Response::Assigned(self.versions.assign_with(blob, op, attrs, expect_size)?),
-            Request::VersionsAttrs { blob } => {
-                Response::VersionsAttrs(self.versions.versions_attrs(blob)?)
-            }
-            Request::FsObject { path, version } => {
-                Response::Object(self.namespace(move |ns| ns.object(&path, version)).await?)
-            }
-            Request::FsListAttrs {
-                path,
-                recursive,
-                start_after,
-                limit,
-            } => {
-                let list = move |ns: &Namespace| {
-                    ns.list_attrs(&path, recursive, start_after.as_deref(), limit)
-                };
-                Response::EntriesAttrs(self.namespace(list).await?)
-            }
-            Request::ChunkReplicas { chunks } => {
-                Response::Replicas(self.store.chunk_replicas(&chunks)?)
-            }
-            Request::RecordReplicas { entries } => {
-                let store = self.store.clone();
-                blocking(move || store.record_replicas(&entries)).await?;
-                Response::Ok
-            }
-            Request::DrainProvider { addr } => {
-                let registry = self.registry.clone();
-                Response::Provider(blocking(move || registry.drain(&addr)).await?)
-            }
-            Request::RemoveProvider { addr } => {
-                let registry = self.registry.clone();
-                blocking(move || registry.remove(&addr)).await?;
-                Response::Ok
-            }
-            Request::Status => Response::Status(self.status()),
-            Request::ReportMaintenance { status } => {
-                self.registry.report_maintenance(status);
-                Response::Ok
-            }
-            Request::SetRetention { blob, retention } => {
+            M::AbortVersion(r) => {
                 let versions = self.versions.clone();
-                Response::Blob(blocking(move || versions.set_retention(blob, retention)).await?)
+                let abort = move || versions.abort(r.blob, r.version);
+                Reply::of::<AbortVersion>(blocking(abort).await)
             }
-            Request::PutChunk { .. }
-            | Request::GetChunk { .. }
-            | Request::PutNodes { .. }
-            | Request::GetNodes { .. }
-            | Request::GetPath { .. }
-            | Request::ListChunks { .. }
-            | Request::DeleteChunks { .. }
-            | Request::CopyChunk { .. }
-            | Request::ListNodes { .. }
-            | Request::DeleteNodes { .. }
-            | Request::Scrub { .. } => {
-                return Err(Error::invalid(
-                    "this is the manager; chunk and metadata requests go to providers",
-                ))
+            M::GetVersion(r) => Reply::of::<GetVersion>(self.versions.version(r.blob, r.version)),
+            M::ListVersions(r) => Reply::of::<ListVersions>(self.versions.versions(r.blob)),
+            M::VersionsAttrs(r) => Reply::of::<VersionsAttrs>(self.versions.versions_attrs(r.blob)),
+            M::SetRetention(r) => {
+                let versions = self.versions.clone();
+                let set = move || versions.set_retention(r.blob, r.retention);
+                Reply::of::<SetRetention>(blocking(set).await)
             }
-        })
+            M::FsMkdir(r) => {
+                Reply::of::<FsMkdir>(self.namespace(move |ns| ns.mkdir(&r.path, r.parents)).await)
+            }
+            M::FsCreate(r) => Reply::of::<FsCreate>(self.fs_create(r).await),
+            M::FsStat(r) => Reply::of::<FsStat>(self.namespace(move |ns| ns.stat(&r.path)).await),
+            M::FsList(r) => Reply::of::<FsList>(
+                self.namespace(move |ns| {
+                    let limit = r.limit.min(MAX_LISTING);
+                    ns.list(&r.path, r.recursive, r.start_after.as_deref(), limit)
+                })
+                .await,
+            ),
+            M::FsListAttrs(r) => Reply::of::<FsListAttrs>(
+                self.namespace(move |ns| {
+                    let limit = r.limit.min(MAX_LISTING);
+                    ns.list_attrs(&r.path, r.recursive, r.start_after.as_deref(), limit)
+                })
+                .await,
+            ),
+            M::FsObject(r) => Reply::of::<FsObject>(
+                self.namespace(move |ns| ns.object(&r.path, r.version))
+                    .await,
+            ),
+            M::FsRename(r) => {
+                Reply::of::<FsRename>(self.namespace(move |ns| ns.rename(&r.from, &r.to)).await)
+            }
+            M::FsDelete(r) => Reply::of::<FsDelete>(
+                self.namespace(move |ns| ns.delete(&r.path, r.recursive))
+                    .await,
+            ),
+            M::Register(r) => Reply::of::<Register>(self.register(r).await),
+            M::Heartbeat(r) => Reply::of::<Heartbeat>(self.registry.heartbeat(r.id, r.report)),
+            M::ListProviders(_) => Reply::of::<ListProviders>(Ok(self.registry.list())),
+            M::ChunkReplicas(r) => Reply::of::<ChunkReplicas>(
+                check_count("chunks", r.chunks.len(), MAX_ITEMS)
+                    .and_then(|()| self.store.chunk_replicas(&r.chunks)),
+            ),
+            M::DrainProvider(r) => {
+                let registry = self.registry.clone();
+                Reply::of::<DrainProvider>(blocking(move || registry.drain(&r.addr)).await)
+            }
+            M::RemoveProvider(r) => {
+                let registry = self.registry.clone();
+                let removed = blocking(move || registry.remove(&r.addr)).await;
+                Reply::of::<RemoveProvider>(removed.map(|_| ()))
+            }
+            M::GetStatus(_) => Reply::of::<GetStatus>(Ok(self.status())),
+        }
+    }
+
+    async fn maintenance(&self, req: MaintenanceRequest) -> Reply {
+        use MaintenanceRequest as M;
+        match req {
+            M::ReportMaintenance(r) => {
+                Reply::of::<ReportMaintenance>(self.registry.report_maintenance(*r.status))
+            }
+            M::RecordReplicas(r) => {
+                if let Err(e) = check_replica_sets(&r.entries) {
+                    return Reply::error(e);
+                }
+                let store = self.store.clone();
+                let record = move || store.record_replicas(&r.entries);
+                Reply::of::<RecordReplicas>(blocking(record).await)
+            }
+            M::Changes(r) => {
+                let store = self.store.clone();
+                let limit = r.limit.min(MAX_LISTING) as usize;
+                Reply::of::<Changes>(blocking(move || store.changes(r.after, limit)).await)
+            }
+            M::TrimChanges(r) => {
+                let store = self.store.clone();
+                Reply::of::<TrimChanges>(blocking(move || store.trim_changes(r.upto)).await)
+            }
+            M::GrantCutoffs(r) => {
+                let versions = self.versions.clone();
+                let grant = move || versions.grant_cutoffs(r.proposed);
+                Reply::of::<GrantCutoffs>(blocking(grant).await)
+            }
+            M::TakeLostChunks(_) => Reply::of::<TakeLostChunks>(Ok(self.registry.take_lost())),
+            M::Fates(r) => {
+                if let Err(e) = check_count("versions", r.items.len(), MAX_ITEMS) {
+                    return Reply::error(e);
+                }
+                let versions = self.versions.clone();
+                Reply::of::<Fates>(blocking(move || versions.fates(&r.items)).await)
+            }
+        }
+    }
+
+    async fn register(&self, r: Register) -> Result<tomus_metadata::ProviderId> {
+        if r.addr.is_empty() || r.addr.len() > MAX_ADDR_LEN || !r.addr.contains(':') {
+            return Err(Error::invalid(format!(
+                "a provider registers with its host:port (at most {MAX_ADDR_LEN} bytes)"
+            )));
+        }
+        let registry = self.registry.clone();
+        blocking(move || registry.register(r.id, r.addr, r.report)).await
+    }
+
+    async fn create_blob(&self, r: CreateBlob) -> Result<tomus_wire::BlobInfo> {
+        self.check_replication(r.replication)?;
+        let versions = self.versions.clone();
+        blocking(move || versions.create_blob(r.chunk_size, r.replication)).await
+    }
+
+    async fn fs_create(&self, r: FsCreate) -> Result<tomus_wire::FsEntry> {
+        self.check_replication(r.replication)?;
+        self.namespace(move |ns| ns.create(&r.path, r.chunk_size, r.replication, r.exclusive))
+            .await
+    }
+
+    fn allocate(&self, r: Allocate) -> Result<Vec<Vec<tomus_wire::ProviderInfo>>> {
+        check_count("chunk placements", r.chunks as usize, MAX_ALLOCATE as usize)?;
+        if r.chunk_bytes == Some(0) {
+            return Err(Error::invalid("placements for chunks of 0 bytes"));
+        }
+        let (blob_chunk_size, replication) = self.versions.chunk_size(r.blob)?;
+        let chunk_size = r
+            .chunk_bytes
+            .unwrap_or(blob_chunk_size)
+            .min(blob_chunk_size);
+        check_count("providers to avoid", r.avoid.len(), MAX_ITEMS)?;
+        let mut candidates = self.registry.candidates();
+        let others = candidates
+            .iter()
+            .filter(|(p, _)| !r.avoid.contains(&p.id))
+            .count();
+        if others >= replication as usize {
+            candidates.retain(|(p, _)| !r.avoid.contains(&p.id));
+        }
+        let placed = place(
+            &mut candidates,
+            chunk_size,
+            r.chunks,
+            replication,
+            r.placement,
+            r.client_host.as_deref(),
+        )?;
+        let charged: Vec<_> = placed
+            .iter()
+            .flatten()
+            .map(|p| (p.id, chunk_size))
+            .collect();
+        self.registry.charge(&charged);
+        Ok(placed)
     }
 }
 
+/// Replica sets repair records: a bounded number, each no larger than any replication.
+fn check_replica_sets(
+    entries: &[(tomus_metadata::ChunkId, Vec<tomus_metadata::ProviderId>)],
+) -> Result<()> {
+    check_count("replica sets", entries.len(), MAX_ITEMS)?;
+    let widest = entries.iter().map(|(_, set)| set.len()).max().unwrap_or(0);
+    check_count(
+        "replicas per chunk",
+        widest,
+        crate::versions::MAX_REPLICATION as usize,
+    )
+}
+
 impl Handler for ManagerService {
-    async fn handle(&self, req: Request, _body: Bytes) -> (Response, Payload) {
-        let resp = self.dispatch(req).await.unwrap_or_else(Response::Err);
-        (resp, Payload::empty())
+    async fn handle(&self, req: Envelope, _body: bytes::Bytes) -> Reply {
+        match req {
+            Envelope::Manager(r) => self.manager(r).await,
+            Envelope::Maintenance(r) => self.maintenance(r).await,
+            other => wrong_service("manager", &other),
+        }
     }
 }

@@ -3,20 +3,28 @@
 //! runs the real service on a redb file in a temporary directory and reopens it to check what
 //! is durable.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use redb::ReadableTable;
 use tomus_manager::namespace::Namespace;
 use tomus_manager::registry::Registry;
 use tomus_manager::service::ManagerService;
 use tomus_manager::store::{Publication, Store};
 use tomus_manager::VersionManager;
 use tomus_metadata::{BlobId, ChunkId, ProviderId, Span, Version};
+use tomus_wire::maintenance::{
+    Changes, Fates, GrantCutoffs, RecordReplicas, ReportMaintenance, TrimChanges,
+};
+use tomus_wire::manager::*;
 use tomus_wire::{
-    BlobInfo, ErrorKind, Handler, MaintenanceStatus, Placement, ProviderInfo, ProviderReport,
-    Request, Response, Result, Retention, VersionInfo, VersionState, WriteOp,
+    call_handler, BlobInfo, Change, Cutoffs, DataAge, ErrorKind, Fate, MaintenanceStatus,
+    Placement, ProviderInfo, ProviderReport, Result, Retention, Rpc, VersionInfo, VersionState,
+    WriteOp,
 };
 
 /// A directory removed when the test ends.
@@ -52,7 +60,8 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// A manager on the state in `dir`, as `tomus_manager::run` assembles it.
 fn open(dir: &Path, provider_timeout: Duration) -> Arc<ManagerService> {
     let store = Arc::new(Store::open(dir).unwrap());
-    let versions = VersionManager::open(store.clone()).unwrap();
+    let workers = tomus_worker::Workers::default();
+    let versions = VersionManager::open(store.clone(), &workers).unwrap();
     let namespace = Arc::new(Namespace::open(store.clone(), versions.clone()).unwrap());
     let registry = Arc::new(Registry::open(store.clone(), provider_timeout).unwrap());
     Arc::new(ManagerService {
@@ -60,6 +69,7 @@ fn open(dir: &Path, provider_timeout: Duration) -> Arc<ManagerService> {
         namespace,
         registry,
         store,
+        workers,
     })
 }
 
@@ -70,8 +80,8 @@ async fn close(m: Arc<ManagerService>) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-async fn call(m: &ManagerService, req: Request) -> Result<Response> {
-    m.handle(req, Bytes::new()).await.0.into_result()
+async fn call<R: Rpc>(m: &ManagerService, req: R) -> Result<R::Response> {
+    call_handler(m, req, Bytes::new()).await
 }
 
 fn report() -> ProviderReport {
@@ -80,70 +90,58 @@ fn report() -> ProviderReport {
         free: 1 << 40,
         chunks: 0,
         load: 0,
+        lost: Vec::new(),
     }
 }
 
 async fn register(m: &ManagerService, id: Option<ProviderId>, addr: &str) -> ProviderId {
-    let req = Request::Register {
+    let req = Register {
         id,
         addr: addr.into(),
         report: report(),
     };
-    match call(m, req).await.unwrap() {
-        Response::Registered(id) => id,
-        other => panic!("{other:?}"),
-    }
+    call(m, req).await.unwrap()
 }
 
 async fn providers(m: &ManagerService) -> Vec<ProviderInfo> {
-    match call(m, Request::Providers).await.unwrap() {
-        Response::Providers(p) => p,
-        other => panic!("{other:?}"),
-    }
+    call(m, ListProviders {}).await.unwrap()
 }
 
 async fn create_blob(m: &ManagerService, replication: u32) -> Result<BlobInfo> {
-    let req = Request::CreateBlob {
+    let req = CreateBlob {
         chunk_size: 64 << 10,
         replication,
     };
-    match call(m, req).await? {
-        Response::Blob(b) => Ok(b),
-        other => panic!("{other:?}"),
-    }
+    call(m, req).await
 }
 
 /// Provider ids `chunks` new chunks of `blob` are placed on.
 async fn placed_on(m: &ManagerService, blob: BlobId, chunks: u32) -> Vec<ProviderId> {
-    let req = Request::Allocate {
+    let req = Allocate {
         blob,
         chunks,
         chunk_bytes: None,
         placement: Placement::Balanced,
         client_host: None,
+        avoid: Vec::new(),
     };
-    match call(m, req).await.unwrap() {
-        Response::Placements(p) => p.into_iter().flatten().map(|p| p.id).collect(),
-        other => panic!("{other:?}"),
-    }
+    let placed = call(m, req).await.unwrap();
+    placed.into_iter().flatten().map(|p| p.id).collect()
 }
 
 async fn assign(m: &ManagerService, blob: BlobId, size: u64) -> Result<Version> {
-    let req = Request::Assign {
+    let req = Assign {
         blob,
         op: WriteOp::Append { size },
+        attrs: Default::default(),
+        expect_size: None,
+        data: Default::default(),
     };
-    match call(m, req).await? {
-        Response::Assigned(a) => Ok(a.version),
-        other => panic!("{other:?}"),
-    }
+    Ok(call(m, req).await?.version)
 }
 
 async fn complete(m: &ManagerService, blob: BlobId, version: Version) -> Result<VersionInfo> {
-    match call(m, Request::Complete { blob, version }).await? {
-        Response::Version(v) => Ok(v),
-        other => panic!("{other:?}"),
-    }
+    call(m, Complete { blob, version }).await
 }
 
 /// Appends one published version.
@@ -153,62 +151,63 @@ async fn publish(m: &ManagerService, blob: BlobId) -> Version {
 }
 
 async fn version(m: &ManagerService, blob: BlobId, v: Option<Version>) -> Result<VersionInfo> {
-    match call(m, Request::Version { blob, version: v }).await? {
-        Response::Version(v) => Ok(v),
-        other => panic!("{other:?}"),
-    }
+    call(m, GetVersion { blob, version: v }).await
 }
 
-/// Numbers of the listed versions, from `Versions` and `VersionsAttrs` (which must agree).
+/// Numbers of the listed versions, from `ListVersions` and `VersionsAttrs` (which must agree).
 async fn listed(m: &ManagerService, blob: BlobId) -> Vec<Version> {
-    let plain = match call(m, Request::Versions { blob }).await.unwrap() {
-        Response::Versions(l) => l.versions.iter().map(|v| v.version).collect::<Vec<_>>(),
-        other => panic!("{other:?}"),
-    };
-    let with_attrs = match call(m, Request::VersionsAttrs { blob }).await.unwrap() {
-        Response::VersionsAttrs(l) => l.iter().map(|(v, _)| v.version).collect::<Vec<_>>(),
-        other => panic!("{other:?}"),
-    };
+    let plain: Vec<Version> = call(m, ListVersions { blob })
+        .await
+        .unwrap()
+        .versions
+        .iter()
+        .map(|v| v.version)
+        .collect();
+    let with_attrs: Vec<Version> = call(m, VersionsAttrs { blob })
+        .await
+        .unwrap()
+        .iter()
+        .map(|(v, _)| v.version)
+        .collect();
     assert_eq!(plain, with_attrs);
     plain
 }
 
 async fn set_retention(m: &ManagerService, blob: BlobId, retention: Retention) -> Result<BlobInfo> {
-    match call(m, Request::SetRetention { blob, retention }).await? {
-        Response::Blob(b) => Ok(b),
-        other => panic!("{other:?}"),
-    }
+    call(m, SetRetention { blob, retention }).await
 }
 
 async fn blob_info(m: &ManagerService, blob: BlobId) -> Result<BlobInfo> {
-    match call(m, Request::BlobInfo { blob }).await? {
-        Response::Blob(b) => Ok(b),
-        other => panic!("{other:?}"),
-    }
+    call(m, GetBlob { blob }).await
 }
 
 async fn fs_create(m: &ManagerService, path: &str) -> BlobId {
-    let req = Request::FsCreate {
+    let req = FsCreate {
         path: path.into(),
         chunk_size: 64 << 10,
         replication: 1,
         exclusive: true,
     };
-    match call(m, req).await.unwrap() {
-        Response::Entry(e) => e.blob.unwrap().id,
-        other => panic!("{other:?}"),
-    }
+    call(m, req).await.unwrap().blob.unwrap().id
 }
 
-async fn remove(m: &ManagerService, addr: &str) -> Result<Response> {
-    call(m, Request::RemoveProvider { addr: addr.into() }).await
+async fn remove(m: &ManagerService, addr: &str) -> Result<()> {
+    call(m, RemoveProvider { addr: addr.into() }).await
 }
 
 async fn report_maintenance(m: &ManagerService, status: MaintenanceStatus) {
-    let resp = call(m, Request::ReportMaintenance { status })
-        .await
-        .unwrap();
-    assert_eq!(resp, Response::Ok);
+    call(
+        m,
+        ReportMaintenance {
+            status: Box::new(status),
+        },
+    )
+    .await
+    .unwrap();
+}
+
+async fn drain(m: &ManagerService, addr: &str) -> Result<ProviderInfo> {
+    call(m, DrainProvider { addr: addr.into() }).await
 }
 
 #[tokio::test]
@@ -220,28 +219,12 @@ async fn drained_providers_get_no_new_chunks_even_after_a_restart() {
         register(&m, None, "127.0.0.1:7002").await,
         register(&m, None, "127.0.0.1:7003").await,
     ];
-    let drained = match call(
-        &m,
-        Request::DrainProvider {
-            addr: "127.0.0.1:7002".into(),
-        },
-    )
-    .await
-    {
-        Ok(Response::Provider(p)) => p,
-        other => panic!("{other:?}"),
-    };
+    let drained = drain(&m, "127.0.0.1:7002").await.unwrap();
     assert_eq!(
         (drained.id, drained.draining, drained.alive),
         (ids[1], true, true)
     );
-    let e = call(
-        &m,
-        Request::DrainProvider {
-            addr: "127.0.0.1:9999".into(),
-        },
-    )
-    .await;
+    let e = drain(&m, "127.0.0.1:9999").await;
     assert_eq!(e.unwrap_err().kind, ErrorKind::NotFound);
 
     let flags: Vec<(ProviderId, bool)> = providers(&m)
@@ -261,7 +244,7 @@ async fn drained_providers_get_no_new_chunks_even_after_a_restart() {
     assert!(!on.contains(&ids[1]), "{on:?}");
 
     // Heartbeats and a re-registration (a restarted provider) keep it draining.
-    let hb = Request::Heartbeat {
+    let hb = Heartbeat {
         id: ids[1],
         report: report(),
     };
@@ -302,14 +285,7 @@ async fn providers_are_removed_only_when_drained_or_down() {
 
     // A report from before the drain says nothing about it.
     report_maintenance(&m, MaintenanceStatus::default()).await;
-    call(
-        &m,
-        Request::DrainProvider {
-            addr: "127.0.0.1:7001".into(),
-        },
-    )
-    .await
-    .unwrap();
+    drain(&m, "127.0.0.1:7001").await.unwrap();
     let e = remove(&m, "127.0.0.1:7001").await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::PreconditionFailed);
     assert!(e.message.contains("has not reported"), "{}", e.message);
@@ -325,7 +301,7 @@ async fn providers_are_removed_only_when_drained_or_down() {
 
     status.draining = vec![(a, 0)];
     report_maintenance(&m, status).await;
-    assert_eq!(remove(&m, "127.0.0.1:7001").await.unwrap(), Response::Ok);
+    remove(&m, "127.0.0.1:7001").await.unwrap();
     let left: Vec<ProviderId> = providers(&m).await.iter().map(|p| p.id).collect();
     assert_eq!(left, [b]);
 
@@ -336,7 +312,7 @@ async fn providers_are_removed_only_when_drained_or_down() {
 
     // Down (no heartbeat for the timeout): removable without draining.
     tokio::time::sleep(timeout + Duration::from_millis(100)).await;
-    let hb = Request::Heartbeat {
+    let hb = Heartbeat {
         id: again,
         report: report(),
     };
@@ -349,9 +325,9 @@ async fn providers_are_removed_only_when_drained_or_down() {
             .unwrap()
             .alive
     );
-    assert_eq!(remove(&m, "127.0.0.1:7002").await.unwrap(), Response::Ok);
+    remove(&m, "127.0.0.1:7002").await.unwrap();
     // Its heartbeats are refused now, and it registers as a new provider.
-    let hb = Request::Heartbeat {
+    let hb = Heartbeat {
         id: b,
         report: report(),
     };
@@ -368,31 +344,28 @@ async fn the_replica_overlay_is_upserted_and_survives_a_restart() {
     let dir = TempDir::new("overlay");
     let m = open(dir.path(), TIMEOUT);
     let (c1, c2, c3) = (ChunkId(1 << 100), ChunkId(7), ChunkId(u128::MAX));
-    let record = |entries: Vec<(ChunkId, Vec<ProviderId>)>| Request::RecordReplicas { entries };
-    let lookup = Request::ChunkReplicas {
+    let record = |entries: Vec<(ChunkId, Vec<ProviderId>)>| RecordReplicas { entries };
+    let lookup = ChunkReplicas {
         chunks: vec![c1, c3, c2],
     };
-    assert_eq!(
-        call(&m, record(vec![(c1, vec![1, 2]), (c2, vec![3])]))
-            .await
-            .unwrap(),
-        Response::Ok
-    );
+    call(&m, record(vec![(c1, vec![1, 2]), (c2, vec![3])]))
+        .await
+        .unwrap();
     assert_eq!(
         call(&m, lookup.clone()).await.unwrap(),
-        Response::Replicas(vec![vec![1, 2], vec![], vec![3]])
+        vec![vec![1, 2], vec![], vec![3]]
     );
     call(&m, record(vec![(c1, vec![4, 2]), (c3, vec![5])]))
         .await
         .unwrap();
-    let expected = Response::Replicas(vec![vec![4, 2], vec![5], vec![3]]);
+    let expected = vec![vec![4, 2], vec![5], vec![3]];
     assert_eq!(call(&m, lookup.clone()).await.unwrap(), expected);
 
     close(m).await;
     let m = open(dir.path(), TIMEOUT);
     assert_eq!(call(&m, lookup).await.unwrap(), expected);
-    let none = Request::ChunkReplicas { chunks: vec![] };
-    assert_eq!(call(&m, none).await.unwrap(), Response::Replicas(vec![]));
+    let none = ChunkReplicas { chunks: vec![] };
+    assert!(call(&m, none).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -519,11 +492,11 @@ async fn keep_newer_than_expires_by_age_and_keeps_the_latest() {
 }
 
 async fn fs_delete(m: &ManagerService, path: &str, recursive: bool) {
-    let req = Request::FsDelete {
+    let req = FsDelete {
         path: path.into(),
         recursive,
     };
-    assert_eq!(call(m, req).await.unwrap(), Response::Ok);
+    call(m, req).await.unwrap();
 }
 
 async fn assert_gone(m: &ManagerService, blob: BlobId) {
@@ -531,7 +504,7 @@ async fn assert_gone(m: &ManagerService, blob: BlobId) {
         blob_info(m, blob).await.unwrap_err().kind,
         ErrorKind::NotFound
     );
-    let e = call(m, Request::Versions { blob }).await.unwrap_err();
+    let e = call(m, ListVersions { blob }).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
     let e = set_retention(m, blob, Retention::KeepLast(1))
         .await
@@ -566,40 +539,29 @@ async fn removing_files_deletes_their_blobs() {
     assert_gone(&m, x).await;
     assert_gone(&m, y).await;
 
-    let rename = Request::FsRename {
+    let rename = FsRename {
         from: "r/src".into(),
         to: "r/dst".into(),
     };
     call(&m, rename).await.unwrap();
     assert_gone(&m, dst).await;
     blob_info(&m, src).await.unwrap();
-    match call(
-        &m,
-        Request::FsStat {
-            path: "r/dst".into(),
-        },
-    )
-    .await
-    .unwrap()
-    {
-        Response::Entry(e) => assert_eq!(e.blob.unwrap().id, src),
-        other => panic!("{other:?}"),
-    }
-    let listed = match call(
-        &m,
-        Request::FsList {
-            path: "".into(),
-            recursive: true,
-            start_after: None,
-            limit: 100,
-        },
-    )
-    .await
-    .unwrap()
-    {
-        Response::Entries(e) => e.into_iter().map(|e| e.path).collect::<Vec<_>>(),
-        other => panic!("{other:?}"),
+    let stat = FsStat {
+        path: "r/dst".into(),
     };
+    assert_eq!(call(&m, stat).await.unwrap().blob.unwrap().id, src);
+    let list = FsList {
+        path: "".into(),
+        recursive: true,
+        start_after: None,
+        limit: 100,
+    };
+    let listed: Vec<String> = call(&m, list)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
     assert_eq!(listed, ["a", "kept", "r", "r/dst"]);
 
     close(m).await;
@@ -607,10 +569,12 @@ async fn removing_files_deletes_their_blobs() {
     for blob in [file, x, y, dst] {
         assert_gone(&m, blob).await;
     }
-    let blobs = match call(&m, Request::ListBlobs).await.unwrap() {
-        Response::Blobs(b) => b.into_iter().map(|b| b.id).collect::<Vec<_>>(),
-        other => panic!("{other:?}"),
-    };
+    let blobs: Vec<BlobId> = call(&m, ListBlobs {})
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.id)
+        .collect();
     assert_eq!(blobs, [src, kept]);
 }
 
@@ -682,15 +646,13 @@ async fn status_shows_providers_blobs_and_the_last_maintenance_report() {
     tokio::spawn(tomus_wire::serve(
         listener,
         None,
+        tomus_wire::ServerLimits::default(),
         m.clone(),
         Arc::new(tomus_wire::LoadGauge::default()),
     ));
     let pool = tomus_wire::Pool::new(tomus_wire::RpcConfig::default());
     let status = |pool: Arc<tomus_wire::Pool>, addr: String| async move {
-        match pool.call(&addr, &Request::Status, &[]).await.unwrap().0 {
-            Response::Status(s) => s,
-            other => panic!("{other:?}"),
-        }
+        pool.call(&addr, GetStatus {}).await.unwrap()
     };
 
     let before = status(pool.clone(), addr.clone()).await;
@@ -701,10 +663,10 @@ async fn status_shows_providers_blobs_and_the_last_maintenance_report() {
 
     let a = register(&m, None, "127.0.0.1:7001").await;
     register(&m, None, "127.0.0.1:7002").await;
-    let drain = Request::DrainProvider {
+    let drain = DrainProvider {
         addr: "127.0.0.1:7001".into(),
     };
-    pool.call(&addr, &drain, &[]).await.unwrap();
+    pool.call(&addr, drain).await.unwrap();
     create_blob(&m, 1).await.unwrap();
     fs_create(&m, "x").await;
     let report = MaintenanceStatus {
@@ -715,10 +677,10 @@ async fn status_shows_providers_blobs_and_the_last_maintenance_report() {
         last_error: Some("provider 2 unreachable".into()),
         ..MaintenanceStatus::default()
     };
-    let req = Request::ReportMaintenance {
-        status: report.clone(),
+    let req = ReportMaintenance {
+        status: Box::new(report.clone()),
     };
-    assert_eq!(pool.call(&addr, &req, &[]).await.unwrap().0, Response::Ok);
+    pool.call(&addr, req).await.unwrap();
 
     let after = status(pool.clone(), addr.clone()).await;
     assert_eq!(after.blobs, 2);
@@ -731,4 +693,436 @@ async fn status_shows_providers_blobs_and_the_last_maintenance_report() {
     assert_eq!(after.maintenance, report);
     let now = tomus_manager::versions::now_ms();
     assert!(after.maintenance_reported_ms > 0 && after.maintenance_reported_ms <= now);
+}
+
+async fn fates(m: &ManagerService, items: Vec<(BlobId, Version)>) -> Vec<Fate> {
+    call(m, Fates { items }).await.unwrap()
+}
+
+#[tokio::test]
+async fn fates_say_only_what_the_manager_positively_knows() {
+    let dir = TempDir::new("fates");
+    let m = open(dir.path(), TIMEOUT);
+    let blob = create_blob(&m, 1).await.unwrap().id;
+    let v1 = publish(&m, blob).await;
+    let v2 = publish(&m, blob).await;
+    let v3 = publish(&m, blob).await;
+    let pending = assign(&m, blob, 10).await.unwrap();
+    let given_up = assign(&m, blob, 10).await.unwrap();
+    call(
+        m.as_ref(),
+        AbortVersion {
+            blob,
+            version: given_up,
+        },
+    )
+    .await
+    .unwrap();
+    set_retention(&m, blob, Retention::KeepLast(1))
+        .await
+        .unwrap();
+    // Held back: the pending version builds on v3 (and nothing below it).
+    assert_eq!(listed(&m, blob).await, vec![v3]);
+    let removed = fs_create(&m, "gone").await;
+    publish(&m, removed).await;
+    fs_delete(&m, "gone", false).await;
+    let never = removed + 100;
+    let got = fates(
+        &m,
+        vec![
+            (blob, v1),
+            (blob, v2),
+            (blob, v3),
+            (blob, pending),
+            (blob, given_up),
+            (blob, given_up + 50),
+            (removed, 1),
+            (never, 1),
+        ],
+    )
+    .await;
+    assert_eq!(
+        got,
+        vec![
+            Fate::Expired,
+            Fate::Expired,
+            Fate::Live,
+            Fate::Live,
+            Fate::Aborted,
+            Fate::Unknown,
+            Fate::Deleted,
+            Fate::Unknown,
+        ]
+    );
+    // The tombstone is durable: a restarted manager still knows the blob was deleted.
+    close(m).await;
+    let m = open(dir.path(), TIMEOUT);
+    assert_eq!(fates(&m, vec![(removed, 1)]).await, vec![Fate::Deleted]);
+}
+
+#[tokio::test]
+async fn retention_keeps_the_version_a_pending_writer_builds_on() {
+    let dir = TempDir::new("retention-hold");
+    let m = open(dir.path(), TIMEOUT);
+    let blob = create_blob(&m, 1).await.unwrap().id;
+    publish(&m, blob).await;
+    let base = publish(&m, blob).await;
+    // Three writers get versions, then a slow one: it builds on `base` and refers to the
+    // three in flight below it. The three publish; the slow one is still writing.
+    let mut fast = Vec::new();
+    for _ in 0..3 {
+        fast.push(assign(&m, blob, 10).await.unwrap());
+    }
+    let slow = assign(&m, blob, 10).await.unwrap();
+    for v in &fast {
+        complete(&m, blob, *v).await.unwrap();
+    }
+    set_retention(&m, blob, Retention::KeepLast(1))
+        .await
+        .unwrap();
+    // The slow writer's metadata may refer to any node of `base` and of the versions above
+    // it: they all stay while it is pending, though the policy would keep only the latest.
+    let mut held = vec![base];
+    held.extend(&fast);
+    assert_eq!(listed(&m, blob).await, held);
+    assert_eq!(m.versions.enforce_retention(tomus_wire::now_ms()), 0);
+    assert_eq!(listed(&m, blob).await, held);
+
+    complete(&m, blob, slow).await.unwrap();
+    // The writer is done: the policy applies in full at the next round (the manager runs
+    // one every second).
+    assert_eq!(m.versions.enforce_retention(tomus_wire::now_ms()), 1);
+    assert_eq!(listed(&m, blob).await, vec![slow]);
+    assert_eq!(
+        version(&m, blob, Some(base)).await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+}
+
+/// A file whose syncs take as long as `delay_ms` says: a slow or overloaded disk.
+#[derive(Debug)]
+struct SlowSyncs {
+    file: redb::backends::FileBackend,
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl redb::StorageBackend for SlowSyncs {
+    fn len(&self) -> std::io::Result<u64> {
+        self.file.len()
+    }
+    fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        self.file.read(offset, len)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)
+    }
+    fn sync_data(&self, eventual: bool) -> std::io::Result<()> {
+        let ms = self.delay_ms.load(std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(ms));
+        self.file.sync_data(eventual)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.file.write(offset, data)
+    }
+}
+
+/// One async worker thread, a disk whose syncs take a second: requests that sync (creating
+/// a blob, registering a provider, giving a version up, reserving version numbers) must not
+/// hold up the requests that do not.
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_disk_sync_does_not_stall_requests_that_need_none() {
+    let dir = TempDir::new("slow-sync");
+    let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.path().join("manager.redb"))
+        .unwrap();
+    let backend = SlowSyncs {
+        file: redb::backends::FileBackend::new(file).unwrap(),
+        delay_ms: delay_ms.clone(),
+    };
+    let store = Arc::new(Store::open_on(backend, "slow").unwrap());
+    let workers = tomus_worker::Workers::default();
+    let versions = VersionManager::open(store.clone(), &workers).unwrap();
+    let namespace = Arc::new(Namespace::open(store.clone(), versions.clone()).unwrap());
+    let registry = Arc::new(Registry::open(store.clone(), TIMEOUT).unwrap());
+    let m = Arc::new(ManagerService {
+        versions,
+        namespace,
+        registry,
+        store,
+        workers,
+    });
+    register(&m, None, "127.0.0.1:7001").await;
+    let blob = create_blob(&m, 1).await.unwrap().id;
+    let pending = assign(&m, blob, 10).await.unwrap();
+    delay_ms.store(1000, std::sync::atomic::Ordering::Relaxed);
+
+    let syncing: Vec<tokio::task::JoinHandle<()>> = vec![
+        tokio::spawn({
+            let m = m.clone();
+            async move {
+                create_blob(&m, 1).await.unwrap();
+            }
+        }),
+        tokio::spawn({
+            let m = m.clone();
+            async move {
+                register(&m, None, "127.0.0.1:7002").await;
+            }
+        }),
+        tokio::spawn({
+            let m = m.clone();
+            async move {
+                let abort = AbortVersion {
+                    blob,
+                    version: pending,
+                };
+                call(&m, abort).await.unwrap();
+            }
+        }),
+    ];
+    // Let them reach their syncs.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    for _ in 0..10 {
+        blob_info(&m, blob).await.unwrap();
+        call(&m, GetStatus {}).await.unwrap();
+        version(&m, blob, None).await.unwrap();
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(300),
+        "requests without a sync waited {took:?} behind syncing ones"
+    );
+    for task in syncing {
+        task.await.unwrap();
+    }
+    delay_ms.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[tokio::test]
+async fn state_of_a_newer_format_is_refused_and_an_older_one_upgraded() {
+    let dir = TempDir::new("schema");
+    let path = dir.path().join("manager.redb");
+    {
+        // A store as issue 3 left it: its tables, no format record.
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(redb::TableDefinition::<u64, &[u8]>::new("blobs"))
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let m = open(dir.path(), TIMEOUT);
+    create_blob(&m, 1).await.unwrap();
+    close(m).await;
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let meta = redb::TableDefinition::<&str, u64>::new("meta");
+        assert_eq!(
+            txn.open_table(meta)
+                .unwrap()
+                .get("schema")
+                .unwrap()
+                .unwrap()
+                .value(),
+            2
+        );
+        txn.open_table(meta).unwrap().insert("schema", 99).unwrap();
+        txn.commit().unwrap();
+    }
+    let e = Store::open(dir.path()).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::InvalidArgument);
+    assert!(e.message.contains("format 99"), "{e}");
+}
+
+async fn assign_aged(m: &ManagerService, blob: BlobId, data: DataAge) -> Result<Version> {
+    let req = Assign {
+        blob,
+        op: WriteOp::Append { size: 10 },
+        attrs: Default::default(),
+        expect_size: None,
+        data,
+    };
+    Ok(call(m, req).await?.version)
+}
+
+async fn grant(m: &ManagerService, fresh_ms: u64, reused_ms: u64) -> Cutoffs {
+    let proposed = Cutoffs {
+        fresh_ms,
+        reused_ms,
+    };
+    call(m, GrantCutoffs { proposed }).await.unwrap()
+}
+
+#[tokio::test]
+async fn gc_cutoffs_wait_for_writers_and_refuse_older_data() {
+    let dir = TempDir::new("cutoffs");
+    let m = open(dir.path(), TIMEOUT);
+    let blob = create_blob(&m, 1).await.unwrap().id;
+    let now = tomus_wire::now_ms();
+    // A writer whose chunks were stored ten minutes ago is in progress: no cutoff passes it.
+    let ten_minutes = 600_000;
+    let slow = assign_aged(
+        &m,
+        blob,
+        DataAge {
+            stored_ms: ten_minutes,
+            reused_ms: Some(ten_minutes),
+        },
+    )
+    .await
+    .unwrap();
+    let granted = grant(&m, now, now).await;
+    assert!(granted.fresh_ms <= now - ten_minutes, "{granted:?}");
+    assert!(granted.reused_ms <= now - ten_minutes, "{granted:?}");
+    complete(&m, blob, slow).await.unwrap();
+
+    // Done: the cutoff moves up to what was asked, and writes with older data are refused.
+    let granted = grant(&m, now - 5_000, now - 2_000).await;
+    assert_eq!(
+        granted,
+        Cutoffs {
+            fresh_ms: now - 5_000,
+            reused_ms: now - 2_000
+        }
+    );
+    let e = assign_aged(
+        &m,
+        blob,
+        DataAge {
+            stored_ms: 60_000,
+            reused_ms: None,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::WriteExpired, "{e}");
+    let e = assign_aged(
+        &m,
+        blob,
+        DataAge {
+            stored_ms: 0,
+            reused_ms: Some(60_000),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::WriteExpired, "{e}");
+    assign_aged(&m, blob, DataAge::default()).await.unwrap();
+
+    // Cutoffs never go back, and survive a restart.
+    assert_eq!(grant(&m, 0, 0).await, granted);
+    close(m).await;
+    let m = open(dir.path(), TIMEOUT);
+    assert_eq!(grant(&m, 0, 0).await, granted);
+    let e = assign_aged(
+        &m,
+        blob,
+        DataAge {
+            stored_ms: 60_000,
+            reused_ms: None,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::WriteExpired);
+}
+
+#[tokio::test]
+async fn the_change_log_records_what_became_referenced_and_what_died() {
+    let dir = TempDir::new("changes");
+    let m = open(dir.path(), TIMEOUT);
+    let blob = create_blob(&m, 1).await.unwrap().id;
+    let v1 = publish(&m, blob).await;
+    let v2 = publish(&m, blob).await;
+    let dead = assign(&m, blob, 5).await.unwrap();
+    call(
+        m.as_ref(),
+        AbortVersion {
+            blob,
+            version: dead,
+        },
+    )
+    .await
+    .unwrap();
+    set_retention(&m, blob, Retention::KeepLast(1))
+        .await
+        .unwrap();
+    let file = fs_create(&m, "f").await;
+    fs_delete(&m, "f", false).await;
+
+    let page = call(
+        &m,
+        Changes {
+            after: 0,
+            limit: 100,
+        },
+    )
+    .await
+    .unwrap();
+    let kinds: Vec<String> = page
+        .changes
+        .iter()
+        .map(|(_, c)| match c {
+            Change::Published {
+                blob: b, versions, ..
+            } => {
+                format!(
+                    "published {b}:{:?}",
+                    versions.iter().map(|v| v.version).collect::<Vec<_>>()
+                )
+            }
+            Change::Aborted { blob: b, from, to } => format!("aborted {b}:{from}..{to}"),
+            Change::Expired {
+                blob: b,
+                retained_from,
+            } => format!("expired {b}:<{retained_from}"),
+            Change::Deleted { blob: b } => format!("deleted {b}"),
+            Change::Unrecorded => "unrecorded".into(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            format!("published {blob}:[{v1}]"),
+            format!("published {blob}:[{v2}]"),
+            format!("aborted {blob}:{dead}..{}", dead + 1),
+            format!("expired {blob}:<{v2}"),
+            format!("deleted {file}"),
+        ]
+    );
+    let seqs: Vec<u64> = page.changes.iter().map(|(s, _)| *s).collect();
+    assert_eq!(page.first_kept, seqs[0]);
+    // Trimmed changes are gone; the rest stay, and so does the numbering.
+    call(&m, TrimChanges { upto: seqs[2] }).await.unwrap();
+    close(m).await;
+    let m = open(dir.path(), TIMEOUT);
+    let page = call(
+        &m,
+        Changes {
+            after: 0,
+            limit: 100,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(page.first_kept, seqs[3]);
+    assert_eq!(
+        page.changes[..2]
+            .iter()
+            .map(|(s, _)| *s)
+            .collect::<Vec<_>>(),
+        seqs[3..]
+    );
+    // The restart gave up the version numbers reserved beyond the last published one.
+    assert!(
+        matches!(page.changes[2].1, Change::Aborted { blob: b, from, .. } if b == blob && from == v2 + 1),
+        "{:?}",
+        page.changes[2..].to_vec()
+    );
 }

@@ -95,10 +95,23 @@ impl WritePlan<'_> {
             .filter(move |f| f.span.intersects(&slot))
     }
 
-    /// The highest in-flight version whose range intersects `slot`, as a reference to its node
-    /// for `slot` (or to its whole tree when that tree is smaller than `slot`).
+    /// The highest in-flight version that touched `slot`, as a reference to its node for
+    /// `slot` (or to its whole tree when that tree is smaller than `slot`). A version touches
+    /// the slots its write intersects and every slot its whole tree lies in (a slot on the
+    /// left spine at least as large as its tree): its root is new even where it wrote
+    /// nothing, as the published tree's root is. So the label of a slot is the same whether
+    /// a lower version was published or still in flight when this one was assigned, and
+    /// every version's tree is the previous version's with this write's slots replaced
+    /// (garbage collection relies on that).
     fn in_flight_label(&self, slot: Span) -> Option<NodeRef> {
-        let u = self.in_flight_in(slot).max_by_key(|f| f.version)?;
+        let u = self
+            .in_flight
+            .iter()
+            .filter(|f| {
+                f.span.intersects(&slot)
+                    || (slot.offset == 0 && f.capacity > 0 && f.capacity <= slot.size)
+            })
+            .max_by_key(|f| f.version)?;
         Some(label_ref(u.version, u.capacity, slot))
     }
 

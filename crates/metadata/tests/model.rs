@@ -3,6 +3,8 @@
 //! order, exactly as the version manager hands them out. Every version must read back exactly
 //! as the model says, whole and in random sub-ranges.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tomus_metadata::ProviderId;
-use tomus_wire::{
-    unexpected, Error, ErrorKind, LoadGauge, Pool, ProviderReport, Request, Response, Result,
-};
+use tomus_wire::manager::{self, Register};
+use tomus_wire::{Error, ErrorKind, LoadGauge, Pool, ProviderReport, Result};
+use tomus_worker::{Round, Worker};
 
 use crate::chunk_store::ChunkStore;
 use crate::{blocking, disk_space, io_error};
@@ -22,6 +22,8 @@ const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(2);
 /// Guards against a zero interval, which would spin.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
+/// Lost chunks one report carries at most (the rest go with the next ones).
+const LOST_PER_REPORT: usize = 10_000;
 
 pub(crate) struct Heartbeat {
     pub pool: Arc<Pool>,
@@ -63,16 +65,17 @@ impl Heartbeat {
         let mut delay = FIRST_RETRY;
         let mut warn = WarnLimiter::default();
         loop {
-            let req = Request::Register {
+            let report = self.report().await;
+            let lost = report.lost.clone();
+            let req = Register {
                 id: stored,
                 addr: self.advertise.clone(),
-                report: self.report().await,
+                report,
             };
-            let outcome = match self.pool.call(&self.manager, &req, &[]).await {
-                Ok((Response::Registered(id), _)) => Ok(id),
-                Ok((other, _)) => Err(unexpected(&other)),
-                Err(e) => Err(e),
-            };
+            let outcome = self.pool.call(&self.manager, req).await;
+            if outcome.is_err() {
+                self.chunks.restore_lost(lost);
+            }
             match outcome {
                 Ok(id) => {
                     if stored != Some(id) {
@@ -96,55 +99,6 @@ impl Heartbeat {
         }
     }
 
-    /// Sends a heartbeat every interval, forever. Registers again when the manager no longer
-    /// knows this provider (its registry was reset).
-    pub async fn run(&self, mut id: ProviderId) {
-        let mut ticker = tokio::time::interval(self.interval.max(MIN_INTERVAL));
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // The first tick fires at once; registration has just reported the state.
-        ticker.tick().await;
-        let mut warn = WarnLimiter::default();
-        let mut failing = false;
-        loop {
-            ticker.tick().await;
-            let req = Request::Heartbeat {
-                id,
-                report: self.report().await,
-            };
-            let error = match self.pool.call(&self.manager, &req, &[]).await {
-                Ok((Response::Ok, _)) => None,
-                Ok((other, _)) => Some(unexpected(&other)),
-                Err(e) if e.kind == ErrorKind::NotFound => {
-                    tracing::info!("the manager does not know provider {id}; registering again");
-                    match self.register().await {
-                        Ok(new_id) => {
-                            if new_id != id {
-                                tracing::info!("registered as provider {new_id} (was {id})");
-                            }
-                            id = new_id;
-                            None
-                        }
-                        Err(e) => Some(e),
-                    }
-                }
-                Err(e) => Some(e),
-            };
-            match error {
-                None if failing => {
-                    tracing::info!("heartbeats to the manager at {} work again", self.manager);
-                    failing = false;
-                }
-                None => {}
-                Some(e) => {
-                    failing = true;
-                    if warn.allow() {
-                        tracing::warn!("heartbeat to the manager at {} failed: {e}", self.manager);
-                    }
-                }
-            }
-        }
-    }
-
     async fn report(&self) -> ProviderReport {
         let dir = self.data_dir.clone();
         let (capacity, free) = blocking(move || Ok(disk_space(&dir)))
@@ -155,7 +109,70 @@ impl Heartbeat {
             free,
             chunks: self.chunks.stats().chunks,
             load: self.load.current(),
+            lost: self.chunks.take_lost(LOST_PER_REPORT),
         }
+    }
+}
+
+/// Heartbeats as a background worker: one per interval. A manager that no longer knows this
+/// provider (its registry was reset) gets a registration instead.
+pub(crate) struct Beats {
+    pub heartbeat: Heartbeat,
+    pub id: ProviderId,
+    pub sent: u64,
+}
+
+impl Worker for Beats {
+    fn name(&self) -> &'static str {
+        "heartbeat"
+    }
+
+    fn interval(&self) -> Duration {
+        self.heartbeat.interval.max(MIN_INTERVAL)
+    }
+
+    async fn work(&mut self) -> Result<Round> {
+        let hb = &self.heartbeat;
+        let report = hb.report().await;
+        let lost = report.lost.clone();
+        let req = manager::Heartbeat {
+            id: self.id,
+            report,
+        };
+        let outcome = hb.pool.call(&hb.manager, req).await;
+        if outcome.is_err() {
+            // Reported again with the next heartbeat.
+            hb.chunks.restore_lost(lost);
+        }
+        match outcome {
+            Ok(()) => {}
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                tracing::info!(
+                    "the manager does not know provider {}; registering again",
+                    self.id
+                );
+                let id = hb.register().await?;
+                if id != self.id {
+                    tracing::info!("registered as provider {id} (was {})", self.id);
+                }
+                self.id = id;
+            }
+            Err(e) => {
+                return Err(Error::new(
+                    e.kind,
+                    format!(
+                        "heartbeat to the manager at {} failed: {}",
+                        hb.manager, e.message
+                    ),
+                ))
+            }
+        }
+        self.sent += 1;
+        Ok(Round::Idle)
+    }
+
+    fn summary(&self) -> String {
+        format!("provider {}: {} heartbeats sent", self.id, self.sent)
     }
 }
 

@@ -16,10 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tomus_wire::{check_bind, ClusterSecret, Error, LoadGauge, Pool, Result, RpcConfig};
+use tomus_wire::{
+    check_bind, ClusterSecret, Error, LoadGauge, Pool, Result, RpcConfig, ServerLimits,
+};
 
 use crate::chunk_store::ChunkStore;
-use crate::heartbeat::Heartbeat;
+use crate::heartbeat::{Beats, Heartbeat};
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
 use crate::service::ProviderService;
@@ -47,6 +49,8 @@ pub struct ProviderConfig {
     pub heartbeat_interval: Duration,
     /// Sync chunk files and metadata log records to disk before acknowledging them.
     pub fsync: bool,
+    /// What clients may hold of the server: connections, time, memory.
+    pub limits: ServerLimits,
 }
 
 /// Runs the provider until the process ends. Sends the advertised address on `ready` once it
@@ -109,7 +113,13 @@ pub async fn run(
 
     // Serve while registering: the manager may contact the provider before it answers, and
     // clients that still know this provider from before a restart can read from it at once.
-    let serving = tomus_wire::serve(listener, config.secret.clone(), service, load);
+    let serving = tomus_wire::serve(
+        listener,
+        config.secret.clone(),
+        config.limits.clone(),
+        service,
+        load,
+    );
     tokio::pin!(serving);
     let id = tokio::select! {
         _ = &mut serving => return Err(Error::internal("provider accept loop ended")),
@@ -119,9 +129,18 @@ pub async fn run(
     if let Some(tx) = ready {
         let _ = tx.send(advertise);
     }
+    // The heartbeat stops when this function ends (its future is dropped).
+    let (_running, stopped) = tokio::sync::watch::channel(false);
+    let wake = heartbeat.chunks.lost_waker();
+    let beats = Beats {
+        heartbeat,
+        id,
+        sent: 0,
+    };
+    let beating = tomus_worker::Workers::default().run(beats, stopped, Some(wake));
     tokio::select! {
         _ = serving => Err(Error::internal("provider accept loop ended")),
-        _ = heartbeat.run(id) => Err(Error::internal("provider heartbeat loop ended")),
+        _ = beating => Err(Error::internal("provider heartbeat loop ended")),
     }
 }
 
@@ -215,7 +234,9 @@ mod tests {
 
     use tomus_manager::ManagerConfig;
     use tomus_metadata::{ChunkId, Node, NodeKey, NodeRef};
-    use tomus_wire::{ErrorKind, ProviderInfo, Request, Response};
+    use tomus_wire::manager::{Heartbeat, ListBlobs, ListProviders};
+    use tomus_wire::provider::{GetChunk, GetNodes, PutChunk, PutNodes};
+    use tomus_wire::{ErrorKind, Ping, ProviderInfo};
 
     use super::*;
     use crate::testutil::TempDir;
@@ -249,6 +270,7 @@ mod tests {
                     secret: None,
                     provider_timeout: Duration::from_secs(10),
                     writer_lease: Duration::from_secs(10),
+                    limits: ServerLimits::default(),
                 };
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let task = runtime.spawn(tomus_manager::run(config, Some(tx)));
@@ -277,10 +299,7 @@ mod tests {
         }
 
         async fn providers(&self, pool: &Pool) -> Vec<ProviderInfo> {
-            match pool.call(&self.addr, &Request::Providers, &[]).await {
-                Ok((Response::Providers(list), _)) => list,
-                other => panic!("unexpected answer to Providers: {other:?}"),
-            }
+            pool.call(&self.addr, ListProviders {}).await.unwrap()
         }
 
         /// Polls the manager until it lists a provider at `addr` matching `cond`.
@@ -324,6 +343,7 @@ mod tests {
             memory_tier_bytes: 1 << 20,
             heartbeat_interval: Duration::from_millis(30),
             fsync: true,
+            limits: ServerLimits::default(),
         }
     }
 
@@ -357,25 +377,24 @@ mod tests {
         let pool = Pool::new(RpcConfig::default());
         let id = ChunkId(0xabcdef);
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-        let (resp, _) = pool
-            .call(&addr, &Request::PutChunk { id }, &data)
+        let crc = tomus_wire::checksum::crc32c(&data);
+        pool.call_with_body(&addr, PutChunk { id, crc }, &data)
             .await
             .unwrap();
-        assert_eq!(resp, Response::Ok);
-        let get = Request::GetChunk {
+        let get = GetChunk {
             id,
             offset: 65_000,
             len: 70_000,
         };
-        let (resp, body) = pool.call(&addr, &get, &[]).await.unwrap();
-        assert_eq!(resp, Response::Chunk);
+        let (crc, body) = pool.call_with_body(&addr, get, &[]).await.unwrap();
         assert_eq!(&body[..], &data[65_000..135_000]);
-        let missing = Request::GetChunk {
+        assert_eq!(crc, tomus_wire::checksum::crc32c(&body));
+        let missing = GetChunk {
             id: ChunkId(1),
             offset: 0,
             len: 1,
         };
-        let err = pool.call(&addr, &missing, &[]).await.unwrap_err();
+        let err = pool.call(&addr, missing).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::NotFound);
 
         let key = NodeKey {
@@ -390,23 +409,14 @@ mod tests {
             left: None,
             right: None,
         };
-        let put = Request::PutNodes {
+        let put = PutNodes {
             nodes: vec![(key, node.clone())],
         };
-        assert_eq!(pool.call(&addr, &put, &[]).await.unwrap().0, Response::Ok);
-        let get = Request::GetNodes { keys: vec![key] };
-        assert_eq!(
-            pool.call(&addr, &get, &[]).await.unwrap().0,
-            Response::Nodes(vec![Some(node)])
-        );
-        assert_eq!(
-            pool.call(&addr, &Request::Ping, &[]).await.unwrap().0,
-            Response::Ok
-        );
-        let err = pool
-            .call(&addr, &Request::ListBlobs, &[])
-            .await
-            .unwrap_err();
+        pool.call(&addr, put).await.unwrap();
+        let get = GetNodes { keys: vec![key] };
+        assert_eq!(pool.call(&addr, get).await.unwrap(), vec![Some(node)]);
+        pool.call(&addr, Ping).await.unwrap();
+        let err = pool.call(&addr, ListBlobs {}).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument);
 
         // Registration reported no chunks; only a heartbeat can carry the new one.
@@ -468,16 +478,16 @@ mod tests {
             free: 1,
             chunks: 0,
             load: 0,
+            lost: Vec::new(),
         };
         let pool = Pool::new(RpcConfig::default());
         let err = pool
             .call(
                 &second.addr,
-                &Request::Heartbeat {
+                Heartbeat {
                     id: 1_000_000,
                     report,
                 },
-                &[],
             )
             .await
             .unwrap_err();

@@ -22,6 +22,8 @@ struct Lru {
 
 struct Entry {
     data: Bytes,
+    /// The CRC32C of all of `data`, sent with whole-chunk reads.
+    crc: u32,
     stamp: u64,
 }
 
@@ -34,9 +36,9 @@ impl MemoryTier {
         }
     }
 
-    /// Caches `data` as chunk `id`, evicting the least recently used chunks to make room.
-    /// Chunks larger than the whole tier are not cached.
-    pub fn insert(&self, id: ChunkId, data: Bytes) {
+    /// Caches `data` (whose CRC32C is `crc`) as chunk `id`, evicting the least recently used
+    /// chunks to make room. Chunks larger than the whole tier are not cached.
+    pub fn insert(&self, id: ChunkId, data: Bytes, crc: u32) {
         let mut lru = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         lru.remove(id);
         let len = data.len() as u64;
@@ -54,19 +56,19 @@ impl MemoryTier {
         let stamp = lru.tick();
         lru.order.insert(stamp, id);
         lru.used += len;
-        lru.entries.insert(id, Entry { data, stamp });
+        lru.entries.insert(id, Entry { data, crc, stamp });
     }
 
-    /// The whole chunk if cached (and marks it recently used).
-    pub fn get(&self, id: ChunkId) -> Option<Bytes> {
+    /// The whole chunk and its CRC32C if cached (and marks it recently used).
+    pub fn get(&self, id: ChunkId) -> Option<(Bytes, u32)> {
         let mut lru = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let stamp = lru.tick();
         let entry = lru.entries.get_mut(&id)?;
         let old = std::mem::replace(&mut entry.stamp, stamp);
-        let data = entry.data.clone();
+        let found = (entry.data.clone(), entry.crc);
         lru.order.remove(&old);
         lru.order.insert(stamp, id);
-        Some(data)
+        Some(found)
     }
 
     /// Drops chunk `id` if cached (deleted or found corrupt on disk).
@@ -111,30 +113,30 @@ mod tests {
     #[test]
     fn evicts_least_recently_used() {
         let tier = MemoryTier::new(300);
-        tier.insert(ChunkId(1), chunk(100, 1));
-        tier.insert(ChunkId(2), chunk(100, 2));
-        tier.insert(ChunkId(3), chunk(100, 3));
+        tier.insert(ChunkId(1), chunk(100, 1), 0);
+        tier.insert(ChunkId(2), chunk(100, 2), 0);
+        tier.insert(ChunkId(3), chunk(100, 3), 0);
         // Touch 1 so 2 is the oldest.
-        assert_eq!(tier.get(ChunkId(1)).unwrap()[0], 1);
-        tier.insert(ChunkId(4), chunk(150, 4));
+        assert_eq!(tier.get(ChunkId(1)).unwrap().0[0], 1);
+        tier.insert(ChunkId(4), chunk(150, 4), 0);
         assert!(tier.get(ChunkId(2)).is_none());
         assert!(tier.get(ChunkId(3)).is_none());
-        assert_eq!(tier.get(ChunkId(1)).unwrap().len(), 100);
-        assert_eq!(tier.get(ChunkId(4)).unwrap().len(), 150);
+        assert_eq!(tier.get(ChunkId(1)).unwrap().0.len(), 100);
+        assert_eq!(tier.get(ChunkId(4)).unwrap().0.len(), 150);
         assert_eq!(tier.used(), 250);
     }
 
     #[test]
     fn replaces_and_skips_oversized_chunks() {
         let tier = MemoryTier::new(100);
-        tier.insert(ChunkId(1), chunk(60, 1));
-        tier.insert(ChunkId(1), chunk(80, 2));
+        tier.insert(ChunkId(1), chunk(60, 1), 0);
+        tier.insert(ChunkId(1), chunk(80, 2), 0);
         assert_eq!(tier.used(), 80);
-        assert_eq!(tier.get(ChunkId(1)).unwrap()[0], 2);
-        tier.insert(ChunkId(2), chunk(101, 3));
+        assert_eq!(tier.get(ChunkId(1)).unwrap().0[0], 2);
+        tier.insert(ChunkId(2), chunk(101, 3), 0);
         assert!(tier.get(ChunkId(2)).is_none());
         assert_eq!(tier.used(), 80);
-        tier.insert(ChunkId(3), chunk(0, 0));
-        assert_eq!(tier.get(ChunkId(3)).unwrap().len(), 0);
+        tier.insert(ChunkId(3), chunk(0, 0), 0);
+        assert_eq!(tier.get(ChunkId(3)).unwrap().0.len(), 0);
     }
 }

@@ -4,9 +4,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tokio::sync::Semaphore;
 use tomus_metadata::ChunkId;
+use tomus_wire::pool::Placed;
+use tomus_wire::provider::*;
 use tomus_wire::{
-    unexpected, Error, ErrorKind, Handler, Payload, Pool, Request, Response, Result, MAX_CHUNK_SIZE,
+    check_count, checksum, wrong_service, ChunkListing, Envelope, Error, ErrorKind, Handler,
+    Payload, Pool, Reply, Result, ScrubReport, MAX_CHUNK_SIZE, MAX_ITEMS,
 };
 
 use crate::chunk_store::{check_range, ChunkRange, ChunkStore};
@@ -15,6 +19,12 @@ use crate::meta_store::MetaStore;
 
 /// Most nodes one path request returns.
 const MAX_PATH: u32 = 256;
+/// Most ranges one path request follows.
+const MAX_PATH_TARGETS: usize = 64;
+/// Most sources one repair copy names.
+const MAX_COPY_SOURCES: usize = 16;
+/// Chunk bytes repair copies hold in memory at once (each copy holds its chunk whole).
+const COPY_BUFFER_BYTES: usize = 512 << 20;
 /// Most chunks or keys one listing or scrub request covers.
 const MAX_LIST: u32 = 10_000;
 
@@ -24,6 +34,8 @@ pub struct ProviderService {
     meta: MetaStore,
     /// Connections to other providers, for repair copies.
     peers: Arc<Pool>,
+    /// Bytes of chunks being copied in, in KiB: repair copies wait for room.
+    copy_buffers: Arc<Semaphore>,
 }
 
 impl ProviderService {
@@ -38,28 +50,37 @@ impl ProviderService {
             tier,
             meta,
             peers,
+            copy_buffers: Arc::new(Semaphore::new(COPY_BUFFER_BYTES >> 10)),
         }
     }
 
-    /// Writes through: the chunk is on disk before it is cached or acknowledged.
-    async fn put_chunk(&self, id: ChunkId, data: Bytes) -> Result<()> {
-        self.chunks.put(id, data.clone()).await?;
+    /// Writes through: the chunk is checked against its sender's checksum and on disk
+    /// before it is cached or acknowledged.
+    async fn put_chunk(&self, id: ChunkId, data: Bytes, crc: u32) -> Result<()> {
+        self.chunks.put_checked(id, data.clone(), crc).await?;
         if let Some(tier) = &self.tier {
-            tier.insert(id, data);
+            tier.insert(id, data, crc);
         }
         Ok(())
     }
 
     /// A corrupt chunk on disk is quarantined, so it is no longer listed and repair
     /// re-creates this replica.
-    async fn get_chunk(&self, id: ChunkId, offset: u64, len: u64) -> Result<Payload> {
-        if let Some(data) = self.tier.as_ref().and_then(|tier| tier.get(id)) {
+    /// The range and its CRC32C.
+    async fn get_chunk(&self, id: ChunkId, offset: u64, len: u64) -> Result<(Payload, u32)> {
+        if let Some((data, whole_crc)) = self.tier.as_ref().and_then(|tier| tier.get(id)) {
             let range = check_range(id, offset, len, data.len() as u64)?;
-            return Ok(Payload::Bytes(data.slice(range)));
+            let piece = data.slice(range);
+            let crc = if piece.len() == data.len() {
+                whole_crc
+            } else {
+                checksum::crc32c(&piece)
+            };
+            return Ok((Payload::Bytes(piece), crc));
         }
         match self.chunks.read_range(id, offset, len).await {
-            Ok(ChunkRange::Memory(b)) => Ok(Payload::Bytes(b)),
-            Ok(ChunkRange::File(f)) => Ok(Payload::File(f)),
+            Ok((ChunkRange::Memory(b), crc)) => Ok((Payload::Bytes(b), crc)),
+            Ok((ChunkRange::File(f), crc)) => Ok((Payload::File(f), crc)),
             Err(e) => {
                 if e.kind == ErrorKind::Corrupt {
                     self.quarantine(id, &e).await;
@@ -92,13 +113,13 @@ impl ProviderService {
         self.chunks.delete(ids).await
     }
 
-    async fn scrub(&self, start_after: Option<ChunkId>, limit: u32) -> Result<Response> {
+    async fn scrub(&self, start_after: Option<ChunkId>, limit: u32) -> Result<ScrubReport> {
         let report = self
             .chunks
             .scrub(start_after, limit.min(MAX_LIST) as usize)
             .await?;
         self.forget_cached(&report.corrupt);
-        Ok(Response::Scrubbed(report))
+        Ok(report)
     }
 
     /// Repair copy: makes this provider hold chunk `id` (`len` bytes), fetched whole from the
@@ -123,14 +144,14 @@ impl ProviderService {
             Err(e) if e.kind == ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let data = self.fetch(id, len, from).await?;
+        let (data, crc) = self.fetch(id, len, from).await?;
         // Not cached: a repair copy is not recently written data anyone is about to read.
-        self.chunks.put(id, data).await
+        self.chunks.put_checked(id, data, crc).await
     }
 
-    /// Chunk `id` whole from the first of `from` that serves it; otherwise the most telling
-    /// failure (corruption over unavailability over the rest).
-    async fn fetch(&self, id: ChunkId, len: u64, from: &[String]) -> Result<Bytes> {
+    /// Chunk `id` whole, and its CRC32C, from the first of `from` that serves it intact;
+    /// otherwise the most telling failure (corruption over unavailability over the rest).
+    async fn fetch(&self, id: ChunkId, len: u64, from: &[String]) -> Result<(Bytes, u32)> {
         if from.is_empty() {
             return Err(Error::invalid(format!(
                 "copy of chunk {id}: no source given"
@@ -138,11 +159,16 @@ impl ProviderService {
         }
         let size = usize::try_from(len)
             .map_err(|_| Error::invalid(format!("chunk {id}: {len} bytes do not fit in memory")))?;
+        let _room = self
+            .copy_buffers
+            .acquire_many(len.div_ceil(1024) as u32)
+            .await
+            .map_err(|_| Error::internal("copy buffers closed"))?;
         let mut buf = vec![0u8; size];
         let mut errors = Vec::new();
         for addr in from {
             match self.fetch_from(addr, id, &mut buf).await {
-                Ok(()) => return Ok(Bytes::from(buf)),
+                Ok(crc) => return Ok((Bytes::from(buf), crc)),
                 Err(e) => {
                     tracing::debug!("copy of chunk {id} from {addr}: {e}");
                     errors.push(e);
@@ -160,83 +186,103 @@ impl ProviderService {
         ))
     }
 
-    async fn fetch_from(&self, addr: &str, id: ChunkId, out: &mut [u8]) -> Result<()> {
+    async fn fetch_from(&self, addr: &str, id: ChunkId, out: &mut [u8]) -> Result<u32> {
         let len = out.len() as u64;
-        let req = Request::GetChunk { id, offset: 0, len };
-        match self.peers.call_into(addr, &req, out).await? {
-            (Response::Chunk, None) => Ok(()),
-            (Response::Chunk, Some(body)) => Err(Error::corrupt(format!(
+        let req = GetChunk { id, offset: 0, len };
+        match self.peers.call_into(addr, req, out).await? {
+            (sent, Placed::Filled { crc }) if crc == sent => Ok(crc),
+            (sent, Placed::Filled { crc }) => Err(checksum::damaged(
+                format!("chunk {id} from {addr}"),
+                crc,
+                sent,
+            )),
+            (_, Placed::Elsewhere(body)) => Err(Error::corrupt(format!(
                 "{addr} returned {} bytes of chunk {id}, expected {len}",
                 body.len()
             ))),
-            (other, _) => Err(unexpected(&other)),
         }
     }
 
-    async fn dispatch(&self, req: Request, body: Bytes) -> Result<(Response, Payload)> {
-        let ok = (Response::Ok, Payload::empty());
-        let answer = |resp| (resp, Payload::empty());
+    async fn dispatch(&self, req: ProviderRequest, body: Bytes) -> Reply {
+        use ProviderRequest as P;
+        if let Err(e) = check_request(&req, &body) {
+            return Reply::error(e);
+        }
         match req {
-            Request::PutChunk { id } if id == ChunkId::ZEROS => {
-                Err(Error::invalid("chunk id 0 is reserved for zero pieces"))
+            P::PutChunk(r) if r.id == ChunkId::ZEROS => {
+                Reply::error(Error::invalid("chunk id 0 is reserved for zero pieces"))
             }
-            Request::PutChunk { id } => self.put_chunk(id, body).await.map(|()| ok),
-            Request::GetChunk { id, offset, len } => self
-                .get_chunk(id, offset, len)
-                .await
-                .map(|data| (Response::Chunk, data)),
-            Request::PutNodes { nodes } => self.meta.put_nodes(nodes).await.map(|()| ok),
-            Request::GetNodes { keys } => Ok(answer(Response::Nodes(self.meta.get_nodes(&keys)))),
-            Request::GetPath {
-                blob,
-                start,
-                targets,
-                limit,
-            } => Ok(answer(Response::Path(self.meta.path(
-                blob,
-                start,
-                &targets,
-                limit.min(MAX_PATH) as usize,
-            )))),
-            Request::ListChunks { start_after, limit } => self
-                .chunks
-                .list(start_after, limit.min(MAX_LIST) as usize)
-                .await
-                .map(|list| answer(Response::Chunks(list))),
-            Request::DeleteChunks { ids } => self.delete_chunks(&ids).await.map(|()| ok),
-            Request::CopyChunk { id, len, from } => {
-                self.copy_chunk(id, len, &from).await.map(|()| ok)
-            }
-            Request::ListNodes { start_after, limit } => Ok(answer(Response::NodeKeys(
-                self.meta
-                    .list_keys(start_after, limit.min(MAX_LIST) as usize),
+            P::PutChunk(r) => Reply::of::<PutChunk>(self.put_chunk(r.id, body, r.crc).await),
+            P::GetChunk(r) => match self.get_chunk(r.id, r.offset, r.len).await {
+                Ok((data, crc)) => Reply::of::<GetChunk>(Ok(crc)).with_payload(data),
+                Err(e) => Reply::error(e),
+            },
+            P::PutNodes(r) => Reply::of::<PutNodes>(self.meta.put_nodes(r.nodes).await),
+            P::GetNodes(r) => Reply::of::<GetNodes>(Ok(self.meta.get_nodes(&r.keys))),
+            P::GetPath(r) => Reply::of::<GetPath>(Ok(self.meta.path(
+                r.blob,
+                r.start,
+                &r.targets,
+                r.limit.min(MAX_PATH) as usize,
             ))),
-            Request::DeleteNodes { keys } => self.meta.delete_nodes(keys).await.map(|()| ok),
-            Request::Scrub { start_after, limit } => {
-                self.scrub(start_after, limit).await.map(answer)
+            P::ListChunks(r) => Reply::of::<ListChunks>(
+                self.chunks
+                    .list(r.start_after, r.limit.min(MAX_LIST) as usize)
+                    .await
+                    .map(|entries| ChunkListing {
+                        now_ms: tomus_wire::now_ms(),
+                        entries,
+                    }),
+            ),
+            P::DeleteChunks(r) => Reply::of::<DeleteChunks>(self.delete_chunks(&r.ids).await),
+            P::CopyChunk(r) => Reply::of::<CopyChunk>(self.copy_chunk(r.id, r.len, &r.from).await),
+            P::ListNodes(r) => Reply::of::<ListNodes>(Ok(self
+                .meta
+                .list_keys(r.start_after, r.limit.min(MAX_LIST) as usize))),
+            P::DeleteNodes(r) => Reply::of::<DeleteNodes>(self.meta.delete_nodes(r.keys).await),
+            P::DeleteNodeRanges(r) => {
+                let keys = self.meta.keys_in(&r.ranges);
+                Reply::of::<DeleteNodeRanges>(self.meta.delete_nodes(keys).await)
             }
-            Request::Ping => Ok(ok),
-            _ => Err(Error::invalid("not a provider request")),
+            P::Scrub(r) => Reply::of::<Scrub>(self.scrub(r.start_after, r.limit).await),
         }
     }
 }
 
+/// Checks every count and size a request carries before anything is sized by it.
+fn check_request(req: &ProviderRequest, body: &Bytes) -> Result<()> {
+    use ProviderRequest as P;
+    match req {
+        P::PutChunk(_) if body.is_empty() => Err(Error::invalid("an empty chunk")),
+        P::PutNodes(r) => check_count("nodes", r.nodes.len(), MAX_ITEMS),
+        P::GetNodes(r) => check_count("node keys", r.keys.len(), MAX_ITEMS),
+        P::GetPath(r) => check_count("path targets", r.targets.len(), MAX_PATH_TARGETS),
+        P::DeleteChunks(r) => check_count("chunk ids", r.ids.len(), MAX_ITEMS),
+        P::DeleteNodes(r) => check_count("node keys", r.keys.len(), MAX_ITEMS),
+        P::DeleteNodeRanges(r) => check_count("node ranges", r.ranges.len(), MAX_ITEMS),
+        P::CopyChunk(r) => check_count("copy sources", r.from.len(), MAX_COPY_SOURCES),
+        _ => Ok(()),
+    }
+}
+
 impl Handler for ProviderService {
-    async fn handle(&self, req: Request, body: Bytes) -> (Response, Payload) {
-        match self.dispatch(req, body).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                // Damaged data and failing disks need an operator; the rest is the caller's
-                // business.
-                match e.kind {
-                    ErrorKind::Corrupt | ErrorKind::Internal | ErrorKind::NoSpace => {
-                        tracing::warn!("{e}")
-                    }
-                    _ => tracing::debug!("{e}"),
+    async fn handle(&self, req: Envelope, body: Bytes) -> Reply {
+        let Envelope::Provider(req) = req else {
+            return wrong_service("provider", &req);
+        };
+        let name = req.name();
+        let reply = self.dispatch(req, body).await;
+        if let Some(e) = reply.failed() {
+            // Damaged data and failing disks need an operator; the rest is the caller's
+            // business.
+            match e.kind {
+                ErrorKind::Corrupt | ErrorKind::Internal | ErrorKind::NoSpace => {
+                    tracing::warn!("{name}: {e}")
                 }
-                (Response::Err(e), Payload::empty())
+                _ => tracing::debug!("{name}: {e}"),
             }
         }
+        reply
     }
 }
 
@@ -246,7 +292,7 @@ mod tests {
 
     use tokio::net::TcpListener;
     use tomus_metadata::{Node, NodeKey, NodeRef};
-    use tomus_wire::{ChunkEntry, LoadGauge, RpcConfig, ScrubReport};
+    use tomus_wire::{call_handler, call_handler_payload, ChunkEntry, LoadGauge, Rpc, RpcConfig};
 
     use super::*;
     use crate::testutil::TempDir;
@@ -271,7 +317,14 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let load = Arc::new(LoadGauge::default());
-        tokio::spawn(tomus_wire::serve(listener, None, service.clone(), load));
+        let limits = tomus_wire::ServerLimits::default();
+        tokio::spawn(tomus_wire::serve(
+            listener,
+            None,
+            limits,
+            service.clone(),
+            load,
+        ));
         (addr, service)
     }
 
@@ -281,33 +334,46 @@ mod tests {
         probe.local_addr().unwrap().to_string()
     }
 
-    async fn call(service: &ProviderService, req: Request, body: Vec<u8>) -> Result<Response> {
-        match service.handle(req, Bytes::from(body)).await {
-            (Response::Err(e), _) => Err(e),
-            (resp, _) => Ok(resp),
-        }
+    async fn call<R: Rpc>(service: &ProviderService, req: R, body: Vec<u8>) -> Result<R::Response> {
+        call_handler(service, req, Bytes::from(body)).await
     }
 
     async fn put(service: &ProviderService, id: ChunkId, data: &[u8]) {
-        let resp = call(service, Request::PutChunk { id }, data.to_vec()).await;
-        assert_eq!(resp.unwrap(), Response::Ok);
+        let crc = checksum::crc32c(data);
+        call(service, PutChunk { id, crc }, data.to_vec())
+            .await
+            .unwrap();
+    }
+
+    /// Bytes `[offset, offset + len)` of chunk `id` as the service serves them, or the error.
+    async fn read_at(
+        service: &ProviderService,
+        id: ChunkId,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        let req = GetChunk { id, offset, len };
+        let (crc, payload) = call_handler_payload(service, req, Bytes::new()).await?;
+        let data = match payload {
+            Payload::Bytes(b) => b.to_vec(),
+            Payload::File(f) => {
+                let mut buf = vec![0u8; f.len as usize];
+                std::os::unix::fs::FileExt::read_exact_at(&f.file, &mut buf, f.offset).unwrap();
+                buf
+            }
+        };
+        // Every range served in these tests comes with the right checksum.
+        assert_eq!(
+            checksum::crc32c(&data),
+            crc,
+            "checksum of {id} {offset}+{len}"
+        );
+        Ok(data)
     }
 
     /// The whole chunk as the service serves it, or the error.
     async fn read(service: &ProviderService, id: ChunkId, len: u64) -> Result<Vec<u8>> {
-        let (resp, body) = service
-            .handle(Request::GetChunk { id, offset: 0, len }, Bytes::new())
-            .await;
-        match (resp, body) {
-            (Response::Err(e), _) => Err(e),
-            (Response::Chunk, Payload::Bytes(b)) => Ok(b.to_vec()),
-            (Response::Chunk, Payload::File(f)) => {
-                let mut buf = vec![0u8; f.len as usize];
-                std::os::unix::fs::FileExt::read_exact_at(&f.file, &mut buf, f.offset).unwrap();
-                Ok(buf)
-            }
-            (other, _) => panic!("unexpected answer {other:?}"),
-        }
+        read_at(service, id, 0, len).await
     }
 
     async fn list(
@@ -315,16 +381,10 @@ mod tests {
         start_after: Option<ChunkId>,
         limit: u32,
     ) -> Vec<ChunkEntry> {
-        match call(
-            service,
-            Request::ListChunks { start_after, limit },
-            Vec::new(),
-        )
-        .await
-        {
-            Ok(Response::Chunks(list)) => list,
-            other => panic!("unexpected answer {other:?}"),
-        }
+        call(service, ListChunks { start_after, limit }, Vec::new())
+            .await
+            .unwrap()
+            .entries
     }
 
     fn chunk_file(dir: &Path, id: ChunkId) -> PathBuf {
@@ -361,22 +421,18 @@ mod tests {
         let id = ChunkId(99);
         // Large enough for a chunk file of its own (smaller ones go to the small-chunk log).
         let data: Vec<u8> = (0..70_000u32).map(|i| i as u8).collect();
-        let (resp, _) = service
-            .handle(Request::PutChunk { id }, Bytes::from(data.clone()))
-            .await;
-        assert_eq!(resp, Response::Ok);
+        put(&service, id, &data).await;
 
         // Remove the file: reads must come from memory now.
         let name = id.to_string();
         std::fs::remove_file(dir.path().join("chunks").join(&name[..2]).join(&name)).unwrap();
-        let get = |offset, len| Request::GetChunk { id, offset, len };
-        let (resp, body) = service.handle(get(10, 20), Bytes::new()).await;
-        assert_eq!(resp, Response::Chunk);
-        assert!(matches!(body, Payload::Bytes(b) if b[..] == data[10..30]));
-        let (resp, _) = service.handle(get(69_990, 11), Bytes::new()).await;
-        assert!(matches!(resp, Response::Err(e) if e.kind == ErrorKind::OutOfRange));
-        let (resp, _) = service.handle(Request::Providers, Bytes::new()).await;
-        assert!(matches!(resp, Response::Err(e) if e.kind == ErrorKind::InvalidArgument));
+        assert_eq!(read_at(&service, id, 10, 20).await.unwrap(), data[10..30]);
+        let err = read_at(&service, id, 69_990, 11).await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::OutOfRange);
+        let err = call(&service, tomus_wire::manager::ListProviders {}, Vec::new())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidArgument);
     }
 
     #[tokio::test]
@@ -430,29 +486,29 @@ mod tests {
         }
         // Corrupt on disk, intact in the memory tier: scrub checks the disk and drops both.
         flip_in(&chunk_file(dir.path(), ids[1]), &data[1], 5);
-        let scrub = |start_after, limit| Request::Scrub { start_after, limit };
-        let resp = call(&service, scrub(None, 3), Vec::new()).await.unwrap();
+        let scrub = |start_after, limit| Scrub { start_after, limit };
+        let report = call(&service, scrub(None, 3), Vec::new()).await.unwrap();
         assert_eq!(
-            resp,
-            Response::Scrubbed(ScrubReport {
+            report,
+            ScrubReport {
                 checked: 3,
                 bytes: 3 * 70_000,
                 corrupt: vec![ids[1]],
                 next: Some(ids[2]),
-            })
+            }
         );
         let err = read(&service, ids[1], 70_000).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::NotFound);
-        let resp = call(&service, scrub(Some(ids[2]), 3), Vec::new())
+        let report = call(&service, scrub(Some(ids[2]), 3), Vec::new())
             .await
             .unwrap();
-        assert!(matches!(resp, Response::Scrubbed(r) if r.checked == 2 && r.next.is_none()));
+        assert!(report.checked == 2 && report.next.is_none());
 
         // Deleted chunks are not served from memory either; unknown ids are ignored.
-        let req = Request::DeleteChunks {
+        let req = DeleteChunks {
             ids: vec![ids[0], ids[4], ChunkId(77)],
         };
-        assert_eq!(call(&service, req, Vec::new()).await.unwrap(), Response::Ok);
+        call(&service, req, Vec::new()).await.unwrap();
         for id in [ids[0], ids[4]] {
             let err = read(&service, id, 70_000).await.unwrap_err();
             assert_eq!(err.kind, ErrorKind::NotFound);
@@ -508,13 +564,11 @@ mod tests {
         let rest = list(&service, Some(ChunkId(MAX_LIST as u128)), u32::MAX).await;
         assert_eq!(rest.len(), 5);
 
-        let req = Request::ListNodes {
+        let req = ListNodes {
             start_after: None,
             limit: u32::MAX,
         };
-        let Ok(Response::NodeKeys(keys)) = call(&service, req, Vec::new()).await else {
-            panic!("no node keys");
-        };
+        let keys = call(&service, req, Vec::new()).await.unwrap();
         assert_eq!(keys.len(), MAX_LIST as usize);
         assert_eq!(
             keys[..],
@@ -525,24 +579,24 @@ mod tests {
         );
 
         // Deleted nodes are neither listed nor served.
-        let req = Request::DeleteNodes {
+        let req = DeleteNodes {
             keys: vec![nodes[0].0, nodes[1].0],
         };
-        assert_eq!(call(&service, req, Vec::new()).await.unwrap(), Response::Ok);
-        let req = Request::ListNodes {
+        call(&service, req, Vec::new()).await.unwrap();
+        let req = ListNodes {
             start_after: None,
             limit: 1,
         };
         assert_eq!(
             call(&service, req, Vec::new()).await.unwrap(),
-            Response::NodeKeys(vec![nodes[2].0])
+            vec![nodes[2].0]
         );
-        let req = Request::GetNodes {
+        let req = GetNodes {
             keys: vec![nodes[0].0, nodes[2].0],
         };
         assert_eq!(
             call(&service, req, Vec::new()).await.unwrap(),
-            Response::Nodes(vec![None, Some(nodes[2].1.clone())])
+            vec![None, Some(nodes[2].1.clone())]
         );
     }
 
@@ -553,7 +607,7 @@ mod tests {
         let (empty_addr, _empty) = served(&dir.path().join("empty")).await;
         let (source_addr, source) = served(&dir.path().join("source")).await;
         let pool = Pool::new(RpcConfig::default());
-        let copy = |id, len, from: Vec<String>| Request::CopyChunk { id, len, from };
+        let copy = |id, len, from: Vec<String>| CopyChunk { id, len, from };
 
         let (big, big_data) = (ChunkId(0xb1 << 120), pattern(300_000, 7));
         let (small, small_data) = (ChunkId(0x51 << 120), pattern(1000, 8));
@@ -567,8 +621,7 @@ mod tests {
                 data.len() as u64,
                 vec![empty_addr.clone(), source_addr.clone()],
             );
-            let (resp, _) = pool.call(&target_addr, &req, &[]).await.unwrap();
-            assert_eq!(resp, Response::Ok);
+            pool.call(&target_addr, req).await.unwrap();
             assert_eq!(&read(&target, id, data.len() as u64).await.unwrap(), data);
         }
         let listed = list(&target, None, 10).await;
@@ -579,13 +632,10 @@ mod tests {
 
         // Held intact already: done without asking anyone.
         let req = copy(big, 300_000, vec![dead_addr()]);
-        assert_eq!(
-            pool.call(&target_addr, &req, &[]).await.unwrap().0,
-            Response::Ok
-        );
+        pool.call(&target_addr, req).await.unwrap();
         // Held with another length: refused, the copy here is left alone.
         let req = copy(big, 299_999, vec![source_addr.clone()]);
-        let err = pool.call(&target_addr, &req, &[]).await.unwrap_err();
+        let err = pool.call(&target_addr, req).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err}");
         assert_eq!(read(&target, big, 300_000).await.unwrap(), big_data);
 
@@ -596,20 +646,17 @@ mod tests {
             1234,
         );
         let req = copy(big, 300_000, vec![source_addr.clone()]);
-        assert_eq!(
-            pool.call(&target_addr, &req, &[]).await.unwrap().0,
-            Response::Ok
-        );
+        pool.call(&target_addr, req).await.unwrap();
         assert_eq!(read(&target, big, 300_000).await.unwrap(), big_data);
 
         // No source serves it: the most telling failure wins.
         let missing = ChunkId(0x99 << 120);
         let req = copy(missing, 10, vec![empty_addr.clone()]);
-        let err = pool.call(&target_addr, &req, &[]).await.unwrap_err();
+        let err = pool.call(&target_addr, req).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
         assert!(err.message.contains(&missing.to_string()), "{err}");
         let req = copy(missing, 10, vec![empty_addr.clone(), dead_addr()]);
-        let err = pool.call(&target_addr, &req, &[]).await.unwrap_err();
+        let err = pool.call(&target_addr, req).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unavailable, "{err}");
         // A source whose copy is corrupt (it quarantines it as it finds out).
         let (bad, bad_data) = (ChunkId(0xbb << 120), pattern(100_000, 9));
@@ -624,7 +671,7 @@ mod tests {
             100_000,
             vec![dead_addr(), source_addr.clone(), empty_addr.clone()],
         );
-        let err = pool.call(&target_addr, &req, &[]).await.unwrap_err();
+        let err = pool.call(&target_addr, req).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::Corrupt, "{err}");
         assert_eq!(
             read(&target, bad, 100_000).await.unwrap_err().kind,
@@ -633,12 +680,12 @@ mod tests {
         assert!(list(&source, Some(big), 10).await.is_empty());
         // Nothing to copy from, or no chunk.
         let err = pool
-            .call(&target_addr, &copy(missing, 10, Vec::new()), &[])
+            .call(&target_addr, copy(missing, 10, Vec::new()))
             .await
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err}");
         let req = copy(ChunkId::ZEROS, 10, vec![source_addr.clone()]);
-        let err = pool.call(&target_addr, &req, &[]).await.unwrap_err();
+        let err = pool.call(&target_addr, req).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err}");
         assert_eq!(list(&target, None, 10).await.len(), 2);
     }

@@ -44,6 +44,8 @@ pub fn from_store(e: Error, missing: Missing) -> S3Error {
         }
         ErrorKind::NotEmpty => S3ErrorCode::BucketNotEmpty,
         ErrorKind::PreconditionFailed => S3ErrorCode::PreconditionFailed,
+        // The upload took longer than garbage collection's grace: it must be sent again.
+        ErrorKind::WriteExpired => S3ErrorCode::RequestTimeout,
         // Retry: the client library already committed again a few times; the S3 client's own
         // retry on 503 is the right next step.
         ErrorKind::Unavailable | ErrorKind::NoSpace | ErrorKind::AuthFailed | ErrorKind::Retry => {

@@ -3,22 +3,37 @@
 //! and turns a panic into a 500 instead of a dropped connection.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use rand::Rng;
 use s3s::service::S3Service;
 use s3s::{Body, HttpError};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
-/// Serves `service` on `listener` until the task is dropped.
+/// A request's headers must arrive within this (an idle keep-alive connection is closed
+/// after it too).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves `service` on `listener` until the task is dropped. Connections are capped (as the
+/// cluster's servers are, by the open-file limit) and a client that sends its headers too
+/// slowly is cut off, so no number of idle or dripping clients exhausts the gateway.
 pub async fn serve(listener: TcpListener, service: S3Service) {
-    let builder = Builder::new(TokioExecutor::new());
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let slots = Arc::new(Semaphore::new(
+        tomus_wire::ServerLimits::default().max_connections,
+    ));
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -28,6 +43,10 @@ pub async fn serve(listener: TcpListener, service: S3Service) {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!("refused a connection from {peer}: too many connections");
+            continue;
         };
         // Small requests must not wait for Nagle's algorithm (~40 ms per 4 KiB GET).
         if let Err(e) = stream.set_nodelay(true) {
@@ -43,6 +62,7 @@ pub async fn serve(listener: TcpListener, service: S3Service) {
             if let Err(e) = conn.await {
                 tracing::debug!("connection from {peer}: {e}");
             }
+            drop(slot);
         });
     }
 }
@@ -74,6 +94,15 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
                 .headers()
                 .get(http::header::EXPECT)
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if let Some(why) = req.uri().query().and_then(presign_expiry_problem) {
+            let mut resp = error_response(
+                http::StatusCode::BAD_REQUEST,
+                "AuthorizationQueryParametersError",
+                why,
+            );
+            stamp(&mut resp, &id);
+            return Box::pin(async move { Ok(resp) });
+        }
         let fut = hyper::service::Service::call(&self.inner, req);
         Box::pin(async move {
             let mut resp = match AssertUnwindSafe(fut).catch_unwind().await {
@@ -103,15 +132,44 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
 }
 
 fn internal_error() -> Response {
-    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InternalError</Code>\
-                <Message>We encountered an internal error. Please try again.</Message></Error>";
-    let mut resp = http::Response::new(Body::from(Bytes::from_static(body.as_bytes())));
-    *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+    error_response(
+        http::StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalError",
+        "We encountered an internal error. Please try again.",
+    )
+}
+
+/// An S3 error document.
+fn error_response(status: http::StatusCode, code: &str, message: &str) -> Response {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>\
+         <Message>{message}</Message></Error>"
+    );
+    let mut resp = http::Response::new(Body::from(Bytes::from(body)));
+    *resp.status_mut() = status;
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/xml"),
     );
     resp
+}
+
+/// The longest a presigned URL may be valid: a week, as AWS allows.
+const MAX_PRESIGN_EXPIRY_SECS: u64 = 7 * 24 * 3600;
+
+/// Why the `X-Amz-Expires` of a presigned URL's query is refused, if it is: AWS accepts 1
+/// second to a week (s3s itself checks only that it has not run out).
+fn presign_expiry_problem(query: &str) -> Option<&'static str> {
+    let value = query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == "X-Amz-Expires").then_some(v)
+    })?;
+    match value.parse::<u64>() {
+        Ok(secs) if (1..=MAX_PRESIGN_EXPIRY_SECS).contains(&secs) => None,
+        Ok(0) => Some("X-Amz-Expires must be non-negative and at least 1 second"),
+        Ok(_) => Some("X-Amz-Expires must be less than a week (in seconds) that is 604800"),
+        Err(_) => Some("X-Amz-Expires should be a number"),
+    }
 }
 
 /// Adds the request id headers, and the id into an error document that lacks it (errors raised
@@ -160,5 +218,19 @@ mod tests {
         assert!(with_request_id(b"<Error><RequestId>X</RequestId></Error>", "Y").is_none());
         assert!(with_request_id(b"not xml", "Y").is_none());
         assert_eq!(request_id().len(), 16);
+    }
+
+    #[test]
+    fn presigned_urls_live_a_week_at_most() {
+        let q = |e: &str| format!("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires={e}&x=1");
+        assert_eq!(presign_expiry_problem(&q("604800")), None);
+        assert_eq!(presign_expiry_problem(&q("1")), None);
+        assert!(presign_expiry_problem(&q("604801"))
+            .unwrap()
+            .contains("less than a week"));
+        assert!(presign_expiry_problem(&q("0")).is_some());
+        assert!(presign_expiry_problem(&q("-5")).is_some());
+        assert!(presign_expiry_problem(&q("99999999999999999999")).is_some());
+        assert_eq!(presign_expiry_problem("prefix=a&list-type=2"), None);
     }
 }

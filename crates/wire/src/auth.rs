@@ -3,7 +3,8 @@
 //! Server -> client: magic, protocol version, "auth required" flag, 32-byte nonce.
 //! Client -> server: HMAC(secret, "client" || server nonce), 32-byte client nonce.
 //! Server -> client: status byte, HMAC(secret, "server" || client nonce).
-//! Without a secret (loopback-only servers) the MACs are zeros and not checked.
+//! Without a secret (loopback-only servers) the MACs are zeros and not checked. A client
+//! that holds a secret talks only to servers that prove it.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -17,7 +18,8 @@ use tokio::net::TcpStream;
 use crate::error::{Error, ErrorKind, Result};
 
 const MAGIC: &[u8; 4] = b"TOMS";
-const PROTOCOL_VERSION: u8 = 1;
+/// 2: typed requests in service envelopes, varint headers. 3: chunk transfers carry CRC32Cs.
+const PROTOCOL_VERSION: u8 = 3;
 const STATUS_OK: u8 = 0;
 const STATUS_REFUSED: u8 = 1;
 
@@ -151,7 +153,17 @@ pub async fn connect(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> 
             ))
         }
         (true, Some(s)) => reply[..32].copy_from_slice(&s.mac(b"client", server_nonce)),
-        (false, _) => {}
+        // Whoever answers at the address without asking for the secret cannot prove it
+        // either: writes sent to it could be kept and any bytes served.
+        (false, Some(_)) => {
+            return Err(Error::new(
+                ErrorKind::AuthFailed,
+                "the server does not ask for the cluster secret this client holds, so it \
+                 cannot prove it belongs to the cluster; refusing it (start the server with \
+                 the same TOMUS_CLUSTER_SECRET or --secret-file, or unset the client's)",
+            ))
+        }
+        (false, None) => {}
     }
     reply[32..].copy_from_slice(&client_nonce);
     stream.write_all(&reply).await.map_err(io_err)?;

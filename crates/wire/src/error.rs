@@ -42,7 +42,47 @@ pub enum ErrorKind {
     /// A condition the request set on the current state did not hold (e.g. the size an
     /// append at a known offset expected).
     PreconditionFailed,
+    /// A write took longer from storing (or finding) its data to committing it than garbage
+    /// collection's grace: the data may have been reclaimed, so nothing was published. The
+    /// data must be written again.
+    WriteExpired,
 }
+
+/// Defines `ErrorKind::ALL` from the list given, which must name every kind: the match it also
+/// generates stops compiling when a kind is added to the enum but not to the list.
+macro_rules! all_kinds {
+    ($($kind:ident),* $(,)?) => {
+        impl ErrorKind {
+            /// Every kind, for code that mirrors them (the Python package's tests check it has an
+            /// exception class for each).
+            pub const ALL: &'static [ErrorKind] = &[$(ErrorKind::$kind),*];
+        }
+        const _: fn(ErrorKind) = |kind| match kind {
+            $(ErrorKind::$kind)|* => {}
+        };
+    };
+}
+
+all_kinds!(
+    NotFound,
+    VersionNotPublished,
+    VersionAborted,
+    OutOfRange,
+    InvalidArgument,
+    Corrupt,
+    Unavailable,
+    NoSpace,
+    AuthFailed,
+    Protocol,
+    Internal,
+    Retry,
+    AlreadyExists,
+    NotEmpty,
+    IsADirectory,
+    NotADirectory,
+    PreconditionFailed,
+    WriteExpired,
+);
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message}")]
@@ -91,6 +131,17 @@ impl Error {
     pub fn already_exists(m: impl Into<String>) -> Self {
         Self::new(ErrorKind::AlreadyExists, m)
     }
+}
+
+/// Refuses a request that carries more than `max` of something (keys, chunks, entries):
+/// every count that arrives over the wire is checked before anything is sized by it.
+pub fn check_count(what: &str, count: usize, max: usize) -> Result<()> {
+    if count > max {
+        return Err(Error::invalid(format!(
+            "a request may carry at most {max} {what}, this one has {count}"
+        )));
+    }
+    Ok(())
 }
 
 impl From<std::io::Error> for Error {

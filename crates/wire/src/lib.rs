@@ -1,16 +1,37 @@
-//! The tomus wire protocol: typed errors, request/response messages, frames with raw bodies,
-//! the cluster-secret handshake and the client connection pool / server loop.
+//! The tomus wire protocol.
 
+/// The cluster-secret handshake every connection starts with.
 pub mod auth;
+/// CRC32Cs of chunk transfers, computed by the sender and checked by the receiver.
+pub mod checksum;
+/// The typed error every component returns and sends.
 pub mod error;
+/// Frames: length prefixes, encoded headers and raw bodies.
 pub mod frame;
-pub mod messages;
+/// The requests of the maintenance service to the manager.
+pub mod maintenance;
+/// The requests of the manager.
+pub mod manager;
+/// The client's pool of connections and typed calls.
+pub mod pool;
+/// The requests of a provider.
+pub mod provider;
+/// Typed requests, the service envelope, encoded answers.
 pub mod rpc;
+/// The accept loop and request handlers.
+pub mod server;
+/// The data requests and answers carry.
+pub mod types;
 
 pub use auth::{check_bind, ClusterSecret};
-pub use error::{Error, ErrorKind, Result};
-pub use messages::*;
-pub use rpc::{serve, FileRange, Handler, LoadGauge, Payload, Pool, RpcConfig};
+pub use error::{check_count, Error, ErrorKind, Result};
+pub use pool::{Pool, RpcConfig};
+pub use rpc::{Envelope, Ping, Reply, Rpc};
+pub use server::{
+    call_handler, call_handler_payload, serve, wrong_service, FileRange, Handler, LoadGauge,
+    Payload, ServerLimits,
+};
+pub use types::*;
 
 /// Wall-clock time in Unix milliseconds.
 pub fn now_ms() -> u64 {

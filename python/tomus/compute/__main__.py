@@ -18,7 +18,6 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -56,7 +55,7 @@ def _session(args: argparse.Namespace) -> Iterator[Session]:
             yield s
 
 
-def _print_json(obj: Any) -> None:
+def _print_json(obj: object) -> None:
     print(
         json.dumps(obj, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
     )

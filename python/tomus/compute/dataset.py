@@ -44,7 +44,9 @@ class Chunk:
         """The chunk as an array of ``(records, *shape)``."""
         out = np.empty((self.records, *self.shape), dtype=np.dtype(self.dtype))
         if self.size:
-            client.open_blob(self.blob).read_into(out, self.offset, version=self.version)
+            # ``.data``: the array's memory as a memoryview (numpy declares arrays buffers to
+            # type checkers only from Python 3.12 on).
+            client.open_blob(self.blob).read_into(out.data, self.offset, version=self.version)
             count_read(self.size)
         return out
 
@@ -130,7 +132,7 @@ class Dataset:
         first = 0
         for o, part in enumerate(parts):
             blob = client.create_blob(chunk_size=blob_chunk, replication=replication)
-            version = blob.write(0, part) if part.nbytes else 0
+            version = blob.write(0, part.data) if part.nbytes else 0
             count_write(part.nbytes)
             blobs.append(blob.id)
             for r in range(0, len(part), per_chunk):

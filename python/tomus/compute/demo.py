@@ -19,12 +19,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import numpy as np
 
 import tomus
-from tomus.compute.apps.abrain import abrain, load
+from tomus.compute.apps.abrain import ABrainData, abrain, load
 from tomus.compute.apps.kmeans import kmeans
 from tomus.compute.apps.synth import clustered_points, genotypes_imaging, pieces, stdlib_text
 from tomus.compute.apps.text import most_frequent_words
@@ -32,6 +32,9 @@ from tomus.compute.dataset import Dataset
 from tomus.compute.engine import Session, TaskRecord, session
 from tomus.compute.iterative import reduce_tasks_needed
 from tomus.compute.splits import plan_splits
+
+if TYPE_CHECKING:  # tqdm is optional: imported when there is a terminal to draw bars on
+    from tqdm import tqdm as Tqdm
 
 __all__ = ["main", "parse_size"]
 
@@ -121,7 +124,7 @@ class _Progress:
 
     @contextlib.contextmanager
     def bar(self, label: str, total: int, phase: Phase) -> Iterator[Callable[[TaskRecord], None]]:
-        bar: Any = None
+        bar: Tqdm[NoReturn] | None = None
         started = time.perf_counter()
         if self.enabled and self.tqdm and self.out.isatty():
             from tqdm import tqdm
@@ -135,7 +138,7 @@ class _Progress:
             phase.bytes_read += record.bytes_read
             phase.bytes_written += record.bytes_written
             if bar is not None:
-                if bar.n >= bar.total:
+                if bar.total is not None and bar.n >= bar.total:  # more tasks than planned
                     bar.total += 1
                 bar.update(1)
 
@@ -183,7 +186,11 @@ def _kmeans_phase(s: Session, report: Report, progress: _Progress, ds: Dataset, 
 
 
 def _abrain_phase(
-    s: Session, report: Report, progress: _Progress, data: Any, planted: list[tuple[int, int]]
+    s: Session,
+    report: Report,
+    progress: _Progress,
+    data: ABrainData,
+    planted: list[tuple[int, int]],
 ) -> None:
     perms = 49
     tasks = (perms + 1) * len(data.genotypes.chunks)

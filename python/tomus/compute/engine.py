@@ -25,9 +25,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import tomus
+
+if TYPE_CHECKING:
+    # distributed is an optional dependency (imported when a job runs); typing has
+    # TypeVarTuple only from 3.11 and typing_extensions is no dependency either, but annotations
+    # are never evaluated at run time (``from __future__ import annotations``).
+    from distributed import Client as DaskClient
+    from typing_extensions import TypeVarTuple, Unpack
+
+    Args = TypeVarTuple("Args")
 
 __all__ = [
     "Placement",
@@ -199,8 +208,8 @@ def execute(
     task: str,
     addr: str,
     data_hosts: Sequence[str],
-    fn: Callable[..., T],
-    *args: Any,
+    fn: Callable[[Unpack[Args]], T],
+    *args: Unpack[Args],
 ) -> tuple[T, TaskRecord]:
     """Runs ``fn(*args)`` as a task of the job on cluster ``addr`` and records how it went."""
     start = time.time()
@@ -232,7 +241,7 @@ def execute(
 class Placement:
     """Maps the storage hosts of a task's input to the Dask workers on those hosts."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: DaskClient) -> None:
         workers = client.scheduler_info(n_workers=-1)["workers"]
         self.workers: list[str] = sorted(workers)
         self.by_host: dict[str, list[str]] = {}
@@ -247,7 +256,7 @@ class Placement:
             return None
         return chosen
 
-    def submit_options(self, hosts: Iterable[str]) -> dict[str, Any]:
+    def submit_options(self, hosts: Iterable[str]) -> dict[str, list[str] | bool]:
         ws = self.workers_for(hosts)
         return {} if ws is None else {"workers": ws, "allow_other_workers": True}
 
@@ -259,11 +268,10 @@ class Placement:
 class Session:
     """The Dask client and the tomus cluster of a job (see ``session``)."""
 
-    dask: Any  # distributed.Client
+    dask: DaskClient
     addr: str
     tomus: tomus.Client
     placement: Placement
-    owned: list[Any] = field(default_factory=list)
 
     def refresh_placement(self) -> None:
         self.placement = Placement(self.dask)
@@ -275,7 +283,7 @@ def default_workers() -> int:
 
 @contextlib.contextmanager
 def session(
-    client: Any = None,
+    client: DaskClient | None = None,
     addr: str | None = None,
     *,
     workers: int | None = None,
@@ -301,7 +309,10 @@ def session(
 
 @contextlib.contextmanager
 def use_session(
-    s: Session | None, client: Any = None, addr: str | None = None, workers: int | None = None
+    s: Session | None,
+    client: DaskClient | None = None,
+    addr: str | None = None,
+    workers: int | None = None,
 ) -> Iterator[Session]:
     """``s`` if given (several jobs sharing one engine), else a ``session`` for one job."""
     if s is not None:
@@ -312,7 +323,7 @@ def use_session(
 
 
 @contextlib.contextmanager
-def _local_dask(workers: int) -> Iterator[Any]:
+def _local_dask(workers: int) -> Iterator[DaskClient]:
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(

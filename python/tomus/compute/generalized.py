@@ -20,14 +20,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
+import numpy as np
 
 from tomus.compute.dataset import Dataset, Task
 from tomus.compute.engine import Session, TaskRecord, attach, current, use_session
 from tomus.compute.iterative import IterativeReduce, IterativeResult
 from tomus.compute.storage import Ref, cached, put_bytes
+
+if TYPE_CHECKING:
+    from distributed import Client as DaskClient
 
 __all__ = ["GeneralizedReduction", "iterate"]
 
@@ -77,7 +81,7 @@ class GeneralizedReduction:
     def run(
         self,
         dataset: Dataset,
-        client: Any = None,
+        client: DaskClient | None = None,
         addr: str | None = None,
         *,
         session: Session | None = None,
@@ -107,7 +111,7 @@ class _Local:
         obj = red.init()
         chunks = task.chunks
 
-        def fetch(i: int) -> Any:
+        def fetch(i: int) -> np.ndarray:
             attach(ctx)
             return chunks[i].read(ctx.client)
 
@@ -135,7 +139,7 @@ def iterate(
     step: Callable[[Any, int], GeneralizedReduction | None],
     dataset: Dataset,
     passes: int,
-    client: Any = None,
+    client: DaskClient | None = None,
     addr: str | None = None,
     *,
     session: Session | None = None,

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import tomus
 from tomus.compute.engine import (
@@ -43,6 +43,10 @@ from tomus.compute.engine import (
 )
 from tomus.compute.joblog import JobLog, StoredResult, create_job
 from tomus.compute.storage import Ref, get_object, put_object
+
+if TYPE_CHECKING:
+    from distributed import Client as DaskClient
+    from distributed import Future
 
 __all__ = ["IterativeReduce", "IterativeResult", "reduce_tasks_needed"]
 
@@ -140,7 +144,7 @@ def _reduce_task(
 # --- the driver ---------------------------------------------------------------------------------
 
 
-def _fingerprint(items: Sequence[Any]) -> str | None:
+def _fingerprint(items: Sequence[object]) -> str | None:
     try:
         return hashlib.sha256(pickle.dumps(list(items), protocol=5)).hexdigest()
     except Exception:  # unpicklable by the standard pickler: no check on resume
@@ -176,7 +180,7 @@ class IterativeReduce:
     def run(
         self,
         inputs: Iterable[Any],
-        client: Any = None,
+        client: DaskClient | None = None,
         addr: str | None = None,
         *,
         job_id: int | None = None,
@@ -237,7 +241,7 @@ class _Driver:
         self.token = secrets.token_hex(4)
         self.pool: deque[StoredResult] = deque()
         self.covered: set[int] = set()
-        self.pending: dict[Any, str] = {}
+        self.pending: dict[Future[tuple[StoredResult, TaskRecord]], str] = {}
         self.timeline: list[TaskRecord] = []
         self.maps_run = 0
         self.reduces_run = 0
@@ -319,6 +323,7 @@ class _Driver:
         )
 
     def _record(self, out: StoredResult, record: TaskRecord) -> None:
+        entry: dict[str, object]
         if out.inputs:
             entry = {"type": "reduce", "id": out.id, "inputs": list(out.inputs)}
         else:

@@ -13,7 +13,7 @@ before the first task runs.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +61,7 @@ class JobLog:
         self.job_id = job_id
         self.blob = client.open_blob(job_id)
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Mapping[str, object]) -> None:
         self.blob.append(frames.encode(pickle.dumps(record, protocol=5)))
 
     def records(self) -> Iterator[dict[str, Any]]:

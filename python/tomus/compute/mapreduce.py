@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import tomus
 from tomus.compute import frames
@@ -29,14 +29,20 @@ from tomus.compute.engine import Session, TaskRecord, TimelineTotals, current, e
 from tomus.compute.splits import Input, Split, iter_lines, plan_splits, read_text
 from tomus.compute.storage import Ref, get_object, put_object
 
+if TYPE_CHECKING:
+    from dask.typing import Key
+    from distributed import Client as DaskClient
+    from distributed import Future
+
 __all__ = ["MapReduce", "MapReduceResult", "default_partition", "format_line", "part_name"]
 
 _PARTITION_CHUNK = 1 << 20
 
 Pairs = Iterable[tuple[Any, Any]]
+T = TypeVar("T")  # what a task returns
 
 
-def default_partition(key: Any) -> int:
+def default_partition(key: object) -> int:
     """A hash stable across processes (Python's ``hash`` of str/bytes is salted per process)."""
     if isinstance(key, bytes):
         return zlib.crc32(key)
@@ -142,13 +148,13 @@ def part_name(output: str, p: int) -> str:
     return f"{output}/part-{p:05d}"
 
 
-def _text(x: Any) -> str:
+def _text(x: object) -> str:
     if isinstance(x, bytes):
         return x.decode("utf-8", errors="backslashreplace")
     return str(x)
 
 
-def format_line(key: Any, value: Any) -> bytes:
+def format_line(key: object, value: object) -> bytes:
     """One line of an output file: ``key\tvalue\n`` (bytes decoded as UTF-8, others str())."""
     return f"{_text(key)}\t{_text(value)}\n".encode()
 
@@ -260,7 +266,7 @@ class MapReduce:
     def run(
         self,
         inputs: Input | Iterable[Input],
-        client: Any = None,
+        client: DaskClient | None = None,
         addr: str | None = None,
         *,
         split_size: int | None = None,
@@ -297,7 +303,7 @@ class MapReduce:
         ]
         timeline: list[TaskRecord] = []
 
-        def done(out: Any) -> Any:
+        def done(out: tuple[T, TaskRecord]) -> T:
             value, record = out
             timeline.append(record)
             if on_task is not None:
@@ -356,12 +362,14 @@ def _remove_stale_parts(client: tomus.Client, output: str, keep: set[str]) -> No
             ns.delete(name, False)
 
 
-def _gather(futures: list[Any], done: Callable[[Any], Any]) -> list[Any]:
+def _gather(
+    futures: list[Future[tuple[T, TaskRecord]]], done: Callable[[tuple[T, TaskRecord]], T]
+) -> list[T]:
     """Results in submission order, recording each task as it finishes; on the first failure
     the other tasks are cancelled and the task's exception is raised."""
     from distributed import as_completed
 
-    results: dict[Any, Any] = {}
+    results: dict[Key, T] = {}
     try:
         loop = futures[0].client.loop if futures else None
         for fut in as_completed(futures, loop=loop):

@@ -1,9 +1,14 @@
 """Objects that compute tasks keep in tomus: results, broadcasts, inputs of later tasks.
 
-Each stored object gets a blob of its own. A shared blob with appends would be cheaper, but the
-manager does not yet expire the version of a writer that died mid-append (DESIGN.md's lease
-rule), so one killed worker would stall every later append to that blob. With one blob per
-object a retried task simply writes a fresh blob and nothing waits on the dead attempt.
+Each stored object gets a blob of its own. Appending objects to one shared blob would save a
+request per object (the blob's creation), but would tie unrelated tasks together: a blob's
+versions publish in order, so each append waits for every append assigned before it. A writer
+that fails aborts its version at once, but a worker killed mid-append cannot, and every later
+store to that blob would wait for the manager to expire the version (``--writer-lease-ms``,
+10 s by default) and then commit again. With a blob per object, a task's store waits on no
+other task, and a retried task just writes a fresh blob. A blob of its own also gets a chunk
+size fitted to the object (``_chunk_size_for``). (MapReduce's shuffle does append to shared
+blobs: there, concurrent appends are the point.)
 
 Everything here is immutable once written: a ``Ref`` names a blob at a version, so readers can
 cache what they read (``cached``) without ever going stale.
@@ -60,7 +65,7 @@ def get_bytes(client: tomus.Client, ref: Ref) -> bytes:
     return bytes(data)
 
 
-def put_object(client: tomus.Client, obj: Any) -> Ref:
+def put_object(client: tomus.Client, obj: object) -> Ref:
     """Pickles ``obj`` (protocol 5: numpy arrays without extra copies) into a new blob."""
     return put_bytes(client, pickle.dumps(obj, protocol=5))
 

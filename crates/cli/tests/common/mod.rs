@@ -40,8 +40,16 @@ impl TestCluster {
 }
 
 impl Drop for TestCluster {
+    /// A failed test's cluster stays on disk, logs included, for the post-mortem.
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if std::thread::panicking() {
+            eprintln!(
+                "the cluster's data and logs are kept in {}",
+                self.dir.display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -56,12 +64,34 @@ pub fn fast_maintenance(gc_grace_ms: u64) -> Vec<String> {
         "300",
         "--repair-rate",
         "0",
+        "--audit-interval-ms",
+        "3000",
+        "--gc-reuse-grace-ms",
+        "2000",
         "--gc-grace-ms",
     ]
     .map(String::from)
     .to_vec();
     args.push(gc_grace_ms.to_string());
     args
+}
+
+/// A version for an append of `size` bytes to `blob`, straight from the manager at `addr`,
+/// as a writer that then dies (or aborts) would get it.
+pub async fn raw_assign(
+    pool: &tomus_wire::Pool,
+    addr: &str,
+    blob: u64,
+    size: u64,
+) -> tomus_wire::Assignment {
+    let assign = tomus_wire::manager::Assign {
+        blob,
+        op: tomus_wire::WriteOp::Append { size },
+        attrs: Default::default(),
+        expect_size: None,
+        data: Default::default(),
+    };
+    pool.call(addr, assign).await.expect("assign")
 }
 
 pub fn exe() -> PathBuf {

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import sqrt, tanh
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -31,6 +31,9 @@ import tomus
 from tomus.compute.dataset import Chunk, Dataset
 from tomus.compute.engine import Session, TaskRecord, tomus_client, use_session
 from tomus.compute.iterative import IterativeReduce, IterativeResult
+
+if TYPE_CHECKING:
+    from distributed import Client as DaskClient
 
 __all__ = [
     "ABrainData",
@@ -112,7 +115,7 @@ def _standardize(a: np.ndarray) -> np.ndarray:
 def block_stats(xb: np.ndarray, yz: np.ndarray, perm: np.ndarray | None) -> np.ndarray:
     """r for every (SNP of the block, voxel): xb is subjects x SNPs, yz standardized imaging."""
     xz = _standardize(xb if perm is None else xb[perm])
-    return (xz.T @ yz) / len(yz)
+    return cast("np.ndarray", (xz.T @ yz) / len(yz))  # numpy types a matmul's result as Any
 
 
 _imaging: dict[tuple[str, int, int], np.ndarray] = {}
@@ -195,7 +198,7 @@ def corrected(total: Partial, permutations: int, alpha: float, keep_r: float) ->
 def abrain(
     data: ABrainData,
     permutations: int = 99,
-    client: Any = None,
+    client: DaskClient | None = None,
     addr: str | None = None,
     *,
     alpha: float = 0.05,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from tomus.compute.dataset import Dataset
 from tomus.compute.engine import Session, TaskRecord, use_session
 from tomus.compute.generalized import GeneralizedReduction, iterate
 from tomus.compute.iterative import IterativeResult
+
+if TYPE_CHECKING:
+    from distributed import Client as DaskClient
 
 __all__ = ["KMeansPass", "KMeansResult", "assign", "initial_centers", "kmeans", "reference_kmeans"]
 
@@ -38,6 +41,10 @@ def assign(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndar
     return labels, np.maximum(d2[np.arange(len(x)), labels], 0.0)
 
 
+#: A pass's reduction object: per center, the sum and the count of its points; total inertia.
+_Sums = tuple[np.ndarray, np.ndarray, float]
+
+
 class KMeansPass(GeneralizedReduction):
     """One Lloyd iteration: sums and counts of the points nearest to each center."""
 
@@ -47,11 +54,11 @@ class KMeansPass(GeneralizedReduction):
         super().__init__()
         self.centers = np.asarray(centers, dtype=np.float64)
 
-    def init(self) -> tuple[np.ndarray, np.ndarray, float]:
+    def init(self) -> _Sums:
         k, d = self.centers.shape
         return np.zeros((k, d)), np.zeros(k, dtype=np.int64), 0.0
 
-    def local(self, obj: tuple[np.ndarray, np.ndarray, float], chunk: np.ndarray) -> Any:
+    def local(self, obj: _Sums, chunk: np.ndarray) -> _Sums:
         sums, counts, inertia = obj
         labels, d2 = assign(chunk, self.centers)
         k = len(self.centers)
@@ -60,10 +67,10 @@ class KMeansPass(GeneralizedReduction):
         counts += np.bincount(labels, minlength=k)
         return sums, counts, inertia + float(d2.sum())
 
-    def merge(self, a: Any, b: Any) -> Any:
+    def merge(self, a: _Sums, b: _Sums) -> _Sums:
         return a[0] + b[0], a[1] + b[1], a[2] + b[2]
 
-    def finalize(self, obj: Any) -> tuple[np.ndarray, float]:
+    def finalize(self, obj: _Sums) -> tuple[np.ndarray, float]:
         sums, counts, inertia = obj
         centers = self.centers.copy()
         nonempty = counts > 0
@@ -98,7 +105,7 @@ def kmeans(
     dataset: Dataset,
     k: int,
     iterations: int = 10,
-    client: Any = None,
+    client: DaskClient | None = None,
     addr: str | None = None,
     *,
     centers: np.ndarray | None = None,

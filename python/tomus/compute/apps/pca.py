@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from tomus.compute.dataset import Dataset
 from tomus.compute.engine import Session, TaskRecord, use_session
 from tomus.compute.generalized import GeneralizedReduction
 from tomus.compute.iterative import IterativeResult
+
+if TYPE_CHECKING:
+    from distributed import Client as DaskClient
 
 __all__ = ["PCAPass", "PCAResult", "pca", "reference_pca"]
 
@@ -85,7 +88,7 @@ class PCAPass(GeneralizedReduction):
 def pca(
     dataset: Dataset,
     components: int,
-    client: Any = None,
+    client: DaskClient | None = None,
     addr: str | None = None,
     *,
     session: Session | None = None,

@@ -17,12 +17,15 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tomus.compute.engine import Session, TaskRecord, tomus_client, use_session
 from tomus.compute.iterative import IterativeReduce, IterativeResult
 from tomus.compute.mapreduce import MapReduce, MapReduceResult
 from tomus.compute.splits import Input, Split, iter_lines, plan_splits, read_text
+
+if TYPE_CHECKING:
+    from distributed import Client as DaskClient
 
 __all__ = [
     "grep",
@@ -75,13 +78,13 @@ def _count_pairs(text: bytes) -> Iterable[tuple[bytes, int]]:
     return Counter(words(text)).items()
 
 
-def _add(_key: Any, values: list[int]) -> int:
+def _add(_key: bytes, values: list[int]) -> int:
     return sum(values)
 
 
 def word_count(
     inputs: Inputs,
-    client: Any = None,
+    client: DaskClient | None = None,
     addr: str | None = None,
     *,
     partitions: int = 2,
@@ -124,7 +127,7 @@ class _TopK:
 def most_frequent_words(
     inputs: Inputs,
     k: int = 10,
-    client: Any = None,
+    client: DaskClient | None = None,
     addr: str | None = None,
     *,
     ratio: int = 5,
@@ -156,7 +159,7 @@ def top_k_bytes(items: Iterable[tuple[bytes, int]], k: int) -> list[tuple[bytes,
 def most_frequent_words_classic(
     inputs: Inputs,
     k: int = 10,
-    client: Any = None,
+    client: DaskClient | None = None,
     addr: str | None = None,
     *,
     partitions: int = 2,
@@ -199,7 +202,7 @@ def _sum(parts: list[int]) -> int:
 def grep(
     inputs: Inputs,
     pattern: bytes | str,
-    client: Any = None,
+    client: DaskClient | None = None,
     addr: str | None = None,
     *,
     ratio: int = 4,

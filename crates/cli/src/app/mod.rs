@@ -1,0 +1,245 @@
+//! The `tomus` command line: servers, embedded cluster, blob commands, demo and benchmarks.
+//! The `tomus` binary and the Python package's `tomus` script both run [`main_with`].
+//!
+//! This file defines the command line and dispatches it; the blob commands, the servers and
+//! `tomus up` have modules of their own (the other commands live in the crate's `*_cmd.rs`).
+
+/// `tomus blob ...`: create, write, append, read and inspect blobs.
+mod blob_cmd;
+/// The servers (`tomus manager`, `tomus provider`, `tomus s3`): their flags, and how they
+/// run until a signal stops them.
+mod servers;
+/// `tomus up`: an embedded cluster in the foreground.
+mod up;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use crate::fs_cmd::FsCommand;
+use crate::s3_cmd::S3Args;
+use crate::size::format_size;
+use crate::{bench, demo};
+use anyhow::{Context, Result};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use serde_json::json;
+use tomus_client::{Client, ClientOptions};
+use tomus_wire::{ClusterSecret, ErrorKind, Placement};
+
+use blob_cmd::BlobCommand;
+use servers::{ManagerArgs, ProviderArgs};
+use up::UpArgs;
+
+#[derive(Parser)]
+#[command(
+    name = "tomus",
+    version,
+    about = "tomus: a versioned BLOB store over the disks of the machines a job runs on",
+    long_about = "tomus federates local disks into one versioned BLOB store with lock-free \
+concurrent writes and appends (BlobSeer's design).\n\nStart a single-machine cluster with \
+`tomus up`, then use `tomus blob ...` or `tomus fs ...` against it (TOMUS_ADDR or --addr names \
+the manager).\n\nThe `tomus` command of the Python package adds the compute layer: `tomus demo` \
+runs the main job (MostFrequentWords, KMeans and A-Brain on Dask next to the data; \
+`--storage` runs this binary's storage demo) and `tomus compute APP ...` runs the \
+applications (wordcount, mfw, grep, kmeans, pca, abrain)."
+)]
+struct Cli {
+    /// Manager address (host:port).
+    #[arg(
+        long,
+        global = true,
+        env = "TOMUS_ADDR",
+        default_value = "127.0.0.1:7070"
+    )]
+    addr: String,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    json: bool,
+    /// File holding the cluster secret (default: TOMUS_CLUSTER_SECRET). Required to listen on
+    /// a non-loopback address, and to talk to servers that require it.
+    #[arg(long, global = true, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an embedded cluster (a manager and N providers on loopback) in the foreground.
+    Up(UpArgs),
+    /// Run the manager (version manager, provider registry, placement).
+    Manager(ManagerArgs),
+    /// Run a provider (chunk store + metadata DHT shard) that joins a manager; or drain or
+    /// remove one (`tomus provider drain ADDR`).
+    Provider(ProviderArgs),
+    /// Blob commands: create, write, append, read, stat, versions, locations, list.
+    #[command(subcommand)]
+    Blob(BlobCommand),
+    /// The file namespace: put, get, cat, ls, stat, mkdir, rm, mv (files are blobs).
+    #[command(subcommand)]
+    Fs(FsCommand),
+    /// List the providers the manager knows, with capacity and liveness.
+    Providers,
+    /// The cluster at a glance: providers (up, down, draining), under-replicated data,
+    /// repair progress, garbage collection.
+    Status,
+    /// Verify the checksum of every chunk on the providers; corrupt copies are quarantined
+    /// and repair re-creates them from good replicas.
+    Scrub(crate::ops_cmd::ScrubArgs),
+    /// Serve the S3 API over the cluster (buckets are top-level directories).
+    S3(S3Args),
+    /// Storage demo: start an embedded cluster, write/append/read concurrently, report.
+    Demo(demo::DemoArgs),
+    /// Benchmarks (BlobSeer scenarios S1-S5, manager micro-benchmark, loopback TCP limit).
+    Bench(bench::BenchArgs),
+}
+
+/// Runs the command line `args` (the program name first) and returns the process exit code.
+pub fn main_with<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = match Cli::command().try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    // A provider binds --addr only when given on the command line: TOMUS_ADDR names the manager.
+    let explicit_addr = matches.value_source("addr") == Some(ValueSource::CommandLine);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    let server = matches!(
+        cli.command,
+        Command::Manager(_) | Command::Provider(_) | Command::S3(_)
+    );
+    let default_level = if server { "info" } else { "warn" };
+    // s3s logs every client error (a 404, a bad signature) at error level: off by default.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOMUS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default_level},s3s=off")));
+    // Fails only when a subscriber is already set (a second call in one process): keep it.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    match run(cli, explicit_addr) {
+        Ok(()) => 0,
+        Err(e) => {
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("tomus: error: {msg}");
+            exit_code(&e)
+        }
+    }
+}
+
+/// Exit codes by error kind, so scripts can tell "bad input" from "cluster down".
+fn exit_code(e: &anyhow::Error) -> i32 {
+    match e.downcast_ref::<tomus_wire::Error>().map(|e| e.kind) {
+        Some(ErrorKind::InvalidArgument | ErrorKind::OutOfRange) => 2,
+        Some(
+            ErrorKind::NotFound
+            | ErrorKind::VersionNotPublished
+            | ErrorKind::VersionAborted
+            | ErrorKind::Retry,
+        ) => 3,
+        Some(ErrorKind::Unavailable) => 4,
+        Some(ErrorKind::AuthFailed) => 5,
+        Some(ErrorKind::Corrupt) => 6,
+        Some(ErrorKind::NoSpace) => 7,
+        Some(ErrorKind::AlreadyExists) => 8,
+        Some(ErrorKind::WriteExpired) => 9,
+        Some(ErrorKind::NotEmpty | ErrorKind::IsADirectory | ErrorKind::NotADirectory) => 2,
+        _ => 1,
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
+    let secret = ClusterSecret::load(cli.secret_file.as_deref())?;
+    match cli.command {
+        Command::Up(a) => up::up(&cli.addr, secret, a),
+        Command::S3(a) => {
+            let config = crate::s3_cmd::config(&cli.addr, secret, &a)?;
+            servers::serve("s3", |ready, _| tomus_s3::run(config, Some(ready)))
+        }
+        Command::Manager(a) => servers::run_manager(cli.addr, secret, a),
+        Command::Provider(a) => servers::run_provider(cli.addr, explicit_addr, secret, cli.json, a),
+        Command::Blob(cmd) => runtime()?.block_on(blob_cmd::run(&cli.addr, secret, cli.json, cmd)),
+        Command::Fs(cmd) => runtime()?.block_on(async {
+            let client = connect(&cli.addr, secret, false).await?;
+            crate::fs_cmd::run(&client, cli.json, cmd).await
+        }),
+        Command::Providers => runtime()?.block_on(providers(&cli.addr, secret, cli.json)),
+        Command::Status => runtime()?.block_on(async {
+            let client = connect(&cli.addr, secret, false).await?;
+            crate::ops_cmd::print_status(&client, cli.json).await
+        }),
+        Command::Scrub(a) => runtime()?.block_on(async {
+            let client = connect(&cli.addr, secret, false).await?;
+            crate::ops_cmd::scrub(&client, cli.json, a).await
+        }),
+        Command::Demo(a) => demo::run(demo::DemoArgs {
+            json: cli.json,
+            ..a
+        }),
+        Command::Bench(a) => bench::run(a),
+    }
+}
+
+async fn connect(addr: &str, secret: Option<ClusterSecret>, local: bool) -> Result<Client> {
+    let options = ClientOptions {
+        secret,
+        placement: if local {
+            Placement::Local
+        } else {
+            Placement::Balanced
+        },
+        ..ClientOptions::default()
+    };
+    Ok(Client::connect(addr, options).await?)
+}
+
+async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) -> Result<()> {
+    let client = connect(addr, secret, false).await?;
+    let list = client.providers().await?;
+    if json_out {
+        let rows: Vec<_> = list
+            .iter()
+            .map(|p| {
+                json!({"id": p.id, "addr": p.addr, "alive": p.alive, "capacity": p.capacity,
+                            "free": p.free, "chunks": p.chunks, "load": p.load})
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+    } else {
+        println!(
+            "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",
+            "ID", "ADDRESS", "ALIVE", "CAPACITY", "FREE", "CHUNKS"
+        );
+        for p in list {
+            println!(
+                "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",
+                p.id,
+                p.addr,
+                if p.alive { "yes" } else { "no" },
+                format_size(p.capacity),
+                format_size(p.free),
+                p.chunks
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! Writes, appends, replacements and composed versions of a blob. Large writes store their
+//! data first and then commit; small ones (one chunk of at most [`placements::SMALL_WRITE`])
+//! store their chunk while their version is assigned.
+
+use std::time::Instant;
+
+use futures::stream::{self, StreamExt, TryStreamExt};
+use tomus_metadata::{Segment, StoredChunk, Version};
+use tomus_wire::{Error, ErrorKind, Result, VersionInfo, WriteOp};
+
+use crate::blob::{Blob, Extent};
+use crate::commit::{len, Commit, CommitOptions};
+use crate::writer::BlobWriter;
+use crate::{chunks, placements};
+
+impl Blob {
+    /// Writes `data` at `offset` (any offset, any size > 0; past the end leaves a hole of zeros)
+    /// and returns the new, published version.
+    pub async fn write(&self, offset: u64, data: &[u8]) -> Result<Version> {
+        if data.is_empty() {
+            return Err(Error::invalid("empty write"));
+        }
+        let op = WriteOp::Write {
+            offset,
+            size: data.len() as u64,
+        };
+        Ok(self.write_op(op, data).await?.version)
+    }
+
+    /// Appends `data` and returns the new, published version and the offset it landed at.
+    pub async fn append(&self, data: &[u8]) -> Result<(Version, u64)> {
+        if data.is_empty() {
+            return Err(Error::invalid("zero-length append"));
+        }
+        let op = WriteOp::Append {
+            size: data.len() as u64,
+        };
+        let info = self.write_op(op, data).await?;
+        Ok((info.version, info.span.offset))
+    }
+
+    /// Stores `data` and commits it as `op`.
+    async fn write_op(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
+        if self.is_small(data) {
+            return self.commit_small(op, data).await;
+        }
+        let stored_at = Instant::now();
+        let chunks = self.store_chunks(data).await?;
+        self.commit(Commit {
+            op,
+            chunks,
+            options: None,
+            stored_at: Some(stored_at),
+            reused_at: None,
+        })
+        .await
+    }
+
+    /// Whether `data` is a small write: one chunk, placed from the cache of placements.
+    fn is_small(&self, data: &[u8]) -> bool {
+        data.len() as u64 <= placements::SMALL_WRITE.min(self.chunk_size)
+    }
+
+    /// A small write: its chunk is stored while its version is assigned and its metadata
+    /// stored, not before, which takes a round trip and a disk sync off its latency. (Large
+    /// writes store their data first, so their version is not held in flight, delaying the
+    /// publication of every later version, for the whole transfer.) When the chunk fails to
+    /// store, the version is aborted and the write done the long way, with failover to other
+    /// providers.
+    async fn commit_small(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
+        let started = Instant::now();
+        let replicas = self.small_placement().await?;
+        let chunk = chunks::whole_chunk(chunks::new_chunk_id(), data.len() as u64, &replicas);
+        let commit = |chunks: Vec<StoredChunk>| Commit {
+            op,
+            chunks,
+            options: None,
+            stored_at: Some(started),
+            reused_at: None,
+        };
+        let first = commit(vec![chunk.clone()]);
+        let (assigned, stored) = futures::join!(
+            self.assign_and_store(&first),
+            chunks::put_chunk_as(self.cluster(), chunk.chunk, data, &replicas),
+        );
+        match (assigned, stored) {
+            (Ok(a), Ok(())) => match self.complete(a.version).await {
+                // Given up behind a dead writer's version: the chunk is stored, commit again.
+                Err(e) if e.kind == ErrorKind::Retry => self.commit(first).await,
+                other => other,
+            },
+            (Ok(a), Err(e)) => {
+                self.abort(a.version).await;
+                if e.kind != ErrorKind::Unavailable {
+                    return Err(e);
+                }
+                // The provider that failed is suspected now: the next placement avoids it.
+                tracing::info!("blob {}: {e}; storing the chunk elsewhere", self.id);
+                let stored = self.store_chunks(data).await?;
+                self.commit(commit(stored)).await
+            }
+            // A chunk stored without a version is collected as garbage after the grace period.
+            (Err(e), _) => Err(e),
+        }
+    }
+
+    /// Makes `data` (possibly empty) the whole content: the new version has `data.len()`
+    /// bytes, whatever the previous size. Returns the new version (the latest one when both
+    /// old and new content are empty).
+    pub async fn replace(&self, data: &[u8]) -> Result<Version> {
+        let stored_at = Instant::now();
+        let chunks = if data.is_empty() {
+            Vec::new()
+        } else {
+            self.store_chunks(data).await?
+        };
+        self.commit_replace(chunks, stored_at).await
+    }
+
+    /// Commits `chunks` (stored since `stored_at`) as the whole new content; empty content
+    /// over empty content makes no version.
+    pub(crate) async fn commit_replace(
+        &self,
+        chunks: Vec<StoredChunk>,
+        stored_at: Instant,
+    ) -> Result<Version> {
+        let size = len(&chunks);
+        if size == 0 {
+            let latest = self.stat(None).await?;
+            if latest.size == 0 {
+                return Ok(latest.version);
+            }
+        }
+        let c = Commit {
+            op: WriteOp::Replace { size },
+            chunks,
+            options: None,
+            stored_at: Some(stored_at),
+            reused_at: None,
+        };
+        Ok(self.commit(c).await?.version)
+    }
+
+    /// A streaming writer: data is stored chunk by chunk as it comes and becomes one version
+    /// when committed (a file written and then closed).
+    pub fn writer(&self) -> BlobWriter {
+        BlobWriter::new(self.clone())
+    }
+
+    /// Makes the concatenation of `sources` the whole new content without copying any data:
+    /// the new version's metadata refers to the chunks the sources' bytes are stored in (a
+    /// copy or a multipart upload made of metadata only). Returns the new version's record.
+    pub async fn compose(
+        &self,
+        sources: &[Extent],
+        options: &CommitOptions,
+    ) -> Result<VersionInfo> {
+        // The sources' chunks are referenced by retained versions from here on: the commit
+        // must come before garbage collection may take them (see DataAge).
+        let reused_at = Instant::now();
+        let resolves: Vec<_> = sources
+            .iter()
+            .map(|s| async move {
+                s.blob
+                    .segments(s.offset, s.len, Some(s.version))
+                    .await
+                    .map(|(_, segs)| segs)
+            })
+            .collect();
+        let resolved: Vec<Vec<Segment>> = stream::iter(resolves)
+            .buffered(self.client.options.parallelism)
+            .try_collect()
+            .await?;
+        let chunks: Vec<StoredChunk> = resolved
+            .iter()
+            .flatten()
+            .map(StoredChunk::from_segment)
+            .collect();
+        self.commit(Commit {
+            op: WriteOp::Replace { size: len(&chunks) },
+            chunks,
+            options: Some(options),
+            stored_at: None,
+            reused_at: Some(reused_at),
+        })
+        .await
+    }
+}

@@ -1,0 +1,191 @@
+//! Garbage collection from the ledger: carries out the node deletions it owes the providers
+//! and deletes the chunks no live leaf has referred to since before the reuse cutoff.
+//!
+//! Node deletions of superseded nodes are confirmed with the manager first ([`Fate`]): each
+//! node's version must be positively expired, given up or deleted. A deletion is done once
+//! every live provider carried it out (nodes may sit on any provider after the ring
+//! changed); a provider that is down keeps its copies, which the audit deletes later.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use tomus_client::cluster::Cluster;
+use tomus_metadata::{BlobId, ChunkId, NodeKey, ProviderId, Version};
+use tomus_wire::maintenance::Fates;
+use tomus_wire::provider::{DeleteChunks, DeleteNodeRanges, DeleteNodes};
+use tomus_wire::{Error, Fate, ProviderInfo, Result};
+
+use crate::follow::on_ledger;
+use crate::ledger::{Doom, Ledger};
+
+/// Ledger entries handled per round trip to the ledger.
+const BATCH: usize = 64;
+/// Items per delete request.
+const DELETE_BATCH: usize = 1000;
+/// Versions asked about per request.
+const FATE_BATCH: usize = 10_000;
+
+/// What one collection did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Collected {
+    pub nodes: u64,
+    pub chunks: u64,
+    pub bytes: u64,
+}
+
+/// Carries out the node deletions the ledger owes the live `providers`.
+pub async fn nodes(
+    cluster: &Cluster,
+    ledger: &Arc<Ledger>,
+    providers: &[ProviderInfo],
+) -> Result<Collected> {
+    let live: Vec<&ProviderInfo> = providers.iter().filter(|p| p.alive).collect();
+    let mut done = Collected::default();
+    let mut after = 0;
+    loop {
+        let batch = on_ledger(ledger, move |l| l.doomed(after, BATCH)).await?;
+        let Some(&(last, _)) = batch.last() else {
+            break;
+        };
+        after = last;
+        let mut finished = Vec::new();
+        for (id, doom) in batch {
+            let outcome = match doom {
+                Doom::Nodes(keys) => {
+                    let keys = confirmed(cluster, keys).await?;
+                    let n = keys.len() as u64;
+                    let sent = broadcast_keys(cluster, &live, &keys).await;
+                    sent.map(|()| n)
+                }
+                Doom::Ranges(ranges) => broadcast_ranges(cluster, &live, &ranges).await.map(|()| 0),
+            };
+            match outcome {
+                Ok(n) => {
+                    done.nodes += n;
+                    finished.push(id);
+                }
+                Err(e) => tracing::info!("node deletion {id} postponed: {e}"),
+            }
+        }
+        on_ledger(ledger, move |l| l.done_doomed(&finished)).await?;
+    }
+    Ok(done)
+}
+
+/// The keys whose versions the manager positively knows dead; the others are kept, and
+/// reported: the ledger disagrees with the manager.
+async fn confirmed(cluster: &Cluster, keys: Vec<NodeKey>) -> Result<Vec<NodeKey>> {
+    let versions: Vec<(BlobId, Version)> = keys
+        .iter()
+        .map(|k| (k.blob, k.node.version))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut fates: HashMap<(BlobId, Version), Fate> = HashMap::new();
+    for batch in versions.chunks(FATE_BATCH) {
+        let answer = cluster
+            .manager(Fates {
+                items: batch.to_vec(),
+            })
+            .await?;
+        if answer.len() != batch.len() {
+            return Err(Error::protocol("fates answered for other versions"));
+        }
+        fates.extend(batch.iter().copied().zip(answer));
+    }
+    let (dead, kept): (Vec<NodeKey>, Vec<NodeKey>) = keys.into_iter().partition(|k| {
+        matches!(
+            fates.get(&(k.blob, k.node.version)),
+            Some(Fate::Expired | Fate::Aborted | Fate::Deleted)
+        )
+    });
+    if !kept.is_empty() {
+        tracing::error!(
+            "the ledger found {} nodes dead whose versions the manager does not (e.g. {:?}); \
+             kept",
+            kept.len(),
+            kept[0]
+        );
+    }
+    Ok(dead)
+}
+
+async fn broadcast_keys(cluster: &Cluster, live: &[&ProviderInfo], keys: &[NodeKey]) -> Result<()> {
+    for batch in keys.chunks(DELETE_BATCH) {
+        let sends = live.iter().map(|p| {
+            let req = DeleteNodes {
+                keys: batch.to_vec(),
+            };
+            cluster.pool.call(&p.addr, req)
+        });
+        for r in futures::future::join_all(sends).await {
+            r?;
+        }
+    }
+    Ok(())
+}
+
+async fn broadcast_ranges(
+    cluster: &Cluster,
+    live: &[&ProviderInfo],
+    ranges: &[(BlobId, Version, Version)],
+) -> Result<()> {
+    let sends = live.iter().map(|p| {
+        let req = DeleteNodeRanges {
+            ranges: ranges.to_vec(),
+        };
+        cluster.pool.call(&p.addr, req)
+    });
+    for r in futures::future::join_all(sends).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// Deletes the chunks no live leaf has referred to since before `cutoff_ms` from the
+/// providers that hold them, then forgets them.
+pub async fn chunks(
+    cluster: &Cluster,
+    ledger: &Arc<Ledger>,
+    providers: &[ProviderInfo],
+    cutoff_ms: u64,
+) -> Result<Collected> {
+    let addr: HashMap<ProviderId, &str> = providers
+        .iter()
+        .filter(|p| p.alive)
+        .map(|p| (p.id, p.addr.as_str()))
+        .collect();
+    let mut done = Collected::default();
+    loop {
+        let batch = on_ledger(ledger, move |l| {
+            l.unreferenced_before(cutoff_ms, DELETE_BATCH)
+        })
+        .await?;
+        if batch.is_empty() {
+            break;
+        }
+        let mut per_provider: HashMap<ProviderId, Vec<ChunkId>> = HashMap::new();
+        for (id, track) in &batch {
+            for p in &track.replicas {
+                per_provider.entry(*p).or_default().push(*id);
+            }
+        }
+        // A provider that is down keeps its copies until the audit finds them.
+        let sends = per_provider.into_iter().filter_map(|(p, ids)| {
+            let a = addr.get(&p)?;
+            Some(cluster.pool.call(a, DeleteChunks { ids }))
+        });
+        for r in futures::future::join_all(sends).await {
+            r?;
+        }
+        let ids: Vec<ChunkId> = batch.iter().map(|(id, _)| *id).collect();
+        let lens: HashMap<ChunkId, u64> = batch.iter().map(|(id, t)| (*id, t.len)).collect();
+        let forgotten = on_ledger(ledger, move |l| l.forget_chunks(&ids)).await?;
+        done.chunks += forgotten.len() as u64;
+        done.bytes += forgotten.iter().filter_map(|id| lens.get(id)).sum::<u64>();
+        if forgotten.is_empty() {
+            break;
+        }
+    }
+    Ok(done)
+}

@@ -1,0 +1,102 @@
+//! Blob records: listing them, creating one with the next id, and removing them (with a
+//! tombstone each, in the caller's transaction) when their files go.
+
+use redb::{ReadableTable, WriteTransaction};
+use tomus_metadata::BlobId;
+use tomus_wire::{Change, Error, Result};
+
+use super::versions::remove_versions;
+use super::{
+    db_err, decode, encode, log_change, BlobRecord, Store, ABORTED, ATTRS, BLOBS, COUNTERS,
+    DELETED, RESERVED, RETENTION, VERSIONS,
+};
+
+impl Store {
+    pub fn blobs(&self) -> Result<Vec<BlobRecord>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let table = txn.open_table(BLOBS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in table.iter().map_err(db_err)? {
+            let (_, v) = row.map_err(db_err)?;
+            out.push(decode(v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Creates a blob record with the next blob id, in one transaction (one sync, and no id
+    /// is ever handed out without its record).
+    pub fn create_blob(&self, make: impl FnOnce(BlobId) -> BlobRecord) -> Result<BlobRecord> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        let record = {
+            let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
+            let id = counters
+                .get("blob")
+                .map_err(db_err)?
+                .map(|v| v.value())
+                .unwrap_or(1);
+            counters.insert("blob", id + 1).map_err(db_err)?;
+            let record = make(id);
+            let mut blobs = txn.open_table(BLOBS).map_err(db_err)?;
+            blobs
+                .insert(id, encode(&record)?.as_slice())
+                .map_err(db_err)?;
+            record
+        };
+        txn.commit().map_err(db_err)?;
+        Ok(record)
+    }
+
+    /// Which of `blobs` were deleted (have a tombstone).
+    pub fn deleted(&self, blobs: &[BlobId]) -> Result<Vec<bool>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(DELETED).map_err(db_err)?;
+        blobs
+            .iter()
+            .map(|b| Ok(t.get(*b).map_err(db_err)?.is_some()))
+            .collect()
+    }
+
+    /// The next blob id to be handed out: ids below it were created at some point.
+    pub fn next_blob_id(&self) -> Result<BlobId> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(COUNTERS).map_err(db_err)?;
+        Ok(t.get("blob").map_err(db_err)?.map_or(1, |v| v.value()))
+    }
+}
+
+/// Whether `blob` has a record (it was created and not deleted).
+pub(super) fn blob_exists(txn: &WriteTransaction, blob: BlobId) -> Result<bool> {
+    let t = txn.open_table(BLOBS).map_err(db_err)?;
+    let found = t.get(blob).map_err(db_err)?.is_some();
+    Ok(found)
+}
+
+pub(super) fn deleted(blob: BlobId) -> Error {
+    Error::not_found(format!("blob {blob} was deleted"))
+}
+
+/// Removes every record of `blobs` within `txn` (the caller's transaction, so a namespace
+/// change and the removal of its files' blobs commit together) and leaves a tombstone for
+/// each.
+pub(crate) fn remove_blobs_in(txn: &WriteTransaction, blobs: &[BlobId]) -> Result<()> {
+    let now = tomus_wire::now_ms();
+    let mut tombstones = txn.open_table(DELETED).map_err(db_err)?;
+    let mut records = txn.open_table(BLOBS).map_err(db_err)?;
+    let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;
+    let mut attrs = txn.open_table(ATTRS).map_err(db_err)?;
+    let mut aborted = txn.open_table(ABORTED).map_err(db_err)?;
+    let mut reserved = txn.open_table(RESERVED).map_err(db_err)?;
+    let mut retention = txn.open_table(RETENTION).map_err(db_err)?;
+    for &blob in blobs {
+        if records.remove(blob).map_err(db_err)?.is_some() {
+            tombstones.insert(blob, now).map_err(db_err)?;
+            log_change(txn, &Change::Deleted { blob })?;
+        }
+        reserved.remove(blob).map_err(db_err)?;
+        retention.remove(blob).map_err(db_err)?;
+        remove_versions(&mut versions, blob, 0..=u64::MAX)?;
+        remove_versions(&mut attrs, blob, 0..=u64::MAX)?;
+        remove_versions(&mut aborted, blob, 0..=u64::MAX)?;
+    }
+    Ok(())
+}

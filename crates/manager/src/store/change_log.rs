@@ -1,0 +1,90 @@
+//! The change log (every publication, expiry, deletion and abort, written in the transaction
+//! that makes it) that the maintenance service follows, and the garbage-collection cutoffs
+//! granted to it.
+
+use redb::{ReadableTable, WriteTransaction};
+use tomus_wire::{Change, ChangePage, Cutoffs, Result};
+
+use super::{db_err, decode, encode, Store, CHANGES, COUNTERS, MAX_CHANGES, META};
+
+/// Appends `change` to the change log within `txn`, dropping the oldest entries past
+/// [`MAX_CHANGES`].
+pub(super) fn log_change(txn: &WriteTransaction, change: &Change) -> Result<()> {
+    let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
+    let seq = counters
+        .get("change")
+        .map_err(db_err)?
+        .map_or(1, |v| v.value());
+    counters.insert("change", seq + 1).map_err(db_err)?;
+    let mut log = txn.open_table(CHANGES).map_err(db_err)?;
+    log.insert(seq, encode(change)?.as_slice())
+        .map_err(db_err)?;
+    if seq > MAX_CHANGES {
+        log.retain_in(..=seq - MAX_CHANGES, |_, _| false)
+            .map_err(db_err)?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// The change log after `after`, at most `limit` entries.
+    pub fn changes(&self, after: u64, limit: usize) -> Result<ChangePage> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let log = txn.open_table(CHANGES).map_err(db_err)?;
+        let counters = txn.open_table(COUNTERS).map_err(db_err)?;
+        let next = counters
+            .get("change")
+            .map_err(db_err)?
+            .map_or(1, |v| v.value());
+        let first_kept = match log.first().map_err(db_err)? {
+            Some((k, _)) => k.value(),
+            None => next,
+        };
+        let mut changes = Vec::new();
+        for row in log.range(after.saturating_add(1)..).map_err(db_err)? {
+            if changes.len() >= limit {
+                break;
+            }
+            let (k, v) = row.map_err(db_err)?;
+            changes.push((k.value(), decode(v.value())?));
+        }
+        Ok(ChangePage {
+            changes,
+            first_kept,
+            last: next - 1,
+        })
+    }
+
+    /// Drops the changes up to `upto` (applied by their reader).
+    pub fn trim_changes(&self, upto: u64) -> Result<()> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut log = txn.open_table(CHANGES).map_err(db_err)?;
+            log.retain_in(..=upto, |_, _| false).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// The garbage-collection cutoffs granted so far.
+    pub fn cutoffs(&self) -> Result<Cutoffs> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let meta = txn.open_table(META).map_err(db_err)?;
+        let get =
+            |k: &str| -> Result<u64> { Ok(meta.get(k).map_err(db_err)?.map_or(0, |v| v.value())) };
+        Ok(Cutoffs {
+            fresh_ms: get("cutoff_fresh")?,
+            reused_ms: get("cutoff_reused")?,
+        })
+    }
+
+    /// Records the cutoffs granted (they only move forward).
+    pub fn put_cutoffs(&self, c: Cutoffs) -> Result<()> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut meta = txn.open_table(META).map_err(db_err)?;
+            meta.insert("cutoff_fresh", c.fresh_ms).map_err(db_err)?;
+            meta.insert("cutoff_reused", c.reused_ms).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)
+    }
+}

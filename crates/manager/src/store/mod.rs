@@ -1,0 +1,199 @@
+//! The manager's durable state in redb: blobs, published versions, aborted version ranges,
+//! retention, providers (and which drain), repaired chunks' replica sets. Every commit is
+//! fsynced before the manager acknowledges what it records.
+
+/// Blob records: creation, deletion tombstones, removal with a namespace change.
+mod blobs;
+/// The change log the maintenance service follows, and the cutoffs granted to it.
+mod change_log;
+/// Providers, their drains, and repaired chunks' replica sets.
+mod providers;
+/// Retention policies and the expiry of versions they no longer keep.
+mod retention;
+/// Version numbers: reservation, aborted ranges, publication, published versions.
+mod versions;
+
+use std::path::Path;
+
+use redb::{Database, ReadableTable, TableDefinition, TableHandle};
+use serde::{Deserialize, Serialize};
+use tomus_metadata::{BlobId, ProviderId, Version};
+use tomus_wire::{Change, Error, Result, Retention};
+
+pub(crate) use blobs::remove_blobs_in;
+use change_log::log_change;
+pub use versions::Publication;
+
+const BLOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("blobs");
+/// Key: (blob, version). Only published versions are stored.
+const VERSIONS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("versions");
+/// Key: (blob, first aborted version); value: end (exclusive).
+const ABORTED: TableDefinition<(u64, u64), u64> = TableDefinition::new("aborted");
+/// Key: blob; value: version numbers below it may have been handed out.
+const RESERVED: TableDefinition<u64, u64> = TableDefinition::new("reserved");
+const PROVIDERS: TableDefinition<u32, &[u8]> = TableDefinition::new("providers");
+const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+/// Key: (blob, version); value: the version's attributes. Only versions that have some.
+const ATTRS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("attrs");
+/// Key: blob; value: its [`RetentionRecord`]. Only blobs whose policy was ever set.
+const RETENTION: TableDefinition<u64, &[u8]> = TableDefinition::new("retention");
+/// Key: provider; value: when its drain started (Unix ms). Only draining providers.
+const DRAINING: TableDefinition<u32, u64> = TableDefinition::new("draining");
+/// Key: chunk id; value: its replica set (`Vec<ProviderId>`) as repair last recorded it.
+const REPLICAS: TableDefinition<u128, &[u8]> = TableDefinition::new("replicas");
+/// Key: blob; value: when it was deleted (Unix ms). A tombstone per deleted blob, written in
+/// the transaction that removes its records: garbage collection deletes a blob's data only
+/// on this positive record, never because a listing happened not to show the blob.
+const DELETED: TableDefinition<u64, u64> = TableDefinition::new("deleted");
+
+/// A blob's durable record.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BlobRecord {
+    pub id: BlobId,
+    pub chunk_size: u64,
+    pub replication: u32,
+    pub published: Version,
+    pub size: u64,
+    pub capacity: u64,
+    /// Creation time, then the publication time of the latest version (Unix ms).
+    pub modified_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProviderRecord {
+    pub id: ProviderId,
+    pub addr: String,
+}
+
+/// A blob's retention policy and how far it has removed versions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetentionRecord {
+    pub policy: Retention,
+    /// First retained version: published versions below it were removed (0: none). Retained
+    /// versions are always a suffix of the published ones, so this one number says which.
+    pub retained_from: Version,
+}
+
+/// Key: a property of the database; "schema": its format version; "cutoff_fresh" and
+/// "cutoff_reused": the garbage-collection cutoffs granted (see [`Cutoffs`](tomus_wire::Cutoffs)).
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Key: sequence number; value: a [`Change`] (the change log the maintenance service
+/// follows). Written in the transaction that makes the change; at most [`MAX_CHANGES`] kept.
+const CHANGES: TableDefinition<u64, &[u8]> = TableDefinition::new("changes");
+/// Changes the log keeps: a maintenance service that falls further behind (or was off)
+/// rebuilds what it derives from them.
+const MAX_CHANGES: u64 = 1 << 20;
+/// Format of the manager's state this build writes. 1: the tables up to issue 3 (no META
+/// table); 2: blob tombstones (`DELETED`), the change log and GC cutoffs. Older formats are
+/// upgraded in place at open (new tables are created empty, which is what they hold for an
+/// older store: a maintenance service finds the change log starting late and rebuilds);
+/// newer ones are refused.
+const SCHEMA: u64 = 2;
+
+pub struct Store {
+    db: Database,
+}
+
+pub(crate) fn db_err(e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("manager state store: {e}"))
+}
+
+pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    bincode::serialize(v).map_err(db_err)
+}
+
+pub(crate) fn decode<T: for<'a> Deserialize<'a>>(b: &[u8]) -> Result<T> {
+    bincode::deserialize(b).map_err(db_err)
+}
+
+impl Store {
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("manager.redb");
+        let db = Database::create(&path).map_err(db_err)?;
+        Self::prepare(db, &path.display().to_string())
+    }
+
+    /// A store on any redb storage backend (tests use one whose syncs are slow).
+    pub fn open_on(backend: impl redb::StorageBackend, name: &str) -> Result<Self> {
+        let db = Database::builder()
+            .create_with_backend(backend)
+            .map_err(db_err)?;
+        Self::prepare(db, name)
+    }
+
+    /// Checks the format of the state in `db` (called `name` in errors), upgrades an older
+    /// one and creates the tables.
+    fn prepare(db: Database, name: &str) -> Result<Self> {
+        let txn = db.begin_write().map_err(db_err)?;
+        let fresh = !txn
+            .list_tables()
+            .map_err(db_err)?
+            .any(|t| t.name() == "blobs");
+        let mut upgraded = false;
+        {
+            let mut meta = txn.open_table(META).map_err(db_err)?;
+            let found = meta.get("schema").map_err(db_err)?.map(|v| v.value());
+            match found {
+                Some(v) if v > SCHEMA => {
+                    return Err(Error::invalid(format!(
+                        "the manager state in {name} has format {v}; this build reads formats \
+                         1 to {SCHEMA} (a newer tomus wrote it)"
+                    )))
+                }
+                Some(SCHEMA) => {}
+                None if fresh => meta.insert("schema", SCHEMA).map(|_| ()).map_err(db_err)?,
+                older => {
+                    tracing::info!(
+                        "manager state in {name}: upgrading format {} to {SCHEMA}",
+                        older.unwrap_or(1)
+                    );
+                    meta.insert("schema", SCHEMA).map_err(db_err)?;
+                    upgraded = true;
+                }
+            }
+        }
+        {
+            txn.open_table(BLOBS).map_err(db_err)?;
+            txn.open_table(VERSIONS).map_err(db_err)?;
+            txn.open_table(ABORTED).map_err(db_err)?;
+            txn.open_table(RESERVED).map_err(db_err)?;
+            txn.open_table(PROVIDERS).map_err(db_err)?;
+            txn.open_table(COUNTERS).map_err(db_err)?;
+            txn.open_table(ATTRS).map_err(db_err)?;
+            txn.open_table(RETENTION).map_err(db_err)?;
+            txn.open_table(DRAINING).map_err(db_err)?;
+            txn.open_table(REPLICAS).map_err(db_err)?;
+            txn.open_table(DELETED).map_err(db_err)?;
+            txn.open_table(CHANGES).map_err(db_err)?;
+        }
+        if upgraded {
+            // The blobs already there have a history the log never saw.
+            log_change(&txn, &Change::Unrecorded)?;
+        }
+        txn.commit().map_err(db_err)?;
+        Ok(Store { db })
+    }
+
+    /// The database, for modules that keep tables of their own (the namespace).
+    pub(crate) fn db(&self) -> &Database {
+        &self.db
+    }
+
+    /// Allocates the next value of a durable counter (blob and provider ids).
+    pub fn next_id(&self, counter: &str) -> Result<u64> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        let id = {
+            let mut t = txn.open_table(COUNTERS).map_err(db_err)?;
+            let next = t
+                .get(counter)
+                .map_err(db_err)?
+                .map(|v| v.value())
+                .unwrap_or(1);
+            t.insert(counter, next + 1).map_err(db_err)?;
+            next
+        };
+        txn.commit().map_err(db_err)?;
+        Ok(id)
+    }
+}

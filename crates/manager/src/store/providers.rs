@@ -1,0 +1,98 @@
+//! Providers the manager registered, which of them drain, and the replica sets repair
+//! recorded for the chunks it copied.
+
+use redb::ReadableTable;
+use tomus_metadata::{ChunkId, ProviderId};
+use tomus_wire::Result;
+
+use super::{db_err, decode, encode, ProviderRecord, Store, DRAINING, PROVIDERS, REPLICAS};
+
+impl Store {
+    pub fn providers(&self) -> Result<Vec<ProviderRecord>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let table = txn.open_table(PROVIDERS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in table.iter().map_err(db_err)? {
+            let (_, v) = row.map_err(db_err)?;
+            out.push(decode(v.value())?);
+        }
+        Ok(out)
+    }
+
+    pub fn put_provider(&self, p: &ProviderRecord) -> Result<()> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = txn.open_table(PROVIDERS).map_err(db_err)?;
+            t.insert(p.id, encode(p)?.as_slice()).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// Draining providers and when each drain started.
+    pub fn drains(&self) -> Result<Vec<(ProviderId, u64)>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(DRAINING).map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            out.push((k.value(), v.value()));
+        }
+        Ok(out)
+    }
+
+    /// Records that providers started draining (at the given Unix ms).
+    pub fn put_drains(&self, drains: &[(ProviderId, u64)]) -> Result<()> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = txn.open_table(DRAINING).map_err(db_err)?;
+            for (id, since) in drains {
+                t.insert(*id, *since).map_err(db_err)?;
+            }
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// Forgets providers: their records and drain marks.
+    pub fn remove_providers(&self, ids: &[ProviderId]) -> Result<()> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut providers = txn.open_table(PROVIDERS).map_err(db_err)?;
+            let mut draining = txn.open_table(DRAINING).map_err(db_err)?;
+            for id in ids {
+                providers.remove(*id).map_err(db_err)?;
+                draining.remove(*id).map_err(db_err)?;
+            }
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// Upserts replica sets of chunks in one transaction (an empty set removes the entry).
+    pub fn record_replicas(&self, entries: &[(ChunkId, Vec<ProviderId>)]) -> Result<()> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = txn.open_table(REPLICAS).map_err(db_err)?;
+            for (chunk, replicas) in entries {
+                if replicas.is_empty() {
+                    t.remove(chunk.0).map_err(db_err)?;
+                } else {
+                    t.insert(chunk.0, encode(replicas)?.as_slice())
+                        .map_err(db_err)?;
+                }
+            }
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// The recorded replica set of each chunk, in order (empty when none was recorded).
+    pub fn chunk_replicas(&self, chunks: &[ChunkId]) -> Result<Vec<Vec<ProviderId>>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(REPLICAS).map_err(db_err)?;
+        chunks
+            .iter()
+            .map(|c| match t.get(c.0).map_err(db_err)? {
+                Some(v) => decode(v.value()),
+                None => Ok(Vec::new()),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,138 @@
+//! Retention: each blob's policy, where it moves the first retained version, and the expiry
+//! that removes the published versions below it.
+
+use redb::ReadableTable;
+use tomus_metadata::{BlobId, Version};
+use tomus_wire::{Change, Result, Retention, VersionInfo};
+
+use super::blobs::{blob_exists, deleted};
+use super::versions::remove_versions;
+use super::{
+    db_err, decode, encode, log_change, RetentionRecord, Store, ATTRS, RETENTION, VERSIONS,
+};
+
+/// The first version `policy` retains among the published versions of `blob` still stored
+/// (read through `versions`), if that removes at least one of them. The latest published
+/// version is always retained.
+fn plan_expiry(
+    versions: &impl ReadableTable<(u64, u64), &'static [u8]>,
+    blob: BlobId,
+    policy: Retention,
+    now_ms: u64,
+) -> Result<Option<Version>> {
+    let rows = || versions.range((blob, 0)..=(blob, u64::MAX)).map_err(db_err);
+    let first_stored = match rows()?.next() {
+        Some(row) => row.map_err(db_err)?.0.value().1,
+        None => return Ok(None),
+    };
+    let keep_from = match policy {
+        Retention::KeepAll => return Ok(None),
+        // The n-th newest; fewer than n stored: nothing to remove.
+        Retention::KeepLast(n) => match rows()?.rev().nth(n.max(1) as usize - 1) {
+            Some(row) => row.map_err(db_err)?.0.value().1,
+            None => return Ok(None),
+        },
+        // The oldest published at or after the cutoff, else the latest.
+        Retention::KeepNewerThan(ms) => {
+            let cutoff = now_ms.saturating_sub(ms);
+            let mut keep = first_stored;
+            for row in rows()? {
+                let (k, v) = row.map_err(db_err)?;
+                keep = k.value().1;
+                let info: VersionInfo = decode(v.value())?;
+                if info.published_ms >= cutoff {
+                    break;
+                }
+            }
+            keep
+        }
+    };
+    Ok((keep_from > first_stored).then_some(keep_from))
+}
+
+impl Store {
+    pub fn retention(&self, blob: BlobId) -> Result<Option<RetentionRecord>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(RETENTION).map_err(db_err)?;
+        match t.get(blob).map_err(db_err)? {
+            Some(v) => Ok(Some(decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Durably sets the policy of `blob` (keeping how far earlier policies removed versions)
+    /// and returns the record.
+    pub fn set_retention(&self, blob: BlobId, policy: Retention) -> Result<RetentionRecord> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        if !blob_exists(&txn, blob)? {
+            return Err(deleted(blob));
+        }
+        let record = {
+            let mut t = txn.open_table(RETENTION).map_err(db_err)?;
+            let old: RetentionRecord = match t.get(blob).map_err(db_err)? {
+                Some(v) => decode(v.value())?,
+                None => RetentionRecord::default(),
+            };
+            let record = RetentionRecord { policy, ..old };
+            t.insert(blob, encode(&record)?.as_slice())
+                .map_err(db_err)?;
+            record
+        };
+        txn.commit().map_err(db_err)?;
+        Ok(record)
+    }
+
+    /// Where the policy of `blob` would move its first retained version at `now_ms`
+    /// (`None`: nothing to remove). A read transaction: cheap enough to ask every second.
+    pub fn plan_expiry(
+        &self,
+        blob: BlobId,
+        policy: Retention,
+        now_ms: u64,
+    ) -> Result<Option<Version>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(VERSIONS).map_err(db_err)?;
+        plan_expiry(&t, blob, policy, now_ms)
+    }
+
+    /// Removes the published versions of `blob` below `keep_from` (their records and
+    /// attributes) and records `keep_from` as its first retained version, in one transaction.
+    /// A deleted blob is left alone.
+    pub fn expire(&self, blob: BlobId, keep_from: Version) -> Result<()> {
+        if keep_from == 0 {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(db_err)?;
+        if !blob_exists(&txn, blob)? {
+            return Ok(());
+        }
+        {
+            let mut retention = txn.open_table(RETENTION).map_err(db_err)?;
+            let old: RetentionRecord = match retention.get(blob).map_err(db_err)? {
+                Some(v) => decode(v.value())?,
+                None => RetentionRecord::default(),
+            };
+            let record = RetentionRecord {
+                retained_from: old.retained_from.max(keep_from),
+                ..old
+            };
+            retention
+                .insert(blob, encode(&record)?.as_slice())
+                .map_err(db_err)?;
+            let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;
+            let below = 0..=keep_from.saturating_sub(1);
+            remove_versions(&mut versions, blob, below.clone())?;
+            let mut attrs = txn.open_table(ATTRS).map_err(db_err)?;
+            remove_versions(&mut attrs, blob, below)?;
+        }
+        let retained_from = keep_from;
+        log_change(
+            &txn,
+            &Change::Expired {
+                blob,
+                retained_from,
+            },
+        )?;
+        txn.commit().map_err(db_err)
+    }
+}

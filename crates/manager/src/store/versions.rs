@@ -1,0 +1,160 @@
+//! Version numbers of blobs: reserving them across restarts, recording given-up ranges,
+//! publishing versions with their attributes (group commit), and reading them back.
+
+use redb::{ReadableTable, Table};
+use tomus_metadata::{BlobId, Version};
+use tomus_wire::{Attrs, Change, Result, VersionInfo};
+
+use super::blobs::{blob_exists, deleted};
+use super::{
+    db_err, decode, encode, log_change, BlobRecord, Store, ABORTED, ATTRS, BLOBS, RESERVED,
+    VERSIONS,
+};
+
+/// One publication: the versions made visible (with their attributes) and the blob's new
+/// record.
+pub struct Publication {
+    pub blob: BlobRecord,
+    pub versions: Vec<VersionInfo>,
+    /// Attributes of the versions that have some, committed in the same transaction.
+    pub attrs: Vec<(Version, Attrs)>,
+}
+
+impl Store {
+    /// Version numbers below the returned value may have been handed out before a restart.
+    pub fn reserved(&self, blob: BlobId) -> Result<Option<Version>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(RESERVED).map_err(db_err)?;
+        Ok(t.get(blob).map_err(db_err)?.map(|v| v.value()))
+    }
+
+    /// Durably reserves version numbers below `upto` (kept apart from the blob record so
+    /// publications, committed concurrently, never overwrite it with an older value).
+    pub fn reserve(&self, blob: BlobId, upto: Version) -> Result<()> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        // A deleted blob gets no rows back.
+        if !blob_exists(&txn, blob)? {
+            return Err(deleted(blob));
+        }
+        {
+            let mut t = txn.open_table(RESERVED).map_err(db_err)?;
+            t.insert(blob, upto).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// Records that versions `[from, to)` of `blob` will never be published.
+    pub fn put_aborted(&self, blob: BlobId, from: Version, to: Version) -> Result<()> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        if !blob_exists(&txn, blob)? {
+            return Ok(());
+        }
+        {
+            let mut t = txn.open_table(ABORTED).map_err(db_err)?;
+            t.insert((blob, from), to).map_err(db_err)?;
+        }
+        log_change(&txn, &Change::Aborted { blob, from, to })?;
+        txn.commit().map_err(db_err)
+    }
+
+    pub fn aborted_ranges(&self, blob: BlobId) -> Result<Vec<(Version, Version)>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(ABORTED).map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in t.range((blob, 0)..=(blob, u64::MAX)).map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            out.push((k.value().1, v.value()));
+        }
+        Ok(out)
+    }
+
+    /// Commits many publications (of any blobs) in one fsynced transaction: group commit.
+    /// Returns the blobs whose publications were dropped because the blob was deleted
+    /// meanwhile (its record is gone; writing the rows again would resurrect it).
+    pub fn publish(&self, batch: &[Publication]) -> Result<Vec<BlobId>> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        let mut deleted = Vec::new();
+        {
+            let mut blobs = txn.open_table(BLOBS).map_err(db_err)?;
+            let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;
+            let mut attrs = txn.open_table(ATTRS).map_err(db_err)?;
+            for p in batch {
+                if blobs.get(p.blob.id).map_err(db_err)?.is_none() {
+                    deleted.push(p.blob.id);
+                    continue;
+                }
+                for v in &p.versions {
+                    versions
+                        .insert((v.blob, v.version), encode(v)?.as_slice())
+                        .map_err(db_err)?;
+                }
+                for (v, a) in &p.attrs {
+                    attrs
+                        .insert((p.blob.id, *v), encode(a)?.as_slice())
+                        .map_err(db_err)?;
+                }
+                blobs
+                    .insert(p.blob.id, encode(&p.blob)?.as_slice())
+                    .map_err(db_err)?;
+                if !p.versions.is_empty() {
+                    let change = Change::Published {
+                        blob: p.blob.id,
+                        chunk_size: p.blob.chunk_size,
+                        replication: p.blob.replication,
+                        versions: p.versions.clone(),
+                    };
+                    log_change(&txn, &change)?;
+                }
+            }
+        }
+        txn.commit().map_err(db_err)?;
+        Ok(deleted)
+    }
+
+    pub fn version(&self, blob: BlobId, version: Version) -> Result<Option<VersionInfo>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(VERSIONS).map_err(db_err)?;
+        match t.get((blob, version)).map_err(db_err)? {
+            Some(v) => Ok(Some(decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Attributes of each (blob, version) (empty when it has none), in one read transaction.
+    pub fn attrs(&self, keys: &[(BlobId, Version)]) -> Result<Vec<Attrs>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(ATTRS).map_err(db_err)?;
+        keys.iter()
+            .map(|k| match t.get(*k).map_err(db_err)? {
+                Some(v) => decode(v.value()),
+                None => Ok(Attrs::new()),
+            })
+            .collect()
+    }
+
+    /// Published versions of `blob` from `from` on.
+    pub fn versions(&self, blob: BlobId, from: Version) -> Result<Vec<VersionInfo>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(VERSIONS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in t.range((blob, from)..=(blob, u64::MAX)).map_err(db_err)? {
+            let (_, v) = row.map_err(db_err)?;
+            out.push(decode(v.value())?);
+        }
+        Ok(out)
+    }
+}
+
+/// Removes the rows of `blob`'s versions in `range` from a table keyed by (blob, version).
+pub(super) fn remove_versions<V: redb::Value + 'static>(
+    t: &mut Table<(u64, u64), V>,
+    blob: BlobId,
+    range: std::ops::RangeInclusive<Version>,
+) -> Result<()> {
+    let (from, to) = range.into_inner();
+    if from <= to {
+        t.retain_in((blob, from)..=(blob, to), |_, _| false)
+            .map_err(db_err)?;
+    }
+    Ok(())
+}

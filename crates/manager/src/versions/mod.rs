@@ -1,0 +1,427 @@
+//! The version manager: the only serialization point of the write protocol.
+//!
+//! It assigns version numbers (fixing append offsets at assignment time), hands each writer the
+//! lower versions still in flight and the latest published tree, and publishes versions strictly
+//! in assignment order once each of them and every lower one completed. Publications are group
+//! committed (one fsynced transaction for all that completed meanwhile) before anyone is told.
+//!
+//! It also applies retention policies (older published versions are removed, the latest is
+//! always kept) and forgets blobs whose files were deleted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tomus_metadata::{capacity_for, BlobId, Span, Version};
+use tomus_wire::{
+    Assignment, Attrs, BlobInfo, Cutoffs, DataAge, Error, ErrorKind, Fate, Result, Retention,
+    VersionInfo, VersionList, VersionState, WriteOp, MAX_ATTRS_BYTES, MAX_CHUNK_SIZE,
+    MIN_CHUNK_SIZE,
+};
+
+use tomus_worker::Workers;
+
+use crate::store::{BlobRecord, Publication, RetentionRecord, Store};
+
+/// What garbage collection asks: fates of versions, cutoffs.
+mod collection;
+/// Publications committed in batches.
+mod committer;
+/// Retention policies and expiry.
+mod retention;
+/// Assignment, completion, publication, leases and aborts.
+mod writes;
+
+pub use retention::describe;
+
+/// Version numbers reserved durably at a time; a restarted manager skips the unused rest.
+const RESERVE_BLOCK: u64 = 4096;
+/// Largest blob size: keeps every offset computation far from overflow.
+pub const MAX_BLOB_SIZE: u64 = 1 << 60;
+pub const MAX_REPLICATION: u32 = 16;
+/// How long `complete` waits for lower versions before telling the writer why it is still
+/// unpublished; below the clients' 30 s request timeout so they get that reason, not a timeout.
+const COMPLETE_WAIT: Duration = Duration::from_secs(20);
+
+struct Pending {
+    info: VersionInfo,
+    completed: bool,
+    /// When the writer got the number; its lease runs from here until it completes.
+    assigned_at: Instant,
+    /// Published with the version.
+    attrs: Attrs,
+    /// The published version its writer builds on (0: none): its metadata may refer to any
+    /// node of that version's tree, so retention keeps that version while this one is pending.
+    base: Version,
+    /// Since when (manager ms) the data it refers to has been stored, and, for a version
+    /// that reuses other versions' chunks, since when they were found referenced: garbage
+    /// collection's cutoffs stay before these while the version is pending.
+    stored_since: u64,
+    reused_since: Option<u64>,
+}
+
+struct BlobState {
+    /// Durable, published state.
+    record: BlobRecord,
+    latest: VersionInfo,
+    /// Version numbers below this are durably reserved.
+    reserved: Version,
+    next_version: Version,
+    /// Size and capacity after the latest assigned version (published or not).
+    assigned_size: u64,
+    assigned_capacity: u64,
+    /// Every assigned version above the durable published one.
+    pending: BTreeMap<Version, Pending>,
+    /// Highest version handed to the committer.
+    sent_upto: Version,
+    /// Versions given up by lease expiry since this manager started, and why: for the
+    /// writers still waiting on them.
+    given_up: BTreeMap<Version, GiveUp>,
+    retention: Retention,
+    /// First retained version: published versions below it were removed by retention.
+    /// Raised before their rows are deleted, so reads never see them half-removed.
+    retained_from: Version,
+    /// Whether the policy may remove versions that were not looked at yet (set by
+    /// publications and policy changes; time-based policies are looked at every round).
+    expiry_due: bool,
+    /// Its file was deleted: waiting writers are told so.
+    deleted: bool,
+}
+
+impl BlobState {
+    /// A blob's in-memory state from its durable records.
+    fn new(record: BlobRecord, latest: VersionInfo, next: Version, r: RetentionRecord) -> Self {
+        BlobState {
+            latest,
+            reserved: next,
+            next_version: next,
+            assigned_size: record.size,
+            assigned_capacity: record.capacity,
+            pending: BTreeMap::new(),
+            sent_upto: record.published,
+            given_up: BTreeMap::new(),
+            retention: r.policy,
+            retained_from: r.retained_from,
+            expiry_due: true,
+            deleted: false,
+            record,
+        }
+    }
+
+    /// Why version `v` is unreadable if retention removed it.
+    fn removed(&self, v: Version) -> Option<Error> {
+        (v > 0 && v < self.retained_from).then(|| {
+            let blob = self.record.id;
+            let why = match self.retention {
+                Retention::KeepAll => "an earlier retention policy".to_string(),
+                p => format!("its retention policy ({})", describe(p)),
+            };
+            Error::not_found(format!("version {v} of blob {blob} was removed by {why}"))
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum GiveUp {
+    /// Its writer did not complete within the lease.
+    Expired,
+    /// Its writer gave it up: storing its data or metadata failed.
+    Abandoned,
+    /// Assigned while the expired version `0` was in flight: its metadata refers to that
+    /// version, so it is given up too, and its writer can simply retry.
+    Behind(Version),
+}
+
+struct BlobSlot {
+    state: Mutex<BlobState>,
+    published: watch::Sender<Version>,
+    /// Held while version numbers are being reserved on disk.
+    reserving: tokio::sync::Mutex<()>,
+}
+
+/// What an assignment attempt under the blob's lock came to.
+enum Attempt {
+    Assigned(Assignment),
+    /// Version numbers below this must be reserved first.
+    Reserve(Version),
+}
+
+impl BlobSlot {
+    fn lock(&self) -> MutexGuard<'_, BlobState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub struct VersionManager {
+    store: Arc<Store>,
+    blobs: RwLock<HashMap<BlobId, Arc<BlobSlot>>>,
+    commits: mpsc::UnboundedSender<Publication>,
+    /// Serializes policy changes and expiry, so versions are never removed under a policy
+    /// that was just replaced.
+    expiry: Mutex<()>,
+    /// The garbage-collection cutoffs granted. Assignments read them while they check a
+    /// writer's data and record it pending; a grant writes them once it has seen every
+    /// pending writer, so no writer slips between the two.
+    cutoffs: RwLock<Cutoffs>,
+    /// Dropped with the version manager, which stops its committer.
+    committer_stop: watch::Sender<bool>,
+}
+
+/// How much older a writer's data may be than its own measure of its age says (the
+/// request's transit): cutoffs and refusals keep this much margin.
+const LATENCY_SLACK_MS: u64 = 250;
+fn blob_deleted(blob: BlobId) -> Error {
+    Error::not_found(format!("blob {blob} was deleted"))
+}
+
+fn version_zero(blob: BlobId) -> VersionInfo {
+    VersionInfo {
+        blob,
+        version: 0,
+        span: Span::new(0, 0),
+        size: 0,
+        capacity: 0,
+        state: VersionState::Published,
+        append: false,
+        published_ms: 0,
+    }
+}
+
+pub use tomus_wire::now_ms;
+
+fn blob_info(s: &BlobState) -> BlobInfo {
+    BlobInfo {
+        id: s.record.id,
+        chunk_size: s.record.chunk_size,
+        replication: s.record.replication,
+        latest: s.record.published,
+        size: s.record.size,
+        modified_ms: s.record.modified_ms,
+        retention: s.retention,
+    }
+}
+
+impl VersionManager {
+    /// Loads every blob from the store. Versions assigned but unpublished before a restart are
+    /// recorded as aborted and numbering continues after the reserved block.
+    pub fn open(store: Arc<Store>, workers: &Workers) -> Result<Arc<Self>> {
+        let mut blobs = HashMap::new();
+        for record in store.blobs()? {
+            let reserved = store.reserved(record.id)?.unwrap_or(record.published + 1);
+            let next_version = reserved.max(record.published + 1);
+            if next_version > record.published + 1 {
+                let from = record.published + 1;
+                if !store
+                    .aborted_ranges(record.id)?
+                    .contains(&(from, next_version))
+                {
+                    store.put_aborted(record.id, from, next_version)?;
+                    tracing::info!(
+                        "blob {}: versions {from}..{next_version} were not published before restart; marked aborted",
+                        record.id
+                    );
+                }
+            }
+            let latest = match record.published {
+                0 => version_zero(record.id),
+                v => store.version(record.id, v)?.ok_or_else(|| {
+                    Error::internal(format!("blob {}: published version {v} missing", record.id))
+                })?,
+            };
+            let (tx, _) = watch::channel(record.published);
+            let retention = store.retention(record.id)?.unwrap_or_default();
+            let state = BlobState::new(record, latest, next_version, retention);
+            blobs.insert(
+                state.record.id,
+                Arc::new(BlobSlot {
+                    state: Mutex::new(state),
+                    published: tx,
+                    reserving: Default::default(),
+                }),
+            );
+        }
+        let (commits, rx) = mpsc::unbounded_channel();
+        let cutoffs = RwLock::new(store.cutoffs()?);
+        let vm = Arc::new(VersionManager {
+            store,
+            blobs: RwLock::new(blobs),
+            commits,
+            expiry: Mutex::new(()),
+            cutoffs,
+            committer_stop: watch::channel(false).0,
+        });
+        let committer = committer::Committer {
+            vm: Arc::downgrade(&vm),
+            queue: rx,
+            next: None,
+            closed: false,
+            published: 0,
+            commits: 0,
+        };
+        workers.spawn(committer, vm.committer_stop.subscribe(), None);
+        Ok(vm)
+    }
+
+    fn slot(&self, blob: BlobId) -> Result<Arc<BlobSlot>> {
+        let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
+        blobs
+            .get(&blob)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("blob {blob} does not exist")))
+    }
+
+    pub fn create_blob(&self, chunk_size: u64, replication: u32) -> Result<BlobInfo> {
+        if !chunk_size.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&chunk_size)
+        {
+            return Err(Error::invalid(format!(
+                "chunk size {chunk_size} must be a power of two from 4 KiB to 256 MiB"
+            )));
+        }
+        if !(1..=MAX_REPLICATION).contains(&replication) {
+            return Err(Error::invalid(format!(
+                "replication {replication} must be between 1 and {MAX_REPLICATION}"
+            )));
+        }
+        let record = self.store.create_blob(|id| BlobRecord {
+            id,
+            chunk_size,
+            replication,
+            published: 0,
+            size: 0,
+            capacity: 0,
+            modified_ms: now_ms(),
+        })?;
+        let id = record.id;
+        let (tx, _) = watch::channel(0);
+        let state = BlobState::new(record, version_zero(id), 1, RetentionRecord::default());
+        let info = blob_info(&state);
+        let mut blobs = self.blobs.write().unwrap_or_else(|p| p.into_inner());
+        blobs.insert(
+            id,
+            Arc::new(BlobSlot {
+                state: Mutex::new(state),
+                published: tx,
+                reserving: Default::default(),
+            }),
+        );
+        Ok(info)
+    }
+
+    pub fn blob_info(&self, blob: BlobId) -> Result<BlobInfo> {
+        Ok(blob_info(&self.slot(blob)?.lock()))
+    }
+
+    pub fn list_blobs(&self) -> Vec<BlobInfo> {
+        let slots: Vec<Arc<BlobSlot>> = {
+            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
+            blobs.values().cloned().collect()
+        };
+        let mut out: Vec<BlobInfo> = slots.iter().map(|s| blob_info(&s.lock())).collect();
+        out.sort_by_key(|b| b.id);
+        out
+    }
+
+    pub fn chunk_size(&self, blob: BlobId) -> Result<(u64, u32)> {
+        let slot = self.slot(blob)?;
+        let s = slot.lock();
+        Ok((s.record.chunk_size, s.record.replication))
+    }
+
+    /// A version's record; `None` asks for the latest published.
+    pub fn version(&self, blob: BlobId, version: Option<Version>) -> Result<VersionInfo> {
+        let slot = self.slot(blob)?;
+        let (published, latest, next_version, pending) = {
+            let s = slot.lock();
+            if let Some(e) = version.and_then(|v| s.removed(v)) {
+                return Err(e);
+            }
+            let pending = version.and_then(|v| s.pending.get(&v).map(|p| p.info.clone()));
+            (
+                s.record.published,
+                s.latest.clone(),
+                s.next_version,
+                pending,
+            )
+        };
+        let v = match version {
+            None => return Ok(latest),
+            Some(v) => v,
+        };
+        if v == 0 {
+            return Ok(version_zero(blob));
+        }
+        if v == latest.version {
+            return Ok(latest);
+        }
+        if let Some(p) = pending {
+            return Err(Error::new(
+                ErrorKind::VersionNotPublished,
+                format!(
+                    "version {} of blob {blob} is not published yet (latest published: {published})",
+                    p.version
+                ),
+            ));
+        }
+        if v >= next_version {
+            return Err(Error::not_found(format!(
+                "version {v} of blob {blob} does not exist (latest published: {published})"
+            )));
+        }
+        if let Some(info) = self.store.version(blob, v)? {
+            return Ok(info);
+        }
+        // Retention may have removed it since the check above.
+        if let Some(e) = slot.lock().removed(v) {
+            return Err(e);
+        }
+        Err(Error::new(
+            ErrorKind::VersionAborted,
+            format!("version {v} of blob {blob} was aborted and holds no data"),
+        ))
+    }
+
+    /// Attributes of published versions of blobs (empty for versions that have none).
+    pub fn attrs(&self, keys: &[(BlobId, Version)]) -> Result<Vec<Attrs>> {
+        self.store.attrs(keys)
+    }
+
+    /// Every published version of `blob` with its attributes.
+    pub fn versions_attrs(&self, blob: BlobId) -> Result<Vec<(VersionInfo, Attrs)>> {
+        let versions = self.versions(blob)?.versions;
+        let keys: Vec<_> = versions.iter().map(|v| (blob, v.version)).collect();
+        let attrs = self.store.attrs(&keys)?;
+        Ok(versions.into_iter().zip(attrs).collect())
+    }
+
+    /// The retained published versions of `blob` and its aborted ranges.
+    pub fn versions(&self, blob: BlobId) -> Result<VersionList> {
+        let from = self.slot(blob)?.lock().retained_from;
+        Ok(VersionList {
+            versions: self.store.versions(blob, from)?,
+            aborted: self.store.aborted_ranges(blob)?,
+        })
+    }
+
+    /// How many blobs exist.
+    pub fn blob_count(&self) -> usize {
+        self.blobs.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Forgets deleted blobs (their records are already gone from the store): later
+    /// requests find nothing and writers waiting on them are told.
+    pub fn forget_blobs(&self, ids: &[BlobId]) {
+        let slots: Vec<Arc<BlobSlot>> = {
+            let mut blobs = self.blobs.write().unwrap_or_else(|p| p.into_inner());
+            ids.iter().filter_map(|id| blobs.remove(id)).collect()
+        };
+        for slot in slots {
+            {
+                let mut s = slot.lock();
+                s.deleted = true;
+                s.pending.clear();
+            }
+            slot.published.send_modify(|_| {});
+        }
+    }
+}

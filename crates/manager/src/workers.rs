@@ -1,0 +1,76 @@
+//! The manager's periodic work: writer leases and retention. (The committer, fed by a queue,
+//! lives with the version manager.)
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use tomus_wire::{Error, Result};
+use tomus_worker::{Round, Worker};
+
+use crate::versions::{now_ms, VersionManager};
+
+/// Gives up the versions of writers whose lease ran out, a few times per lease period.
+pub struct Leases {
+    pub versions: Weak<VersionManager>,
+    pub lease: Duration,
+    pub given_up: u64,
+}
+
+impl Worker for Leases {
+    fn name(&self) -> &'static str {
+        "leases"
+    }
+
+    fn interval(&self) -> Duration {
+        (self.lease / 4).max(Duration::from_millis(50))
+    }
+
+    async fn work(&mut self) -> Result<Round> {
+        let Some(vm) = self.versions.upgrade() else {
+            return Ok(Round::Done);
+        };
+        let lease = self.lease;
+        // Giving versions up records them durably: off the async workers.
+        let n = tokio::task::spawn_blocking(move || vm.expire_leases(lease))
+            .await
+            .map_err(|e| Error::internal(format!("checking writer leases failed: {e}")))??;
+        self.given_up += n as u64;
+        Ok(Round::Idle)
+    }
+
+    fn summary(&self) -> String {
+        format!("{} versions given up since start", self.given_up)
+    }
+}
+
+/// Applies retention policies every second (time-based policies expire versions without
+/// any request).
+pub struct Retention {
+    pub versions: Weak<VersionManager>,
+    pub expired: u64,
+}
+
+impl Worker for Retention {
+    fn name(&self) -> &'static str {
+        "retention"
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    async fn work(&mut self) -> Result<Round> {
+        let Some(vm) = self.versions.upgrade() else {
+            return Ok(Round::Done);
+        };
+        let n = tokio::task::spawn_blocking(move || vm.enforce_retention(now_ms()))
+            .await
+            .map_err(|e| Error::internal(format!("applying retention policies failed: {e}")))?;
+        self.expired += n as u64;
+        Ok(Round::Idle)
+    }
+
+    fn summary(&self) -> String {
+        format!("versions expired in {} blobs since start", self.expired)
+    }
+}

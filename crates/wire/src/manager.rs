@@ -1,0 +1,109 @@
+//! Requests of the manager: blobs and versions, the file namespace, the provider registry.
+
+use tomus_metadata::{BlobId, ChunkId, ProviderId, Version};
+
+use crate::rpc::service;
+use crate::types::*;
+
+service! {
+    /// Every request the manager serves to clients and providers.
+    pub enum ManagerRequest in Envelope::Manager {
+        // ---- blobs and versions
+        /// Creates a blob.
+        CreateBlob { chunk_size: u64, replication: u32 } -> BlobInfo, once;
+        /// A blob's record at its latest published version.
+        GetBlob { blob: BlobId } -> BlobInfo;
+        ListBlobs {} -> Vec<BlobInfo>;
+        /// Chooses providers for `chunks` new chunks of `blob` (one replica set each).
+        Allocate {
+            blob: BlobId,
+            chunks: u32,
+            /// Size the chunks will have at most (default: the blob's chunk size), for the
+            /// space check and balancing.
+            chunk_bytes: Option<u64>,
+            placement: Placement,
+            /// The writer's host, for the local policy.
+            client_host: Option<String>,
+            /// Providers the writer saw fail (or damage transfers) moments ago: left out when
+            /// the others are enough for the replication.
+            avoid: Vec<ProviderId>,
+        } -> Vec<Vec<ProviderInfo>>;
+        /// A version number for `op`, to be published with `attrs` (see [`Attrs`]); with
+        /// `expect_size`, only if the blob's size after every version assigned so far is
+        /// that (an append at a known offset), else a `PreconditionFailed` error.
+        Assign {
+            blob: BlobId,
+            op: WriteOp,
+            attrs: Attrs,
+            expect_size: Option<u64>,
+            /// What the version refers to, and since when ([`DataAge`]): garbage collection
+            /// must not have been allowed to delete it.
+            data: DataAge,
+        } -> Assignment, once;
+        /// The writer stored its chunks and metadata; answered once the version is published.
+        Complete { blob: BlobId, version: Version } -> VersionInfo;
+        /// The writer cannot finish `version` (storing its data or metadata failed): it and
+        /// the versions assigned after it are given up now instead of when its lease runs out.
+        AbortVersion { blob: BlobId, version: Version } -> ();
+        /// A version's record (`None`: the latest published).
+        GetVersion { blob: BlobId, version: Option<Version> } -> VersionInfo;
+        /// The retained published versions and the aborted ranges.
+        ListVersions { blob: BlobId } -> VersionList;
+        /// Every retained published version of a blob with its attributes.
+        VersionsAttrs { blob: BlobId } -> Vec<(VersionInfo, Attrs)>;
+        /// Sets a blob's retention policy.
+        SetRetention { blob: BlobId, retention: Retention } -> BlobInfo;
+
+        // ---- namespace (paths are `/`-separated; parents of new entries are implicit)
+        /// Creates a directory; with `parents`, missing parents too and an existing
+        /// directory is accepted.
+        FsMkdir { path: String, parents: bool } -> FsEntry, once;
+        /// Creates a file backed by a new blob; an existing file is returned unless
+        /// `exclusive`.
+        FsCreate {
+            path: String,
+            chunk_size: u64,
+            replication: u32,
+            exclusive: bool,
+        } -> FsEntry, once;
+        FsStat { path: String } -> FsEntry;
+        /// Entries under directory `path` in path order: its children, or with `recursive`
+        /// every descendant; only paths after `start_after`, at most `limit`.
+        FsList {
+            path: String,
+            recursive: bool,
+            start_after: Option<String>,
+            limit: u32,
+        } -> Vec<FsEntry>;
+        /// [`FsList`] with the attributes of each file's latest published version.
+        FsListAttrs {
+            path: String,
+            recursive: bool,
+            start_after: Option<String>,
+            limit: u32,
+        } -> Vec<(FsEntry, Attrs)>;
+        /// The file at `path`, one of its versions (`None`: the latest published) and that
+        /// version's attributes, in one round trip.
+        FsObject { path: String, version: Option<Version> } -> ObjectInfo;
+        /// Moves a file or a directory tree; an existing file at `to` is replaced.
+        FsRename { from: String, to: String } -> (), once;
+        FsDelete { path: String, recursive: bool } -> (), once;
+
+        // ---- provider registry
+        /// A provider joins (a new id when `id` is `None`).
+        Register { id: Option<ProviderId>, addr: String, report: ProviderReport } -> ProviderId, once;
+        Heartbeat { id: ProviderId, report: ProviderReport } -> ();
+        ListProviders {} -> Vec<ProviderInfo>;
+        /// Where repair put copies of these chunks (a chunk's replica set as repair last
+        /// recorded it; empty when repair never touched the chunk). Readers ask when every
+        /// replica its metadata names fails.
+        ChunkReplicas { chunks: Vec<ChunkId> } -> Vec<Vec<ProviderId>>;
+        /// Starts draining the provider at `addr` (no new data; repair moves its data).
+        DrainProvider { addr: String } -> ProviderInfo;
+        /// Forgets a provider that is drained or down for good, so it leaves the DHT ring and
+        /// the registry. Refused while it holds data no other provider has.
+        RemoveProvider { addr: String } -> ();
+        /// The cluster at a glance.
+        GetStatus {} -> ClusterStatus;
+    }
+}

@@ -1,0 +1,55 @@
+//! Requests of a provider: chunks (their bytes travel as the frame's raw body, next to the
+//! encoded header, so they land straight in their final buffer), its shard of the metadata
+//! DHT, and what repair, scrub and garbage collection ask of it.
+
+use tomus_metadata::{BlobId, ChunkId, Node, NodeKey, NodeRef, Span, Version};
+
+use crate::rpc::service;
+use crate::types::*;
+
+service! {
+    /// Every request a provider serves.
+    pub enum ProviderRequest in Envelope::Provider {
+        // ---- chunks
+        /// Stores the frame's body as chunk `id`. `crc` is the CRC32C of the body as the
+        /// sender had it: the provider checks it before storing anything and refuses a body
+        /// damaged on the way (`Corrupt`), so the sender stores it again.
+        PutChunk { id: ChunkId, crc: u32 } -> ();
+        /// Bytes `[offset, offset + len)` of chunk `id`, in the answer's body; the answer is
+        /// their CRC32C, for the reader to check what arrived.
+        GetChunk { id: ChunkId, offset: u64, len: u64 } -> u32;
+
+        // ---- metadata DHT shard
+        PutNodes { nodes: Vec<(NodeKey, Node)> } -> ();
+        /// The nodes of `keys`, in order (`None`: not held here).
+        GetNodes { keys: Vec<NodeKey> } -> Vec<Option<Node>>;
+        /// The nodes this provider holds on the way from `start` down to any of `targets`
+        /// (stopping where it lacks one), at most `limit`: one round trip instead of one per
+        /// tree level.
+        GetPath {
+            blob: BlobId,
+            start: NodeRef,
+            targets: Vec<Span>,
+            limit: u32,
+        } -> Vec<(NodeRef, Node)>;
+
+        // ---- repair, scrub, garbage collection
+        /// The chunks it holds, in id order after `start_after`, at most `limit`.
+        ListChunks { start_after: Option<ChunkId>, limit: u32 } -> ChunkListing;
+        /// Removes chunks (ids it does not hold are ignored).
+        DeleteChunks { ids: Vec<ChunkId> } -> ();
+        /// Fetches chunk `id` whole from the first of `from` (provider addresses) that serves
+        /// it intact and stores it (a repair copy, provider to provider).
+        CopyChunk { id: ChunkId, len: u64, from: Vec<String> } -> ();
+        /// The metadata node keys it holds, in key order after `start_after`, at most `limit`.
+        ListNodes { start_after: Option<NodeKey>, limit: u32 } -> Vec<NodeKey>;
+        /// Removes metadata nodes (keys it does not hold are ignored).
+        DeleteNodes { keys: Vec<NodeKey> } -> ();
+        /// Removes every node of each blob whose version is in `[from, to)` (a deleted blob,
+        /// given-up versions): the caller need not know their keys.
+        DeleteNodeRanges { ranges: Vec<(BlobId, Version, Version)> } -> ();
+        /// Verifies the checksums of the chunks after `start_after`, at most `limit`, and
+        /// quarantines the corrupt ones.
+        Scrub { start_after: Option<ChunkId>, limit: u32 } -> ScrubReport;
+    }
+}
