@@ -173,6 +173,10 @@ async fn listed(m: &ManagerService, blob: BlobId) -> Vec<Version> {
     plain
 }
 
+async fn abort(m: &ManagerService, blob: BlobId, version: Version) -> Result<()> {
+    call(m, AbortVersion { blob, version }).await
+}
+
 async fn set_retention(m: &ManagerService, blob: BlobId, retention: Retention) -> Result<BlobInfo> {
     call(m, SetRetention { blob, retention }).await
 }
@@ -709,15 +713,7 @@ async fn fates_say_only_what_the_manager_positively_knows() {
     let v3 = publish(&m, blob).await;
     let pending = assign(&m, blob, 10).await.unwrap();
     let given_up = assign(&m, blob, 10).await.unwrap();
-    call(
-        m.as_ref(),
-        AbortVersion {
-            blob,
-            version: given_up,
-        },
-    )
-    .await
-    .unwrap();
+    abort(&m, blob, given_up).await.unwrap();
     set_retention(&m, blob, Retention::KeepLast(1))
         .await
         .unwrap();
@@ -877,11 +873,7 @@ async fn a_slow_disk_sync_does_not_stall_requests_that_need_none() {
         tokio::spawn({
             let m = m.clone();
             async move {
-                let abort = AbortVersion {
-                    blob,
-                    version: pending,
-                };
-                call(&m, abort).await.unwrap();
+                abort(&m, blob, pending).await.unwrap();
             }
         }),
     ];
@@ -940,6 +932,17 @@ async fn state_of_a_newer_format_is_refused_and_an_older_one_upgraded() {
     assert!(e.message.contains("format 99"), "{e}");
 }
 
+/// Data stored a minute ago: older than any cutoff the tests grant.
+const STORED_LONG_AGO: DataAge = DataAge {
+    stored_ms: 60_000,
+    reused_ms: None,
+};
+/// Fresh data with reused chunks found a minute ago.
+const REUSED_LONG_AGO: DataAge = DataAge {
+    stored_ms: 0,
+    reused_ms: Some(60_000),
+};
+
 async fn assign_aged(m: &ManagerService, blob: BlobId, data: DataAge) -> Result<Version> {
     let req = Assign {
         blob,
@@ -991,27 +994,9 @@ async fn gc_cutoffs_wait_for_writers_and_refuse_older_data() {
             reused_ms: now - 2_000
         }
     );
-    let e = assign_aged(
-        &m,
-        blob,
-        DataAge {
-            stored_ms: 60_000,
-            reused_ms: None,
-        },
-    )
-    .await
-    .unwrap_err();
+    let e = assign_aged(&m, blob, STORED_LONG_AGO).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::WriteExpired, "{e}");
-    let e = assign_aged(
-        &m,
-        blob,
-        DataAge {
-            stored_ms: 0,
-            reused_ms: Some(60_000),
-        },
-    )
-    .await
-    .unwrap_err();
+    let e = assign_aged(&m, blob, REUSED_LONG_AGO).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::WriteExpired, "{e}");
     assign_aged(&m, blob, DataAge::default()).await.unwrap();
 
@@ -1020,16 +1005,7 @@ async fn gc_cutoffs_wait_for_writers_and_refuse_older_data() {
     close(m).await;
     let m = open(dir.path(), TIMEOUT);
     assert_eq!(grant(&m, 0, 0).await, granted);
-    let e = assign_aged(
-        &m,
-        blob,
-        DataAge {
-            stored_ms: 60_000,
-            reused_ms: None,
-        },
-    )
-    .await
-    .unwrap_err();
+    let e = assign_aged(&m, blob, STORED_LONG_AGO).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::WriteExpired);
 }
 
@@ -1041,15 +1017,7 @@ async fn the_change_log_records_what_became_referenced_and_what_died() {
     let v1 = publish(&m, blob).await;
     let v2 = publish(&m, blob).await;
     let dead = assign(&m, blob, 5).await.unwrap();
-    call(
-        m.as_ref(),
-        AbortVersion {
-            blob,
-            version: dead,
-        },
-    )
-    .await
-    .unwrap();
+    abort(&m, blob, dead).await.unwrap();
     set_retention(&m, blob, Retention::KeepLast(1))
         .await
         .unwrap();

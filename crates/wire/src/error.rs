@@ -2,87 +2,69 @@
 
 use serde::{Deserialize, Serialize};
 
-/// What went wrong, stable across the wire and mapped to exit codes and Python exceptions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ErrorKind {
-    /// Unknown blob, version, chunk or node.
-    NotFound,
-    /// The version exists but is not published yet.
-    VersionNotPublished,
-    /// The version was given up (its writer aborted it, its lease expired, or the manager
-    /// restarted before publication).
-    VersionAborted,
-    /// A read or write outside what the version holds.
-    OutOfRange,
-    /// Bad argument: chunk size, zero-length append, malformed request.
-    InvalidArgument,
-    /// Stored data failed its checksum.
-    Corrupt,
-    /// A server could not be reached or did not answer in time.
-    Unavailable,
-    /// No space left on the provider, or no providers to place data on.
-    NoSpace,
-    /// The peer failed the cluster-secret handshake.
-    AuthFailed,
-    /// The peer spoke something other than the tomus protocol.
-    Protocol,
-    /// A bug or an unexpected local failure (I/O error on the server's own state).
-    Internal,
-    /// Given up through no fault of the caller (a lower version's writer died while this
-    /// one was in flight); doing the same operation again succeeds.
-    Retry,
-    /// A namespace path that must be new already exists.
-    AlreadyExists,
-    /// A directory that must be empty is not.
-    NotEmpty,
-    /// A file operation named a directory.
-    IsADirectory,
-    /// A path goes through, or names, a file where a directory is needed.
-    NotADirectory,
-    /// A condition the request set on the current state did not hold (e.g. the size an
-    /// append at a known offset expected).
-    PreconditionFailed,
-    /// A write took longer from storing (or finding) its data to committing it than garbage
-    /// collection's grace: the data may have been reclaimed, so nothing was published. The
-    /// data must be written again.
-    WriteExpired,
-}
-
-/// Defines `ErrorKind::ALL` from the list given, which must name every kind: the match it also
-/// generates stops compiling when a kind is added to the enum but not to the list.
-macro_rules! all_kinds {
-    ($($kind:ident),* $(,)?) => {
-        impl ErrorKind {
-            /// Every kind, for code that mirrors them (the Python package's tests check it has an
-            /// exception class for each).
-            pub const ALL: &'static [ErrorKind] = &[$(ErrorKind::$kind),*];
+/// Defines `ErrorKind` and `ErrorKind::ALL` from one list, so code that mirrors every kind
+/// (the Python package's tests check it has an exception class for each) cannot miss one.
+macro_rules! error_kinds {
+    ($(#[$doc:meta])* $vis:vis enum $name:ident { $($(#[$kind_doc:meta])* $kind:ident,)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+        $vis enum $name {
+            $($(#[$kind_doc])* $kind,)*
         }
-        const _: fn(ErrorKind) = |kind| match kind {
-            $(ErrorKind::$kind)|* => {}
-        };
+
+        impl $name {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$kind),*];
+        }
     };
 }
 
-all_kinds!(
-    NotFound,
-    VersionNotPublished,
-    VersionAborted,
-    OutOfRange,
-    InvalidArgument,
-    Corrupt,
-    Unavailable,
-    NoSpace,
-    AuthFailed,
-    Protocol,
-    Internal,
-    Retry,
-    AlreadyExists,
-    NotEmpty,
-    IsADirectory,
-    NotADirectory,
-    PreconditionFailed,
-    WriteExpired,
-);
+error_kinds! {
+    /// What went wrong, stable across the wire and mapped to exit codes and Python exceptions.
+    pub enum ErrorKind {
+        /// Unknown blob, version, chunk or node.
+        NotFound,
+        /// The version exists but is not published yet.
+        VersionNotPublished,
+        /// The version was given up (its writer aborted it, its lease expired, or the manager
+        /// restarted before publication).
+        VersionAborted,
+        /// A read or write outside what the version holds.
+        OutOfRange,
+        /// Bad argument: chunk size, zero-length append, malformed request.
+        InvalidArgument,
+        /// Stored data failed its checksum.
+        Corrupt,
+        /// A server could not be reached or did not answer in time.
+        Unavailable,
+        /// No space left on the provider, or no providers to place data on.
+        NoSpace,
+        /// The peer failed the cluster-secret handshake.
+        AuthFailed,
+        /// The peer spoke something other than the tomus protocol.
+        Protocol,
+        /// A bug or an unexpected local failure (I/O error on the server's own state).
+        Internal,
+        /// Given up through no fault of the caller (a lower version's writer died while this
+        /// one was in flight); doing the same operation again succeeds.
+        Retry,
+        /// A namespace path that must be new already exists.
+        AlreadyExists,
+        /// A directory that must be empty is not.
+        NotEmpty,
+        /// A file operation named a directory.
+        IsADirectory,
+        /// A path goes through, or names, a file where a directory is needed.
+        NotADirectory,
+        /// A condition the request set on the current state did not hold (e.g. the size an
+        /// append at a known offset expected).
+        PreconditionFailed,
+        /// A write took longer from storing (or finding) its data to committing it than garbage
+        /// collection's grace: the data may have been reclaimed, so nothing was published. The
+        /// data must be written again.
+        WriteExpired,
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message}")]

@@ -1,11 +1,12 @@
 //! The deletions the ledger owes: nodes and version ranges to delete from the providers, and
 //! chunks unreferenced long enough to go; each is forgotten once carried out.
 
-use redb::ReadableTable;
 use tomus_metadata::ChunkId;
 use tomus_wire::Result;
 
-use super::{db_err, decode, ChunkTrack, Doom, Ledger, BY_PROVIDER, CHUNKS, DOOMED, ZEROS};
+use super::{
+    chunk_track, db_err, decode, ChunkTrack, Doom, Ledger, BY_PROVIDER, CHUNKS, DOOMED, ZEROS,
+};
 
 impl Ledger {
     /// Deletions owed to providers after `after`, oldest first, at most `limit`.
@@ -66,12 +67,7 @@ impl Ledger {
             let mut zeros = txn.open_table(ZEROS).map_err(db_err)?;
             let mut by_provider = txn.open_table(BY_PROVIDER).map_err(db_err)?;
             for id in ids {
-                let Some(track) = chunks
-                    .get(id.0)
-                    .map_err(db_err)?
-                    .map(|v| decode::<ChunkTrack>(v.value()))
-                    .transpose()?
-                else {
+                let Some(track) = chunk_track(&chunks, *id)? else {
                     continue;
                 };
                 if track.count > 0 {

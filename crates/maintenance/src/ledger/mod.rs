@@ -44,7 +44,7 @@ use std::path::Path;
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
-use tomus_metadata::{BlobId, NodeRef};
+use tomus_metadata::{BlobId, ChunkId, NodeRef};
 use tomus_wire::{Error, Result};
 
 pub use steps::{Applied, ChunkUse, Delta, LeafRefs, Step};
@@ -89,6 +89,18 @@ fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
 
 fn decode<T: for<'a> Deserialize<'a>>(b: &[u8]) -> Result<T> {
     bincode::deserialize(b).map_err(db_err)
+}
+
+/// A chunk's track in `chunks` (`None`: not tracked).
+fn chunk_track(
+    chunks: &impl ReadableTable<u128, &'static [u8]>,
+    id: ChunkId,
+) -> Result<Option<ChunkTrack>> {
+    chunks
+        .get(id.0)
+        .map_err(db_err)?
+        .map(|v| decode(v.value()))
+        .transpose()
 }
 
 fn leaf_key(blob: BlobId, r: NodeRef) -> (u64, u64, u64, u64) {

@@ -1,25 +1,17 @@
 //! Where chunks' copies are: lookups by chunk and by provider (what a provider that fails or
 //! drains held, through the `by_provider` index), and the replica sets repair made.
 
-use redb::ReadableTable;
 use tomus_metadata::{ChunkId, ProviderId};
 use tomus_wire::Result;
 
-use super::{db_err, decode, encode, ChunkTrack, Ledger, BY_PROVIDER, CHUNKS};
+use super::{chunk_track, db_err, decode, encode, ChunkTrack, Ledger, BY_PROVIDER, CHUNKS};
 
 impl Ledger {
     /// The tracked state of `chunks` (`None`: not tracked).
     pub fn chunks(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkTrack>>> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let t = txn.open_table(CHUNKS).map_err(db_err)?;
-        ids.iter()
-            .map(|id| {
-                t.get(id.0)
-                    .map_err(db_err)?
-                    .map(|v| decode(v.value()))
-                    .transpose()
-            })
-            .collect()
+        ids.iter().map(|id| chunk_track(&t, *id)).collect()
     }
 
     /// Referenced chunks with a copy on any of `providers`, at most `limit`.
@@ -61,12 +53,7 @@ impl Ledger {
             let mut t = txn.open_table(CHUNKS).map_err(db_err)?;
             let mut index = txn.open_table(BY_PROVIDER).map_err(db_err)?;
             for (id, replicas) in entries {
-                let Some(mut track) = t
-                    .get(id.0)
-                    .map_err(db_err)?
-                    .map(|v| decode::<ChunkTrack>(v.value()))
-                    .transpose()?
-                else {
+                let Some(mut track) = chunk_track(&t, *id)? else {
                     continue;
                 };
                 for p in &track.replicas {

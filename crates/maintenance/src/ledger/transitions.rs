@@ -10,8 +10,9 @@ use tomus_metadata::{BlobId, ChunkId, NodeKey, NodeRef, Version};
 use tomus_wire::Result;
 
 use super::{
-    db_err, decode, encode, leaf_key, Applied, BlobTrack, ChunkTrack, ChunkUse, Delta, Doom,
-    LeafRefs, LeafTrack, Step, BLOBS, BY_PROVIDER, CHUNKS, DOOMED, LEAVES, META, SUPERSEDED, ZEROS,
+    chunk_track, db_err, decode, encode, leaf_key, Applied, BlobTrack, ChunkTrack, ChunkUse, Delta,
+    Doom, LeafRefs, LeafTrack, Step, BLOBS, BY_PROVIDER, CHUNKS, DOOMED, LEAVES, META, SUPERSEDED,
+    ZEROS,
 };
 
 /// The tables of one write transaction, and the model's transitions on them.
@@ -127,11 +128,7 @@ impl<'t> Tables<'t> {
     }
 
     fn chunk(&self, id: ChunkId) -> Result<Option<ChunkTrack>> {
-        self.chunks
-            .get(id.0)
-            .map_err(db_err)?
-            .map(|v| decode(v.value()))
-            .transpose()
+        chunk_track(&self.chunks, id)
     }
 
     fn put_chunk(&mut self, id: ChunkId, track: &ChunkTrack) -> Result<()> {
