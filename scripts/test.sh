@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite: Rust workspace tests, then the Python package (built from this checkout
-# into .venv) with its linter, type checker and tests against real embedded clusters.
+# into .venv-test) with its linter, type checker and tests against real embedded clusters.
+# The tests get a virtualenv of their own because they install a debug build of the extension:
+# sharing .venv with scripts/demo.sh would leave a slow `tomus` there after every test run.
 # Needs only Rust, Python >= 3.10 with pip and venv, and access to crates.io and PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,15 +10,16 @@ cd "$(dirname "$0")/.."
 cargo test --workspace --locked
 
 python=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    "$python" -m venv .venv
+venv=.venv-test
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
 # A development build (the workspace dev profile) reusing the cargo build above.
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --locked -m python/Cargo.toml
-.venv/bin/ruff check python
+VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet --locked -m python/Cargo.toml
+"$venv/bin/ruff" check python
 # Strict type checking of the package (configured in python/pyproject.toml), then the stubs of
 # the native module against the module just built: its names, parameters and defaults.
-(cd python && ../.venv/bin/mypy)
-(cd python && ../.venv/bin/python -m mypy.stubtest tomus._native)
-.venv/bin/python -m pytest -q python/tests
+(cd python && "../$venv/bin/mypy")
+(cd python && "../$venv/bin/python" -m mypy.stubtest tomus._native)
+"$venv/bin/python" -m pytest -q python/tests
