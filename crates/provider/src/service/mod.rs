@@ -1,0 +1,150 @@
+//! The provider's RPC service: chunk reads and writes, the metadata shard, and the requests
+//! of repair, scrub and garbage collection.
+//!
+//! This module holds the service's state and routes each request to its handler after
+//! checking its counts and sizes; metadata requests go straight to the [`MetaStore`].
+//! `chunks.rs` serves chunk writes and reads (memory tier first, quarantining what is found
+//! corrupt); `maintenance.rs` serves repair, scrub and garbage collection: repair copies
+//! fetched from other providers, scrub steps and deletions.
+
+/// Chunk writes and reads; quarantine of chunks found corrupt.
+mod chunks;
+/// Repair copies, scrub and deletion of chunks.
+mod maintenance;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::Semaphore;
+use tomus_metadata::ChunkId;
+use tomus_wire::provider::*;
+use tomus_wire::{
+    check_count, wrong_service, ChunkListing, Envelope, Error, ErrorKind, Handler, Pool, Reply,
+    Result, MAX_ITEMS,
+};
+
+use crate::chunk_store::ChunkStore;
+use crate::memory_tier::MemoryTier;
+use crate::meta_store::MetaStore;
+
+/// Most nodes one path request returns.
+const MAX_PATH: u32 = 256;
+/// Most ranges one path request follows.
+const MAX_PATH_TARGETS: usize = 64;
+/// Most sources one repair copy names.
+const MAX_COPY_SOURCES: usize = 16;
+/// Chunk bytes repair copies hold in memory at once (each copy holds its chunk whole).
+const COPY_BUFFER_BYTES: usize = 512 << 20;
+/// Most chunks or keys one listing or scrub request covers.
+const MAX_LIST: u32 = 10_000;
+
+pub struct ProviderService {
+    chunks: ChunkStore,
+    tier: Option<MemoryTier>,
+    meta: MetaStore,
+    /// Connections to other providers, for repair copies.
+    peers: Arc<Pool>,
+    /// Bytes of chunks being copied in, in KiB: repair copies wait for room.
+    copy_buffers: Arc<Semaphore>,
+}
+
+impl ProviderService {
+    pub fn new(
+        chunks: ChunkStore,
+        tier: Option<MemoryTier>,
+        meta: MetaStore,
+        peers: Arc<Pool>,
+    ) -> Self {
+        ProviderService {
+            chunks,
+            tier,
+            meta,
+            peers,
+            copy_buffers: Arc::new(Semaphore::new(COPY_BUFFER_BYTES >> 10)),
+        }
+    }
+
+    async fn dispatch(&self, req: ProviderRequest, body: Bytes) -> Reply {
+        use ProviderRequest as P;
+        if let Err(e) = check_request(&req, &body) {
+            return Reply::error(e);
+        }
+        match req {
+            P::PutChunk(r) if r.id == ChunkId::ZEROS => {
+                Reply::error(Error::invalid("chunk id 0 is reserved for zero pieces"))
+            }
+            P::PutChunk(r) => Reply::of::<PutChunk>(self.put_chunk(r.id, body, r.crc).await),
+            P::GetChunk(r) => match self.get_chunk(r.id, r.offset, r.len).await {
+                Ok((data, crc)) => Reply::of::<GetChunk>(Ok(crc)).with_payload(data),
+                Err(e) => Reply::error(e),
+            },
+            P::PutNodes(r) => Reply::of::<PutNodes>(self.meta.put_nodes(r.nodes).await),
+            P::GetNodes(r) => Reply::of::<GetNodes>(Ok(self.meta.get_nodes(&r.keys))),
+            P::GetPath(r) => Reply::of::<GetPath>(Ok(self.meta.path(
+                r.blob,
+                r.start,
+                &r.targets,
+                r.limit.min(MAX_PATH) as usize,
+            ))),
+            P::ListChunks(r) => Reply::of::<ListChunks>(
+                self.chunks
+                    .list(r.start_after, r.limit.min(MAX_LIST) as usize)
+                    .await
+                    .map(|entries| ChunkListing {
+                        now_ms: tomus_wire::now_ms(),
+                        entries,
+                    }),
+            ),
+            P::DeleteChunks(r) => Reply::of::<DeleteChunks>(self.delete_chunks(&r.ids).await),
+            P::CopyChunk(r) => Reply::of::<CopyChunk>(self.copy_chunk(r.id, r.len, &r.from).await),
+            P::ListNodes(r) => Reply::of::<ListNodes>(Ok(self
+                .meta
+                .list_keys(r.start_after, r.limit.min(MAX_LIST) as usize))),
+            P::DeleteNodes(r) => Reply::of::<DeleteNodes>(self.meta.delete_nodes(r.keys).await),
+            P::DeleteNodeRanges(r) => {
+                let keys = self.meta.keys_in(&r.ranges);
+                Reply::of::<DeleteNodeRanges>(self.meta.delete_nodes(keys).await)
+            }
+            P::Scrub(r) => Reply::of::<Scrub>(self.scrub(r.start_after, r.limit).await),
+        }
+    }
+}
+
+/// Checks every count and size a request carries before anything is sized by it.
+fn check_request(req: &ProviderRequest, body: &Bytes) -> Result<()> {
+    use ProviderRequest as P;
+    match req {
+        P::PutChunk(_) if body.is_empty() => Err(Error::invalid("an empty chunk")),
+        P::PutNodes(r) => check_count("nodes", r.nodes.len(), MAX_ITEMS),
+        P::GetNodes(r) => check_count("node keys", r.keys.len(), MAX_ITEMS),
+        P::GetPath(r) => check_count("path targets", r.targets.len(), MAX_PATH_TARGETS),
+        P::DeleteChunks(r) => check_count("chunk ids", r.ids.len(), MAX_ITEMS),
+        P::DeleteNodes(r) => check_count("node keys", r.keys.len(), MAX_ITEMS),
+        P::DeleteNodeRanges(r) => check_count("node ranges", r.ranges.len(), MAX_ITEMS),
+        P::CopyChunk(r) => check_count("copy sources", r.from.len(), MAX_COPY_SOURCES),
+        _ => Ok(()),
+    }
+}
+
+impl Handler for ProviderService {
+    async fn handle(&self, req: Envelope, body: Bytes) -> Reply {
+        let Envelope::Provider(req) = req else {
+            return wrong_service("provider", &req);
+        };
+        let name = req.name();
+        let reply = self.dispatch(req, body).await;
+        if let Some(e) = reply.failed() {
+            // Damaged data and failing disks need an operator; the rest is the caller's
+            // business.
+            match e.kind {
+                ErrorKind::Corrupt | ErrorKind::Internal | ErrorKind::NoSpace => {
+                    tracing::warn!("{name}: {e}")
+                }
+                _ => tracing::debug!("{name}: {e}"),
+            }
+        }
+        reply
+    }
+}
