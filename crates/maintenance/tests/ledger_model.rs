@@ -126,6 +126,7 @@ impl Sim {
             return;
         }
         self.retained_from = keep_from;
+        self.writers.copyable_from = keep_from;
         self.apply(vec![Step::Expire {
             blob: BLOB,
             retained_from: keep_from,
@@ -251,8 +252,14 @@ fn action_strategy() -> impl Strategy<Value = Action> {
             .prop_map(|(offset, len)| Action::Write(Op::Write { offset, len })),
         4 => (1u64..90).prop_map(|len| Action::Write(Op::Append { len })),
         1 => Just(Action::Write(Op::Write { offset: 0, len: 0 })),
-        2 => (0u64..1000, 1u64..300, 0u64..500)
-            .prop_map(|(from, len, offset)| Action::Write(Op::Copy { from, len, offset })),
+        2 => (0u64..4, 0u64..1000, 1u64..300, 0u64..500).prop_map(|(back, from, len, offset)| {
+            Action::Write(Op::Copy {
+                back,
+                from,
+                len,
+                offset,
+            })
+        }),
         3 => (0u64..4).prop_map(|by| Action::Expire { by }),
     ]
 }

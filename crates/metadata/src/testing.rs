@@ -56,9 +56,11 @@ pub enum Op {
     Append {
         len: u64,
     },
-    /// Writes, at `offset`, a range of the latest published version as pieces of its chunks
-    /// (a composed version: no data stored). `from` and `len` are cut to that version's size.
+    /// Writes, at `offset`, a range of a published version as pieces of its chunks (a composed
+    /// version: no data stored). The source is `back` versions before the latest published,
+    /// but not below [`Writers::copyable_from`]; `from` and `len` are cut to its size.
     Copy {
+        back: u64,
         from: u64,
         len: u64,
         offset: u64,
@@ -95,6 +97,10 @@ pub struct Writers<T = ()> {
     pub pending: BTreeMap<Version, (Assigned<T>, bool)>,
     /// The latest published version.
     pub published: Option<PublishedTree>,
+    /// The oldest version copies may take their source from (the oldest one still retained).
+    /// Writers build on the latest published version, which retention keeps; a copy's source
+    /// may be older, so its chunks can lose their last reference while the copy is in flight.
+    pub copyable_from: Version,
     /// `model[v]`: the blob's content at version `v`.
     pub model: Vec<Vec<u8>>,
     /// `sizes[v]`, `caps[v]`: the blob's size and tree capacity at version `v`.
@@ -115,6 +121,7 @@ impl<T> Writers<T> {
             next_version: 1,
             pending: BTreeMap::new(),
             published: None,
+            copyable_from: 1,
             model: vec![Vec::new()],
             sizes: vec![0],
             caps: vec![0],
@@ -133,18 +140,31 @@ impl<T> Writers<T> {
         let (offset, len) = match *op {
             Op::Write { offset, len } => (offset, len),
             Op::Append { len } => (self.size, len),
-            Op::Copy { from, len, offset } => {
-                let p = self.published?;
-                let size = self.sizes[p.version as usize];
+            Op::Copy {
+                back,
+                from,
+                len,
+                offset,
+            } => {
+                let latest = self.published?.version;
+                let v = latest
+                    .saturating_sub(back)
+                    .max(self.copyable_from)
+                    .clamp(1, latest);
+                let size = self.sizes[v as usize];
                 if size == 0 {
                     return None;
                 }
                 let from = from % size;
                 let len = len.min(size - from);
-                let segs = block_on(resolve_range(p.root(), Span::new(from, len), &self.source))
-                    .expect("resolve a copy's source");
+                let segs = block_on(resolve_range(
+                    self.root(v),
+                    Span::new(from, len),
+                    &self.source,
+                ))
+                .expect("resolve a copy's source");
                 let pieces = segs.iter().map(StoredChunk::from_segment).collect();
-                reused = Some((pieces, p.version, from));
+                reused = Some((pieces, v, from));
                 (offset, len)
             }
         };

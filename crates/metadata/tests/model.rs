@@ -20,10 +20,13 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         (1u64..90).prop_map(|len| Op::Append { len }),
         // A version that changes no byte (it only carries attributes).
         Just(Op::Write { offset: 0, len: 0 }),
-        (0u64..1000, 1u64..300, 0u64..500).prop_map(|(from, len, offset)| Op::Copy {
-            from,
-            len,
-            offset
+        (0u64..4, 0u64..1000, 1u64..300, 0u64..500).prop_map(|(back, from, len, offset)| {
+            Op::Copy {
+                back,
+                from,
+                len,
+                offset,
+            }
         }),
     ]
 }
