@@ -286,6 +286,12 @@ fn trees_patterns_copies_and_du() {
     c_model.remove("/c/z.txt");
     assert_eq!(listing(&addr, "/d"), model);
     assert_eq!(listing(&addr, "/c"), c_model);
+
+    // Two matches of one name cannot both go into one local directory: nothing is written.
+    let clash = tc.dir.join("local/clash");
+    let out = tomus(&addr, &["fs", "get", "/[cd]/y.csv", s(&clash)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!clash.exists());
 }
 
 #[test]

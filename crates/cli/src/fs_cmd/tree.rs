@@ -225,7 +225,8 @@ fn local_tree(root: &Path) -> Result<LocalTree> {
 /// The local path of the namespace path `rel` (relative, `/`-joined) under `root`.
 fn local_path(root: &Path, rel: &str) -> PathBuf {
     let mut p = root.to_path_buf();
-    p.extend(rel.split('/').filter(|c| !c.is_empty()));
+    // The manager keeps paths clean; never step out of `root` should one not be.
+    p.extend(rel.split('/').filter(|c| !matches!(*c, "" | "." | "..")));
     p
 }
 
@@ -308,6 +309,17 @@ pub async fn get(
     let mut tally = Tally::default();
     let mut done = Vec::new();
     let into = local_dir_syntax(local) || sources.len() > 1;
+    if into {
+        let mut names = std::collections::BTreeSet::new();
+        if let Some(e) = sources.iter().find(|e| !names.insert(base_name(&e.path))) {
+            return Err(Error::invalid(format!(
+                "{arg} matches more than one path named {:?}: they cannot all go into {}",
+                base_name(&e.path),
+                local.display()
+            ))
+            .into());
+        }
+    }
     for src in &sources {
         let target = if into {
             create_dir(local)?;
