@@ -519,5 +519,14 @@ fn urls_unclean_paths_and_json_errors() {
         tomus("127.0.0.1:1", &["fs", "ls", "--json"]).status.code(),
         Some(4)
     );
+    // A usage error of a command that asked for JSON is JSON as well.
+    let out = tomus(&addr, &["fs", "ls", "--json", "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["error"]["kind"], "InvalidArgument");
+    assert!(err["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--no-such-flag"));
     assert_eq!(listing(&addr, "/"), model);
 }

@@ -101,8 +101,20 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let matches = match Cli::command().try_get_matches_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let matches = match Cli::command().try_get_matches_from(&args) {
         Ok(m) => m,
+        Err(e) if e.use_stderr() && args.iter().any(|a| a == "--json") => {
+            // A usage error of a command asked for JSON: JSON too (help and --version stay).
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            let message = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!(
+                "{}",
+                json!({"error": {"kind": "InvalidArgument", "message": message}})
+            );
+            return e.exit_code();
+        }
         Err(e) => {
             let _ = e.print();
             return e.exit_code();
