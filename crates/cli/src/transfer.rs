@@ -44,8 +44,8 @@ fn short_label(name: &str) -> String {
 /// What a put or a get moved, for the summary line that ends it on a terminal.
 pub struct Tally {
     started: Instant,
-    pub files: u64,
-    pub bytes: u64,
+    files: u64,
+    bytes: u64,
 }
 
 impl Default for Tally {
@@ -64,8 +64,8 @@ impl Tally {
         self.bytes += bytes;
     }
 
-    /// `what: 12.0 MiB in 0.50 s (24.0 MiB/s)` on stderr, only when stderr is a terminal
-    /// (`what` is the file, or `N files` when there were several).
+    /// `VERB WHAT: 12.0 MiB in 0.50 s (24.0 MiB/s)` on stderr, only when stderr is a
+    /// terminal (WHAT is `name` for one file, `N files` for several).
     pub fn finish(&self, verb: &str, name: &str) {
         if !std::io::stderr().is_terminal() {
             return;
