@@ -181,7 +181,10 @@ fn fs_commands(addr: &str, dir: &std::path::Path) {
         addr,
         &["fs", "put", small.to_str().unwrap(), "runs/r1/big.bin"],
     );
-    assert_eq!(String::from_utf8_lossy(&put.stdout).trim(), "2");
+    assert_eq!(
+        String::from_utf8_lossy(&put.stdout).trim(),
+        "put /runs/r1/big.bin: version 2, 5 B"
+    );
     assert_eq!(
         tomus(addr, &["fs", "cat", "runs/r1/big.bin"]).stdout,
         b"short"
@@ -199,7 +202,10 @@ fn fs_commands(addr: &str, dir: &std::path::Path) {
         ],
     );
     assert_eq!(v1.stdout, &data[299_998..]);
-    for expect in ["1 0", "2 5"] {
+    for expect in [
+        "append /logs/a: version 1 at offset 0, 5 B",
+        "append /logs/a: version 2 at offset 5, 5 B",
+    ] {
         let put = tomus(
             addr,
             &["fs", "put", small.to_str().unwrap(), "/logs/a", "--append"],

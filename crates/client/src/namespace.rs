@@ -6,10 +6,11 @@ use tomus_wire::manager::{
     FsCreate, FsDelete, FsList, FsListAttrs, FsMkdir, FsObject, FsRename, FsStat,
 };
 use tomus_wire::{
-    Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Rpc, DEFAULT_CHUNK_SIZE,
+    Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Rpc, VersionInfo,
+    DEFAULT_CHUNK_SIZE,
 };
 
-use crate::{Blob, Client};
+use crate::{Blob, Client, CommitOptions, Extent};
 
 /// Entries fetched per listing call.
 const PAGE: u32 = 1000;
@@ -189,5 +190,57 @@ impl Namespace {
             recursive,
         };
         self.call(req).await
+    }
+
+    /// Copies the file `from` (at `version`; `None`: its latest published) to `to` without
+    /// copying data, as S3's CopyObject does: the new version of `to` refers to the chunks
+    /// `from`'s bytes are stored in, and carries the same attributes. A new `to` gets `from`'s
+    /// chunk size and replication; an existing file gets the copy as its new version. The two
+    /// are independent from then on. Returns the version of `to` written.
+    pub async fn copy(
+        &self,
+        from: &str,
+        to: &str,
+        version: Option<Version>,
+    ) -> Result<VersionInfo> {
+        let (src, src_blob) = self.object(from, version).await?;
+        if src.entry.path == to.trim_matches('/') {
+            return Err(Error::invalid(format!(
+                "/{} cannot be copied onto itself",
+                src.entry.path
+            )));
+        }
+        let options = CreateOptions {
+            chunk_size: src_blob.chunk_size(),
+            replication: src_blob.replication(),
+            exclusive: false,
+        };
+        let (entry, blob) = self.create(to, options).await?;
+        let fresh = entry.blob.as_ref().is_some_and(|b| b.latest == 0);
+        let extent = Extent {
+            blob: src_blob,
+            version: src.version.version,
+            offset: 0,
+            len: src.version.size,
+        };
+        let sources: Vec<Extent> = if extent.len == 0 {
+            Vec::new()
+        } else {
+            vec![extent]
+        };
+        let options = CommitOptions {
+            attrs: src.attrs,
+            expect_size: None,
+        };
+        match blob.compose(&sources, &options).await {
+            Ok(info) => Ok(info),
+            Err(e) => {
+                if fresh {
+                    // Nothing was published: the new name goes (best effort).
+                    let _ = self.delete(&entry.path, false).await;
+                }
+                Err(e)
+            }
+        }
     }
 }

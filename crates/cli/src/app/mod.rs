@@ -75,7 +75,8 @@ enum Command {
     /// Blob commands: create, write, append, read, stat, versions, locations, list.
     #[command(subcommand)]
     Blob(BlobCommand),
-    /// The file namespace: put, get, cat, ls, stat, mkdir, rm, mv (files are blobs).
+    /// The file namespace: put, get, cat, head, tail, ls, stat, du, versions, cp, mkdir, rm,
+    /// mv (files are blobs; paths may be tomus:// URLs).
     #[command(subcommand)]
     Fs(FsCommand),
     /// List the providers the manager knows, with capacity and liveness.
@@ -100,8 +101,20 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let matches = match Cli::command().try_get_matches_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let matches = match Cli::command().try_get_matches_from(&args) {
         Ok(m) => m,
+        Err(e) if e.use_stderr() && args.iter().any(|a| a == "--json") => {
+            // A usage error of a command asked for JSON: JSON too (help and --version stay).
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            let message = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!(
+                "{}",
+                json!({"error": {"kind": "InvalidArgument", "message": message}})
+            );
+            return e.exit_code();
+        }
         Err(e) => {
             let _ = e.print();
             return e.exit_code();
@@ -129,14 +142,34 @@ where
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+    let json_errors = cli.json;
     match run(cli, explicit_addr) {
         Ok(()) => 0,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
-            eprintln!("tomus: error: {msg}");
+            if json_errors {
+                eprintln!(
+                    "{}",
+                    json!({"error": {"kind": error_kind(&e), "message": msg}})
+                );
+            } else {
+                eprintln!("tomus: error: {msg}");
+            }
             exit_code(&e)
         }
     }
+}
+
+/// The name of an error's kind for JSON output: the tomus error kind (`NotFound`, ...), `Io`
+/// for a local I/O failure, `Other` for the rest.
+fn error_kind(e: &anyhow::Error) -> String {
+    if let Some(t) = e.downcast_ref::<tomus_wire::Error>() {
+        return format!("{:?}", t.kind);
+    }
+    if e.chain().any(|c| c.is::<std::io::Error>()) {
+        return "Io".into();
+    }
+    "Other".into()
 }
 
 /// Exit codes by error kind, so scripts can tell "bad input" from "cluster down".

@@ -1,0 +1,250 @@
+//! What `tomus fs` shows about the namespace: listings, `stat`, `du` and `versions`, as text
+//! for people and as JSON with `--json`.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use serde_json::{json, Value};
+use tomus_client::Namespace;
+use tomus_wire::{EntryKind, FsEntry, VersionState};
+
+use super::paths::{display, join, relative, resolve, resolve_file};
+use crate::ops_cmd::describe;
+use crate::size::format_size;
+
+pub fn entry_json(e: &FsEntry) -> Value {
+    match (&e.kind, &e.blob) {
+        (EntryKind::File, Some(b)) => json!({
+            "path": display(&e.path), "type": "file", "size": b.size, "version": b.latest,
+            "blob": b.id, "chunk_size": b.chunk_size, "replication": b.replication,
+            "created_ms": e.created_ms, "modified_ms": b.modified_ms,
+        }),
+        _ => json!({"path": display(&e.path), "type": "directory", "created_ms": e.created_ms}),
+    }
+}
+
+fn print_entry(e: &FsEntry) {
+    match (&e.kind, &e.blob) {
+        (EntryKind::File, Some(b)) => {
+            println!("{:>12}  v{:<6}  /{}", format_size(b.size), b.latest, e.path)
+        }
+        _ => println!("{:>12}  {:<7}  /{}/", "-", "dir", e.path),
+    }
+}
+
+/// `ls [-r] PATH`: a file is listed as itself, a directory by its children (everything below
+/// it with `-r`); a pattern lists each match that way.
+pub async fn ls(ns: &Namespace, json_out: bool, arg: &str, recursive: bool) -> Result<()> {
+    let mut entries = Vec::new();
+    for entry in resolve(ns, arg).await? {
+        match entry.kind {
+            EntryKind::File => entries.push(entry),
+            EntryKind::Dir if recursive => entries.extend(ns.walk(&entry.path).await?),
+            EntryKind::Dir => entries.extend(ns.list(&entry.path).await?),
+        }
+    }
+    if json_out {
+        let rows: Vec<_> = entries.iter().map(entry_json).collect();
+        println!("{}", Value::Array(rows));
+    } else {
+        entries.iter().for_each(print_entry);
+    }
+    Ok(())
+}
+
+pub async fn stat(ns: &Namespace, json_out: bool, arg: &str) -> Result<()> {
+    for e in resolve(ns, arg).await? {
+        if json_out {
+            println!("{}", entry_json(&e));
+            continue;
+        }
+        match &e.blob {
+            Some(b) => println!(
+                "/{}: file, {} bytes at version {}, blob {} (chunk {}, replication {})",
+                e.path,
+                b.size,
+                b.latest,
+                b.id,
+                format_size(b.chunk_size),
+                b.replication
+            ),
+            None => println!("/{}: directory", e.path),
+        }
+    }
+    Ok(())
+}
+
+/// Bytes (of each file's latest version) and counts below one path.
+#[derive(Default)]
+struct Usage {
+    bytes: u64,
+    files: u64,
+    dirs: u64,
+}
+
+impl Usage {
+    fn add(&mut self, e: &FsEntry) {
+        match &e.blob {
+            Some(b) => {
+                self.bytes += b.size;
+                self.files += 1;
+            }
+            None => self.dirs += 1,
+        }
+    }
+}
+
+/// `du [-s] PATH`: the bytes and files below each directory child of PATH (or of PATH itself
+/// with `-s`), counting each file's latest version.
+pub async fn du(ns: &Namespace, json_out: bool, arg: &str, summary: bool) -> Result<()> {
+    let mut rows: Vec<(String, Usage)> = Vec::new();
+    for entry in resolve(ns, arg).await? {
+        let below = match entry.kind {
+            EntryKind::File => Vec::new(),
+            EntryKind::Dir => ns.walk(&entry.path).await?,
+        };
+        if summary || entry.kind == EntryKind::File {
+            let mut u = Usage::default();
+            if entry.kind == EntryKind::File {
+                u.add(&entry);
+            }
+            below.iter().for_each(|e| u.add(e));
+            rows.push((entry.path, u));
+            continue;
+        }
+        // One row per child, each with everything below it.
+        let mut by_child: BTreeMap<String, Usage> = BTreeMap::new();
+        for e in &below {
+            let rel = relative(&entry.path, &e.path);
+            let child = rel.split('/').next().unwrap_or(rel);
+            let key = join(&entry.path, child);
+            // A child directory is the row itself, not one of the directories below it.
+            let counted = e.path != key || e.kind == EntryKind::File;
+            let u = by_child.entry(key).or_default();
+            if counted {
+                u.add(e);
+            }
+        }
+        rows.extend(by_child);
+    }
+    if json_out {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|(p, u)| json!({"path": display(p), "bytes": u.bytes, "files": u.files, "dirs": u.dirs}))
+            .collect();
+        println!("{}", Value::Array(rows));
+    } else {
+        for (p, u) in rows {
+            println!(
+                "{:>12}  {:>8} files  {}",
+                format_size(u.bytes),
+                u.files,
+                display(&p)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `versions PATH`: every version of a file that its retention still keeps, with its size and
+/// publication time.
+pub async fn versions(ns: &Namespace, json_out: bool, arg: &str) -> Result<()> {
+    let entry = resolve_file(ns, arg).await?;
+    let (_, blob) = ns.open(&entry.path).await?;
+    let retention = entry.blob.as_ref().map(|b| b.retention).unwrap_or_default();
+    let list = blob.versions().await?;
+    // Version 0 is the empty file as created, before anything was written.
+    let shown: Vec<_> = list.versions.iter().filter(|v| v.version > 0).collect();
+    if json_out {
+        let rows: Vec<_> = shown
+            .iter()
+            .map(|v| {
+                json!({"version": v.version, "size": v.size, "published_ms": v.published_ms,
+                       "append": v.append, "offset": v.span.offset, "written": v.span.size,
+                       "state": state_name(v.state)})
+            })
+            .collect();
+        let aborted: Vec<_> = list
+            .aborted
+            .iter()
+            .map(|(a, b)| json!({"from": a, "to": b}))
+            .collect();
+        let out = json!({"path": display(&entry.path), "blob": blob.id(),
+                         "retention": describe(retention), "versions": rows, "aborted": aborted});
+        println!("{out}");
+        return Ok(());
+    }
+    println!(
+        "{}: blob {}, {}",
+        display(&entry.path),
+        blob.id(),
+        describe(retention)
+    );
+    println!(
+        "{:>8}  {:>12}  {:<20}  WRITE",
+        "VERSION", "SIZE", "PUBLISHED (UTC)"
+    );
+    for v in shown {
+        let what = match (v.append, v.state) {
+            (_, VersionState::Pending) => "pending".to_string(),
+            (_, VersionState::Aborted) => "aborted".to_string(),
+            (true, _) => format!(
+                "append of {} at {}",
+                format_size(v.span.size),
+                v.span.offset
+            ),
+            (false, _) => format!("{} at {}", format_size(v.span.size), v.span.offset),
+        };
+        println!(
+            "{:>8}  {:>12}  {:<20}  {what}",
+            v.version,
+            format_size(v.size),
+            utc(v.published_ms)
+        );
+    }
+    Ok(())
+}
+
+fn state_name(s: VersionState) -> &'static str {
+    match s {
+        VersionState::Pending => "pending",
+        VersionState::Published => "published",
+        VersionState::Aborted => "aborted",
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) of Unix milliseconds; `-` for 0 (not published).
+pub fn utc(ms: u64) -> String {
+    if ms == 0 {
+        return "-".into();
+    }
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "-");
+        assert_eq!(super::utc(1_000), "1970-01-01 00:00:01");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(super::utc(1_795_433_553_000), "2026-11-23 11:32:33");
+    }
+}
