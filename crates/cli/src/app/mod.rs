@@ -209,8 +209,19 @@ async fn connect(addr: &str, secret: Option<ClusterSecret>, local: bool) -> Resu
         },
         ..ClientOptions::default()
     };
-    Ok(Client::connect(addr, options).await?)
+    Client::connect(addr, options).await.map_err(|e| {
+        if e.kind == ErrorKind::Unavailable {
+            // Nobody serves there: most likely no cluster was started, or this is not its
+            // address. The kind (and so the exit code) stays.
+            tomus_wire::Error::new(e.kind, format!("{}; {NO_CLUSTER_HINT}", e.message)).into()
+        } else {
+            e.into()
+        }
+    })
 }
+
+/// What to do when the manager cannot be reached.
+const NO_CLUSTER_HINT: &str = "start a cluster with `tomus up` (in another terminal, or with `&`), or point TOMUS_ADDR or --addr at a running manager";
 
 async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) -> Result<()> {
     let client = connect(addr, secret, false).await?;
