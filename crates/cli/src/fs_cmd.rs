@@ -89,12 +89,12 @@ fn entry_json(e: &FsEntry) -> serde_json::Value {
     }
 }
 
-fn print_entry(e: &FsEntry) {
+fn print_entry(e: &FsEntry) -> std::io::Result<()> {
     match (&e.kind, &e.blob) {
         (EntryKind::File, Some(b)) => {
-            println!("{:>12}  v{:<6}  /{}", format_size(b.size), b.latest, e.path)
+            outln!("{:>12}  v{:<6}  /{}", format_size(b.size), b.latest, e.path)
         }
-        _ => println!("{:>12}  {:<7}  /{}/", "-", "dir", e.path),
+        _ => outln!("{:>12}  {:<7}  /{}/", "-", "dir", e.path),
     }
 }
 
@@ -127,14 +127,14 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
                 (writer.commit_replace().await?, 0)
             };
             if json_out {
-                println!(
+                outln!(
                     "{}",
                     json!({"path": path, "version": version, "offset": offset, "size": bytes})
-                );
+                )?;
             } else if append {
-                println!("{version} {offset}");
+                outln!("{version} {offset}")?;
             } else {
-                println!("{version}");
+                outln!("{version}")?;
             }
         }
         FsCommand::Get {
@@ -172,18 +172,18 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
             };
             if json_out {
                 let rows: Vec<_> = entries.iter().map(entry_json).collect();
-                println!("{}", serde_json::Value::Array(rows));
+                outln!("{}", serde_json::Value::Array(rows))?;
             } else {
-                entries.iter().for_each(print_entry);
+                entries.iter().try_for_each(print_entry)?;
             }
         }
         FsCommand::Stat { path } => {
             let e = ns.stat(&path).await?;
             if json_out {
-                println!("{}", entry_json(&e));
+                outln!("{}", entry_json(&e))?;
             } else {
                 match &e.blob {
-                    Some(b) => println!(
+                    Some(b) => outln!(
                         "/{}: file, {} bytes at version {}, blob {} (chunk {}, replication {})",
                         e.path,
                         b.size,
@@ -192,14 +192,14 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
                         format_size(b.chunk_size),
                         b.replication
                     ),
-                    None => println!("/{}: directory", e.path),
-                }
+                    None => outln!("/{}: directory", e.path),
+                }?
             }
         }
         FsCommand::Mkdir { path, parents } => {
             let e = ns.mkdir(&path, parents).await?;
             if json_out {
-                println!("{}", entry_json(&e));
+                outln!("{}", entry_json(&e))?;
             }
         }
         FsCommand::Rm { path, recursive } => ns.delete(&path, recursive).await?,

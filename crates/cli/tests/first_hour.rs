@@ -1,5 +1,5 @@
-//! What a new user trips over in the first hour with the `tomus` command (issue 19): the hints
-//! of connection errors.
+//! What a new user trips over in the first hour with the `tomus` command (issue 19): output
+//! into a closed pipe, and the hints of connection errors.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
@@ -44,6 +44,10 @@ impl Up {
             dir,
         }
     }
+
+    fn tomus(&self, args: &[&str]) -> Output {
+        tomus(&self.addr, args)
+    }
 }
 
 impl Drop for Up {
@@ -85,6 +89,58 @@ fn tomus(addr: &str, args: &[&str]) -> Output {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs `tomus args` with its stdout a pipe whose reader is already gone.
+fn into_closed_pipe(addr: &str, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(exe())
+        .env("TOMUS_ADDR", addr)
+        .args(args)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let up = Up::start(2, &[]);
+    let file = up.dir.join("input");
+    std::fs::write(&file, vec![5u8; 200_000]).unwrap();
+    for name in ["/d/a", "/d/b", "/d/e/f"] {
+        let out = up.tomus(&["fs", "put", file.to_str().unwrap(), name]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let commands: [&[&str]; 8] = [
+        &["fs", "ls", "-r", "/"],
+        &["fs", "ls", "-r", "/", "--json"],
+        &["fs", "cat", "/d/a"],
+        &["fs", "stat", "/d/a"],
+        &["fs", "put", file.to_str().unwrap(), "/d/g"],
+        &["providers"],
+        &["status"],
+        &["blob", "list"],
+    ];
+    for args in commands {
+        let out = into_closed_pipe(&up.addr, args);
+        assert_eq!(
+            (out.status.code(), stderr(&out)),
+            (Some(0), String::new()),
+            "tomus {args:?} into a closed pipe"
+        );
+    }
+    // As users write it: the first line, and nothing on stderr.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("'{}' fs ls -r / | head -1", exe().display()))
+        .env("TOMUS_ADDR", &up.addr)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    assert_eq!(stderr(&out), "");
 }
 
 #[test]

@@ -131,6 +131,8 @@ where
         .try_init();
     match run(cli, explicit_addr) {
         Ok(()) => 0,
+        // The reader of our output is gone (`tomus fs ls | head -1`): nothing to say to anyone.
+        Err(e) if crate::out::is_closed_output(&e) => 0,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
             eprintln!("tomus: error: {msg}");
@@ -234,14 +236,19 @@ async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) ->
                             "free": p.free, "chunks": p.chunks, "load": p.load})
             })
             .collect();
-        println!("{}", serde_json::Value::Array(rows));
+        outln!("{}", serde_json::Value::Array(rows))?;
     } else {
-        println!(
+        outln!(
             "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",
-            "ID", "ADDRESS", "ALIVE", "CAPACITY", "FREE", "CHUNKS"
-        );
+            "ID",
+            "ADDRESS",
+            "ALIVE",
+            "CAPACITY",
+            "FREE",
+            "CHUNKS"
+        )?;
         for p in list {
-            println!(
+            outln!(
                 "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",
                 p.id,
                 p.addr,
@@ -249,7 +256,7 @@ async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) ->
                 format_size(p.capacity),
                 format_size(p.free),
                 p.chunks
-            );
+            )?;
         }
     }
     Ok(())

@@ -252,7 +252,8 @@ where
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let mut server = tokio::spawn(start(tx, stopped));
         if let Ok(addr) = rx.await {
-            println!("tomus {role} listening on {addr}");
+            // A server keeps serving whether or not anyone reads its stdout.
+            let _ = outln!("tomus {role} listening on {addr}");
             let _ = std::io::stdout().flush();
         }
         let ended = tokio::select! {

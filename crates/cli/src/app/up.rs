@@ -62,7 +62,7 @@ pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result
     spec.memory_tier = a.memory_tier;
     spec.fsync = !a.no_fsync;
     let mut cluster = EmbeddedCluster::start(&Launcher::current()?, spec)?;
-    println!("tomus cluster listening on {}", cluster.addr);
+    let _ = outln!("tomus cluster listening on {}", cluster.addr);
     eprintln!(
         "manager at {} with {} providers; data and logs in {}\n\
          use it with: export TOMUS_ADDR={}   (Ctrl-C stops the cluster)",
@@ -80,7 +80,7 @@ pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let task = tokio::spawn(tomus_s3::run(config, Some(tx)));
                 if let Ok(s3_addr) = rx.await {
-                    println!("tomus s3 listening on {s3_addr}");
+                    let _ = outln!("tomus s3 listening on {s3_addr}");
                     let _ = std::io::stdout().flush();
                 }
                 Some(task)
