@@ -125,8 +125,10 @@ where
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOMUS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default_level},s3s=off")));
     // Fails only when a subscriber is already set (a second call in one process): keep it.
+    // Colours only on a terminal: the servers of `tomus up` log to files.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
     match run(cli, explicit_addr) {

@@ -188,8 +188,13 @@ pub(super) fn run_provider(
         fsync: !a.no_fsync,
         limits: a.limits.limits(),
     };
-    serve("provider", |ready, _| {
-        tomus_provider::run(config, Some(ready))
+    // A provider's state is durable at each acknowledgement and it runs no rounds worth
+    // finishing: asked to stop, it stops at once (its heartbeats with it).
+    serve("provider", |ready, mut stop| async move {
+        tokio::select! {
+            ended = tomus_provider::run(config, Some(ready)) => ended,
+            _ = stop.wait_for(|stop| *stop) => Ok(()),
+        }
     })
 }
 
