@@ -43,6 +43,36 @@ def test_python_m_tomus_runs_blob_commands(
     assert r.stdout == b"the cli"
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("fs", "ls", "-r", "/"),
+        ("status",),
+        ("compute", "wordcount", "pipe/words.txt", "--workers", "1"),
+    ],
+)
+def test_output_into_a_closed_pipe_ends_quietly(
+    cluster: tomus.LocalCluster, client: tomus.Client, args: tuple[str, ...]
+) -> None:
+    # `tomus fs ls -r / | head -1` once head has exited: the native command line runs in
+    # this interpreter (which ignores SIGPIPE), the compute commands are Python.
+    client.fs().pipe("pipe/words.txt", b"a b a c\n")
+    read, write = os.pipe()
+    os.close(read)
+    env = dict(os.environ, TOMUS_ADDR=cluster.addr)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "tomus", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert (r.returncode, r.stderr) == (0, b"")
+
+
 def test_cli_exit_codes_and_help(cluster: tomus.LocalCluster) -> None:
     r = tomus_cli("blob", "read", "999999", addr=cluster.addr)
     assert r.returncode == 3 and b"does not exist" in r.stderr

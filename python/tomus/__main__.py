@@ -10,6 +10,18 @@ from tomus import _native
 
 
 def main() -> None:
+    try:
+        _main()
+    except BrokenPipeError:
+        # The reader of our output is gone (`tomus demo | head -1`): end quietly, as the
+        # native commands do. stdout goes to /dev/null first, so that flushing it at exit
+        # does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+
+
+def _main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["compute"]:
         # The compute layer's applications (Python, on Dask): tomus compute APP ...

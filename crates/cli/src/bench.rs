@@ -150,7 +150,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(path) = &args.out {
         std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    println!("{text}");
+    outln!("{text}")?;
     Ok(())
 }
 

@@ -37,11 +37,12 @@ pub struct DemoArgs {
 }
 
 /// Narration: part of the report in text mode, on stderr when stdout carries JSON.
-fn say(args: &DemoArgs, line: String) {
+fn say(args: &DemoArgs, line: String) -> std::io::Result<()> {
     if args.json {
         eprintln!("{line}");
+        Ok(())
     } else {
-        println!("{line}");
+        outln!("{line}")
     }
 }
 
@@ -70,7 +71,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
             args.providers,
             dir.display()
         ),
-    );
+    )?;
     let cluster = EmbeddedCluster::start(&launcher, ClusterSpec::new(&dir, args.providers))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -96,7 +97,7 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
             args.clients,
             shared.id()
         ),
-    );
+    )?;
     let pb = bytes_bar(per_client * args.clients as u64, "appends");
     let done = Arc::new(AtomicBool::new(false));
     let landed = Arc::new(std::sync::Mutex::new(Vec::<Landed>::new()));
@@ -192,7 +193,7 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
             "\n2. {} clients write 4 MiB blocks to blobs of their own, then read them back",
             args.clients
         ),
-    );
+    )?;
     let pbw = bytes_bar(per_client * args.clients as u64, "writes");
     let start = Instant::now();
     let writers: Vec<_> = (0..args.clients as u64)
@@ -269,34 +270,34 @@ async fn demo(addr: &str, args: &DemoArgs) -> Result<()> {
                       "reads": mib_s(total_half, read_secs)},
             "striping": striped,
         });
-        println!("{report}");
+        outln!("{report}")?;
         return Ok(());
     }
-    println!("\nreport");
-    println!(
+    outln!("\nreport")?;
+    outln!(
         "  shared blob {}: {} appends from {} clients -> versions 1..{final_version}, size {}",
         shared.id(),
         all.len(),
         args.clients,
         format_size(size)
-    );
-    println!("    every append landed contiguously where it was told; content verified");
-    println!("    {snapshots} snapshots read during the appends, all consistent");
-    println!(
+    )?;
+    outln!("    every append landed contiguously where it was told; content verified")?;
+    outln!("    {snapshots} snapshots read during the appends, all consistent")?;
+    outln!(
         "  concurrent appends  {:>8.1} MiB/s",
         mib_s(total_half, append_secs)
-    );
-    println!(
+    )?;
+    outln!(
         "  independent writes  {:>8.1} MiB/s",
         mib_s(total_half, write_secs)
-    );
-    println!(
+    )?;
+    outln!(
         "  reads               {:>8.1} MiB/s",
         mib_s(total_half, read_secs)
-    );
-    println!("  shared blob striped over providers:");
+    )?;
+    outln!("  shared blob striped over providers:")?;
     for (addr, bytes) in striped {
-        println!("    {addr:<22} {:>10}", format_size(bytes));
+        outln!("    {addr:<22} {:>10}", format_size(bytes))?;
     }
     Ok(())
 }

@@ -5,9 +5,9 @@
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
@@ -88,6 +88,68 @@ pub struct EmbeddedCluster {
     manager: Option<Child>,
     providers: Vec<Option<Child>>,
     provider_addrs: Vec<String>,
+    /// The lock on the data directory, held while the cluster lives ([`lock_data_dir`]).
+    _lock: std::fs::File,
+}
+
+/// A server process of the cluster that ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exited {
+    Manager(ExitStatus),
+    Provider(usize, ExitStatus),
+}
+
+impl std::fmt::Display for Exited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exited::Manager(s) => write!(f, "manager exited ({s})"),
+            Exited::Provider(i, s) => write!(f, "provider {i} exited ({s})"),
+        }
+    }
+}
+
+/// The lock file in a cluster's data directory; it holds the PID of the process running the
+/// cluster.
+const LOCK_FILE: &str = "tomus.lock";
+
+/// Locks `dir` for one embedded cluster: a second one on the same directory would share the
+/// manager's database and the providers' chunks with the first. The lock is an flock on
+/// [`LOCK_FILE`], so it goes with the process however it ends; the file's content (this
+/// process's id) only names the holder in the error.
+fn lock_data_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "another process".to_string(),
+                pid => format!("PID {pid}"),
+            };
+            bail!(
+                "data directory {} is in use by {holder} (another `tomus up`?); stop it or \
+                 pass another --data",
+                dir.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(file)
 }
 
 /// How long a child may take to print its address.
@@ -96,9 +158,14 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 impl EmbeddedCluster {
     /// Starts the manager, then the providers, and waits until each is serving.
     pub fn start(launcher: &Launcher, spec: ClusterSpec) -> Result<Self> {
+        std::fs::create_dir_all(&spec.data_dir)
+            .with_context(|| format!("cannot create {}", spec.data_dir.display()))?;
+        // Before anything is written there, logs included.
+        let lock = lock_data_dir(&spec.data_dir)?;
         std::fs::create_dir_all(spec.data_dir.join("logs"))
             .with_context(|| format!("cannot create {}", spec.data_dir.display()))?;
         let mut cluster = EmbeddedCluster {
+            _lock: lock,
             launcher: launcher.clone(),
             addr: spec.manager_addr.clone(),
             spec,
@@ -220,21 +287,53 @@ impl EmbeddedCluster {
         }
     }
 
-    /// Returns a description of the first child that exited, if any did.
-    pub fn exited(&mut self) -> Option<String> {
-        if let Some(c) = self.manager.as_mut() {
-            if let Ok(Some(status)) = c.try_wait() {
-                return Some(format!("manager exited ({status})"));
-            }
+    /// The children that exited since the last call, reaped: their slots are empty until
+    /// they are started again ([`Self::start_manager`], [`Self::start_provider`]).
+    pub fn reap(&mut self) -> Vec<Exited> {
+        let mut out = Vec::new();
+        if let Some(Ok(Some(status))) = self.manager.as_mut().map(Child::try_wait) {
+            self.manager = None;
+            out.push(Exited::Manager(status));
         }
         for (i, p) in self.providers.iter_mut().enumerate() {
-            if let Some(c) = p.as_mut() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    return Some(format!("provider {i} exited ({status})"));
-                }
+            if let Some(Ok(Some(status))) = p.as_mut().map(Child::try_wait) {
+                *p = None;
+                out.push(Exited::Provider(i, status));
             }
         }
-        None
+        out
+    }
+
+    /// Stops the cluster cleanly: SIGTERM to the manager first, so that its maintenance
+    /// finishes its rounds while the providers still serve (instead of finding their data
+    /// unreadable), then to the providers the moment the manager is gone (before a heartbeat
+    /// finds it gone). Each gets `grace` before SIGKILL.
+    pub fn stop(&mut self, grace: Duration) {
+        let providers: Vec<Child> = self.providers.iter_mut().filter_map(Option::take).collect();
+        let pids: Vec<u32> = providers.iter().map(Child::id).collect();
+        match self.manager.take() {
+            Some(mut manager) => {
+                signal(manager.id(), libc::SIGTERM);
+                let pid = manager.id();
+                let (done, exited) = mpsc::channel();
+                let waiter = std::thread::spawn(move || {
+                    let _ = manager.wait();
+                    for &p in &pids {
+                        signal(p, libc::SIGTERM);
+                    }
+                    let _ = done.send(());
+                });
+                if exited.recv_timeout(grace).is_err() {
+                    // Not reaped yet: the waiter reaps it once it is gone.
+                    signal(pid, libc::SIGKILL);
+                }
+                let _ = waiter.join();
+            }
+            None => pids.iter().for_each(|&p| signal(p, libc::SIGTERM)),
+        }
+        for c in providers {
+            terminate(c, grace);
+        }
     }
 
     fn spawn(&self, name: &str, args: &[String]) -> Result<(Child, String)> {
@@ -251,6 +350,9 @@ impl EmbeddedCluster {
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
         die_with_parent(&mut cmd);
+        // Out of the terminal's process group: Ctrl-C reaches only the process running the
+        // cluster, which then stops the servers in order ([`Self::stop`]).
+        cmd.process_group(0);
         let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start {} {name}", self.launcher.program.display()))?;
@@ -308,6 +410,30 @@ fn path_arg(p: &Path) -> String {
 fn kill(mut c: Child) {
     let _ = c.kill();
     let _ = c.wait();
+}
+
+/// Sends `sig` to the child `pid`, which must not have been reaped yet (so its pid is not
+/// reused).
+fn signal(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: a plain syscall.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL if `c` has not exited after `grace`.
+fn terminate(mut c: Child, grace: Duration) {
+    signal(c.id(), libc::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if !matches!(c.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill(c);
 }
 
 impl Drop for EmbeddedCluster {

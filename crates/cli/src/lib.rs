@@ -2,6 +2,9 @@
 //! Python package), the embedded cluster, the demo and the benchmarks (shared with the
 //! integration tests).
 
+#[macro_use]
+pub mod out;
+
 pub mod app;
 pub mod bench;
 pub mod bench_ceiling;

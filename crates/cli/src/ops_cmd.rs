@@ -100,7 +100,7 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
     let s = status(client).await?;
     let m = &s.maintenance;
     if json_out {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&json!({
                 "providers": s.providers.iter().map(|p| json!({"id": p.id, "addr": p.addr, "state": state_of(p),
@@ -110,22 +110,27 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
                 "maintenance": m,
                 "maintenance_reported_ms": s.maintenance_reported_ms,
             }))?
-        );
+        )?;
         return Ok(());
     }
     let up = s.providers.iter().filter(|p| p.alive).count();
-    println!(
+    outln!(
         "providers: {} ({up} up), blobs: {}, a provider is down after {} ms without a heartbeat",
         s.providers.len(),
         s.blobs,
         s.provider_timeout_ms
-    );
-    println!(
+    )?;
+    outln!(
         "{:>4}  {:<22}  {:<16}  {:>10}  {:>10}  {:>8}",
-        "ID", "ADDRESS", "STATE", "CAPACITY", "FREE", "CHUNKS"
-    );
+        "ID",
+        "ADDRESS",
+        "STATE",
+        "CAPACITY",
+        "FREE",
+        "CHUNKS"
+    )?;
     for p in &s.providers {
-        println!(
+        outln!(
             "{:>4}  {:<22}  {:<16}  {:>10}  {:>10}  {:>8}",
             p.id,
             p.addr,
@@ -133,23 +138,23 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
             format_size(p.capacity),
             format_size(p.free),
             p.chunks
-        );
+        )?;
     }
     let now = tomus_wire::now_ms();
-    print_workers("manager", &s.workers, now);
+    print_workers("manager", &s.workers, now)?;
     if s.maintenance_reported_ms == 0 {
-        println!("maintenance: no report yet (repair and garbage collection not running?)");
+        outln!("maintenance: no report yet (repair and garbage collection not running?)")?;
         return Ok(());
     }
-    print_workers("maintenance", &m.workers, now);
-    println!(
+    print_workers("maintenance", &m.workers, now)?;
+    outln!(
         "under-replicated: {} chunks ({}), {} metadata nodes; lost (no live copy): {} chunks",
         m.under_replicated_chunks,
         format_size(m.under_replicated_bytes),
         m.under_replicated_nodes,
         m.lost_chunks
-    );
-    println!(
+    )?;
+    outln!(
         "repair: {} of {} copied, {} of {} nodes{}; {} rounds done, totals: {} chunks ({}) repaired",
         format_size(m.repair_done_bytes),
         format_size(m.repair_total_bytes),
@@ -159,8 +164,8 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
         m.passes,
         m.repaired_chunks,
         format_size(m.repaired_bytes)
-    );
-    println!(
+    )?;
+    outln!(
         "garbage collected: {} chunks ({}), {} metadata nodes; waiting: {} unreferenced chunks, \
          {} deletions",
         m.gc_chunks,
@@ -168,8 +173,8 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
         m.gc_nodes,
         m.unreferenced_chunks,
         m.pending_deletions
-    );
-    println!(
+    )?;
+    outln!(
         "ledger: {} leaves, {} chunks; {} changes applied, {} versions counted, {} rebuilds; \
          last repair round {} ms; {} audits{}",
         m.ledger_leaves,
@@ -184,21 +189,25 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
         } else {
             String::new()
         }
-    );
+    )?;
     for (id, left) in &m.draining {
-        println!(
+        outln!(
             "draining provider {id}: {} left to move",
             format_size(*left)
-        );
+        )?;
     }
     if let Some(e) = &m.last_error {
-        println!("last maintenance error: {e}");
+        outln!("last maintenance error: {e}")?;
     }
     Ok(())
 }
 
 /// One line per background worker: what it does now, what it did last, its errors.
-fn print_workers(process: &str, workers: &[tomus_wire::WorkerStatus], now_ms: u64) {
+fn print_workers(
+    process: &str,
+    workers: &[tomus_wire::WorkerStatus],
+    now_ms: u64,
+) -> std::io::Result<()> {
     for w in workers {
         let ago = match w.last_round_ms {
             0 => "no round yet".to_string(),
@@ -213,7 +222,7 @@ fn print_workers(process: &str, workers: &[tomus_wire::WorkerStatus], now_ms: u6
             (None, 0) => String::new(),
             (None, n) => format!("; {n} errors"),
         };
-        println!(
+        outln!(
             "{process} worker {:<10} {:<17} {} rounds, {ago}{}{errors}",
             w.name,
             w.state,
@@ -223,8 +232,9 @@ fn print_workers(process: &str, workers: &[tomus_wire::WorkerStatus], now_ms: u6
             } else {
                 format!(": {}", w.summary)
             }
-        );
+        )?;
     }
+    Ok(())
 }
 
 pub async fn provider_action(
@@ -248,15 +258,17 @@ pub async fn provider_action(
                 None
             };
             if json_out {
-                println!(
+                outln!(
                     "{}",
                     json!({"id": info.id, "addr": info.addr, "draining": true, "left": left})
-                );
+                )?;
             } else if wait {
-                println!(
+                outln!(
                     "provider {} ({}) is drained; stop it, then `tomus provider remove {}`",
-                    info.id, info.addr, info.addr
-                );
+                    info.id,
+                    info.addr,
+                    info.addr
+                )?;
             }
             Ok(())
         }
@@ -267,9 +279,9 @@ pub async fn provider_action(
                 })
                 .await?;
             if json_out {
-                println!("{}", json!({"removed": provider}));
+                outln!("{}", json!({"removed": provider}))?;
             } else {
-                println!("provider {provider} removed");
+                outln!("provider {provider} removed")?;
             }
             Ok(())
         }
@@ -328,7 +340,7 @@ pub async fn scrub(client: &Client, json_out: bool, args: ScrubArgs) -> Result<(
         let (checked, bytes, corrupt) = scrub_one(client, p, json_out).await?;
         all_corrupt += corrupt.len();
         if !json_out {
-            println!(
+            outln!(
                 "provider {} ({}): {checked} chunks ({}) verified, {} corrupt{}",
                 p.id,
                 p.addr,
@@ -346,7 +358,7 @@ pub async fn scrub(client: &Client, json_out: bool, args: ScrubArgs) -> Result<(
                             .join(", ")
                     )
                 }
-            );
+            )?;
         }
         rows.push(
             json!({"id": p.id, "addr": p.addr, "checked": checked, "bytes": bytes,
@@ -356,11 +368,11 @@ pub async fn scrub(client: &Client, json_out: bool, args: ScrubArgs) -> Result<(
     if args.wait && all_corrupt > 0 {
         wait_repaired(client).await?;
         if !json_out {
-            println!("repair re-created the quarantined copies");
+            outln!("repair re-created the quarantined copies")?;
         }
     }
     if json_out {
-        println!("{}", serde_json::Value::Array(rows));
+        outln!("{}", serde_json::Value::Array(rows))?;
     }
     Ok(())
 }
@@ -434,12 +446,12 @@ pub async fn set_retention(client: &Client, json_out: bool, a: RetentionArgs) ->
         })
         .await?;
     if json_out {
-        println!(
+        outln!(
             "{}",
             json!({"blob": a.id, "retention": format!("{:?}", info.retention), "latest": info.latest})
-        );
+        )?;
     } else {
-        println!("blob {}: {}", a.id, describe(info.retention));
+        outln!("blob {}: {}", a.id, describe(info.retention))?;
     }
     Ok(())
 }

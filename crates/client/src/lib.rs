@@ -39,7 +39,8 @@ use std::time::Duration;
 use tomus_metadata::BlobId;
 use tomus_wire::manager::{CreateBlob, GetBlob, ListBlobs};
 use tomus_wire::{
-    BlobInfo, ClusterSecret, Ping, Placement, Pool, ProviderInfo, Result, Rpc, RpcConfig,
+    BlobInfo, ClusterSecret, Error, ErrorKind, Ping, Placement, Pool, ProviderInfo, Result, Rpc,
+    RpcConfig,
 };
 
 use crate::cluster::Cluster;
@@ -91,7 +92,19 @@ impl Client {
             secret: options.secret.clone(),
         });
         let cluster = Arc::new(Cluster::new(addr.to_string(), pool));
-        cluster.manager(Ping).await?;
+        cluster.manager(Ping).await.map_err(|e| {
+            // A server of another protocol at the address (an S3 or HTTP port): say which
+            // server this address should have been.
+            if e.kind == ErrorKind::Protocol && e.message.contains(tomus_wire::NOT_A_TOMUS_SERVER) {
+                let manager = "is not a tomus manager";
+                Error::protocol(
+                    e.message
+                        .replacen(tomus_wire::NOT_A_TOMUS_SERVER, manager, 1),
+                )
+            } else {
+                e
+            }
+        })?;
         Ok(Client {
             host: local_host_towards(addr),
             cluster,

@@ -1,10 +1,17 @@
 //! Cluster secret and the mutual HMAC handshake every connection starts with.
 //!
+//! Client -> server, at once: magic, protocol version, CR LF CR LF ([`CLIENT_HELLO`]).
 //! Server -> client: magic, protocol version, "auth required" flag, 32-byte nonce.
 //! Client -> server: HMAC(secret, "client" || server nonce), 32-byte client nonce.
 //! Server -> client: status byte, HMAC(secret, "server" || client nonce).
 //! Without a secret (loopback-only servers) the MACs are zeros and not checked. A client
 //! that holds a secret talks only to servers that prove it.
+//!
+//! The client speaks first so that a wrong address fails at once instead of after the
+//! connect timeout: a server of another protocol (an HTTP port such as the S3 gateway's)
+//! waits for its client to speak, and answers bytes that are not its protocol with an error
+//! (or closes), which the client then reports as "not a tomus server". The CR LF CR LF ends
+//! what an HTTP server would read as a request head.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,7 +26,23 @@ use crate::error::{Error, ErrorKind, Result};
 
 const MAGIC: &[u8; 4] = b"TOMS";
 /// 2: typed requests in service envelopes, varint headers. 3: chunk transfers carry CRC32Cs.
-const PROTOCOL_VERSION: u8 = 3;
+/// 4: the client says hello first.
+const PROTOCOL_VERSION: u8 = 4;
+/// What a client sends as soon as it is connected.
+const CLIENT_HELLO: [u8; 9] = [
+    MAGIC[0],
+    MAGIC[1],
+    MAGIC[2],
+    MAGIC[3],
+    PROTOCOL_VERSION,
+    b'\r',
+    b'\n',
+    b'\r',
+    b'\n',
+];
+/// The start of the error a client gets from a peer that does not speak the protocol
+/// (`ADDR is not a tomus server ...`): callers that know which server they expected can say so.
+pub const NOT_A_TOMUS_SERVER: &str = "is not a tomus server";
 const STATUS_OK: u8 = 0;
 const STATUS_REFUSED: u8 = 1;
 
@@ -109,6 +132,17 @@ pub async fn accept(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> R
     hello.extend_from_slice(&server_nonce);
     stream.write_all(&hello).await.map_err(io_err)?;
 
+    let mut client_hello = [0u8; CLIENT_HELLO.len()];
+    stream.read_exact(&mut client_hello).await.map_err(io_err)?;
+    if client_hello[..4] != MAGIC[..] {
+        return Err(Error::protocol("the peer is not a tomus client"));
+    }
+    if client_hello != CLIENT_HELLO {
+        return Err(Error::protocol(format!(
+            "the client speaks protocol version {}, this server {PROTOCOL_VERSION}",
+            client_hello[4]
+        )));
+    }
     let mut reply = [0u8; 64];
     stream.read_exact(&mut reply).await.map_err(io_err)?;
     let (tag, client_nonce) = reply.split_at(32);
@@ -130,11 +164,31 @@ pub async fn accept(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> R
 
 /// Client side of the handshake.
 pub async fn connect(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> Result<()> {
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "the peer".to_string(), |a| a.to_string());
+    stream.write_all(&CLIENT_HELLO).await.map_err(io_err)?;
     let mut hello = [0u8; 38];
-    stream.read_exact(&mut hello).await.map_err(io_err)?;
-    if &hello[..4] != MAGIC {
-        return Err(Error::protocol("peer is not a tomus server"));
+    // The first bytes alone tell another protocol, whose answer may be shorter than ours.
+    let mut got = 0;
+    while got < MAGIC.len() {
+        match stream.read(&mut hello[got..]).await.map_err(io_err)? {
+            0 => {
+                return Err(Error::unavailable(format!(
+                    "{peer} closed the connection during the handshake (is it a tomus server?)"
+                )))
+            }
+            n => got += n,
+        }
     }
+    if &hello[..4] != MAGIC {
+        let first_line = String::from_utf8_lossy(&hello[..got]);
+        let first_line = first_line.lines().next().unwrap_or_default();
+        return Err(Error::protocol(format!(
+            "{peer} {NOT_A_TOMUS_SERVER} (it answered {first_line:?})"
+        )));
+    }
+    stream.read_exact(&mut hello[got..]).await.map_err(io_err)?;
     if hello[4] != PROTOCOL_VERSION {
         return Err(Error::protocol(format!(
             "peer speaks protocol version {}, this client {}",

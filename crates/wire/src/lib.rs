@@ -23,7 +23,7 @@ pub mod server;
 /// The data requests and answers carry.
 pub mod types;
 
-pub use auth::{check_bind, ClusterSecret};
+pub use auth::{check_bind, ClusterSecret, NOT_A_TOMUS_SERVER};
 pub use error::{check_count, Error, ErrorKind, Result};
 pub use pool::{Pool, RpcConfig};
 pub use rpc::{Envelope, Ping, Reply, Rpc};

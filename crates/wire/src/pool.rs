@@ -250,7 +250,7 @@ impl Pool {
         let handshake = auth::connect(&mut stream, self.config.secret.as_ref());
         match tokio::time::timeout(self.config.connect_timeout, handshake).await {
             Err(_) => Err(Error::unavailable(format!(
-                "handshake with {addr} timed out"
+                "handshake with {addr} timed out (is it a tomus server?)"
             ))),
             Ok(r) => r.map(|_| BufReader::with_capacity(READ_BUFFER, stream)),
         }

@@ -29,9 +29,18 @@ def test_demo_main_reports_every_phase_and_finds_the_planted_pairs(
     assert len(res["top_words"]) == 10 and res["top_words"][0][1] >= res["top_words"][-1][1]
     assert res["words_job"]["reduce_factor"] == res["words_job"]["map_tasks"]
     assert res["kmeans"]["max_distance_to_true_center"] < 1.0
+    assert res["kmeans"]["converged"] and res["kmeans"]["iterations"] < 10
     ab = res["abrain"]
     assert ab["planted_found"] == len(ab["planted"]) and ab["false_positives"] == 0
     assert all(p["bytes_read"] > 0 for p in out["phases"][2:])
+
+
+def test_kmeans_report_says_how_it_ended() -> None:
+    # The demo announces "KMeans (up to 10 passes)": the report says why it took fewer.
+    said = demo._kmeans_passes({"iterations": 3, "converged": True})
+    assert said == "converged after 3 passes"
+    said = demo._kmeans_passes({"iterations": 10, "converged": False})
+    assert said == "stopped after 10 passes without converging"
 
 
 def test_parse_size() -> None:

@@ -84,7 +84,7 @@ def test_kmeans_stops_when_centers_settle(dask: Any, addr: str, tc: tomus.Client
     points, truth = clustered_points(2000, 2, 3, seed=1, spread=0.5)
     ds = Dataset.write(tc, points, objects=2, chunk_records=400)
     res = kmeans(ds, 3, 50, dask, addr, seed=2, tol=1e-9)
-    assert res.iterations < 50
+    assert res.iterations < 50 and res.converged
     found = sorted(map(tuple, np.round(res.centers, 0)))
     assert found == sorted(map(tuple, np.round(truth, 0)))
 

@@ -3,7 +3,7 @@
 ``main(argv)`` starts an embedded tomus cluster and a Dask LocalCluster on this machine,
 generates its inputs (text from the Python standard library's sources, clustered points, and
 genotype/imaging matrices with a few planted associations), loads them into tomus, runs
-MostFrequentWords (IterativeReduce), KMeans (generalized reduction, 10 passes) and A-Brain
+MostFrequentWords (IterativeReduce), KMeans (generalized reduction, up to 10 passes) and A-Brain
 (IterativeReduce over permutations x SNP blocks), then prints what was found, the time of each
 phase and the storage traffic. ``--size`` scales every input from a few seconds of work to many
 minutes. The ``tomus demo`` command is meant to call this function.
@@ -173,16 +173,20 @@ def _kmeans_phase(s: Session, report: Report, progress: _Progress, ds: Dataset, 
     per_pass = len(ds.tasks()) + reduce_tasks_needed(len(ds.tasks()), 4)
     with (
         report.phase("kmeans") as ph,
-        progress.bar("KMeans (10 passes)", per_pass * iterations, ph) as cb,
+        progress.bar(f"KMeans (up to {iterations} passes)", per_pass * iterations, ph) as cb,
     ):
         res = kmeans(ds, k, iterations, session=s, seed=1, on_task=cb)
     order = np.lexsort(res.centers.T[::-1])
     report.results["kmeans"] = {
         "k": k,
         "iterations": res.iterations,
+        "max_iterations": iterations,
+        "converged": res.converged,
         "inertia": res.inertia,
         "centers": np.round(res.centers[order], 3).tolist(),
     }
+    if progress.enabled:  # the bar announced the most passes KMeans may take: say how it ended
+        print(f"KMeans {_kmeans_passes(report.results['kmeans'])}", file=progress.out)
 
 
 def _abrain_phase(
@@ -250,6 +254,16 @@ def run(size: int, providers: int, workers: int, progress: _Progress) -> Report:
     return report
 
 
+def _kmeans_passes(km: dict[str, Any]) -> str:
+    """How the KMeans job ended: ``converged after 3 passes`` (the demo announces the most
+    passes it may take, so the report says why it took fewer)."""
+    n = km["iterations"]
+    passes = f"{n} pass" if n == 1 else f"{n} passes"
+    if km["converged"]:
+        return f"converged after {passes}"
+    return f"stopped after {passes} without converging"
+
+
 def _print_report(report: Report, out: TextIO) -> None:
     r = report.results
     print(f"\ntomus compute demo: {_human(report.size)} of text, {report.providers} providers, "
@@ -259,7 +273,7 @@ def _print_report(report: Report, out: TextIO) -> None:
         print(f"  {w:<16} {c:>10,}", file=out)
     km = r["kmeans"]
     print(
-        f"\nKMeans: k={km['k']}, {km['iterations']} passes, inertia {km['inertia']:.4g}, "
+        f"\nKMeans: k={km['k']}, {_kmeans_passes(km)}, inertia {km['inertia']:.4g}, "
         f"farthest center {km['max_distance_to_true_center']} from a true one",
         file=out,
     )

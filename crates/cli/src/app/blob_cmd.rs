@@ -105,12 +105,12 @@ pub(super) async fn run(
         } => {
             let b = client.create_blob(chunk_size, replication).await?;
             if json_out {
-                println!(
+                outln!(
                     "{}",
                     json!({"id": b.id(), "chunk_size": b.chunk_size(), "replication": b.replication()})
-                );
+                )?;
             } else {
-                println!("{}", b.id());
+                outln!("{}", b.id())?;
             }
         }
         BlobCommand::Write {
@@ -122,7 +122,7 @@ pub(super) async fn run(
             fill_writer(input, size, &mut writer).await?;
             let len = writer.len();
             let v = writer.commit_write(offset).await?.ok_or_else(empty_input)?;
-            print_landed(json_out, v, offset, len, false);
+            print_landed(json_out, v, offset, len, false)?;
         }
         BlobCommand::Append { id, file, .. } => {
             let blob = client.open_blob(id).await?;
@@ -131,7 +131,7 @@ pub(super) async fn run(
             fill_writer(input, size, &mut writer).await?;
             let len = writer.len();
             let (v, off) = writer.commit_append().await?.ok_or_else(empty_input)?;
-            print_landed(json_out, v, off, len, true);
+            print_landed(json_out, v, off, len, true)?;
         }
         BlobCommand::Read(RangeArgs {
             id,
@@ -146,21 +146,21 @@ pub(super) async fn run(
             let blob = client.open_blob(id).await?;
             let v = blob.stat(version).await?;
             if json_out {
-                println!(
+                outln!(
                     "{}",
                     json!({"blob": id, "version": v.version, "size": v.size, "chunk_size": blob.chunk_size(),
                            "replication": blob.replication(), "write_offset": v.span.offset,
                            "write_size": v.span.size, "append": v.append, "state": state_name(v.state)})
-                );
+                )?;
             } else {
-                println!(
+                outln!(
                     "blob {id} version {} size {} ({})  chunk size {}  replication {}",
                     v.version,
                     v.size,
                     format_size(v.size),
                     format_size(blob.chunk_size()),
                     blob.replication()
-                );
+                )?;
             }
         }
         BlobCommand::Versions { id } => {
@@ -178,28 +178,32 @@ pub(super) async fn run(
                     .iter()
                     .map(|(a, b)| json!({"from": a, "to": b}))
                     .collect();
-                println!("{}", json!({"versions": versions, "aborted": aborted}));
+                outln!("{}", json!({"versions": versions, "aborted": aborted}))?;
             } else {
-                println!(
+                outln!(
                     "{:>8}  {:>9}  {:>14}  {:>12}  {:>14}",
-                    "VERSION", "STATE", "OFFSET", "WRITTEN", "BLOB SIZE"
-                );
+                    "VERSION",
+                    "STATE",
+                    "OFFSET",
+                    "WRITTEN",
+                    "BLOB SIZE"
+                )?;
                 for v in &list.versions {
                     let kind = if v.append { "append" } else { "write" };
-                    println!(
+                    outln!(
                         "{:>8}  {:>9}  {:>14}  {:>12}  {:>14}  {kind}",
                         v.version,
                         state_name(v.state),
                         v.span.offset,
                         v.span.size,
                         v.size
-                    );
+                    )?;
                 }
                 for (a, b) in &list.aborted {
-                    println!(
+                    outln!(
                         "versions {a}..{} aborted (not published before a manager restart)",
                         b - 1
-                    );
+                    )?;
                 }
             }
         }
@@ -218,7 +222,7 @@ pub(super) async fn run(
                     .iter()
                     .map(|l| json!({"offset": l.offset, "size": l.size, "providers": l.providers}))
                     .collect();
-                println!("{}", serde_json::Value::Array(rows));
+                outln!("{}", serde_json::Value::Array(rows))?;
             } else {
                 for l in locs {
                     let where_ = if l.providers.is_empty() {
@@ -226,7 +230,7 @@ pub(super) async fn run(
                     } else {
                         l.providers.join(",")
                     };
-                    println!("{:>14} {:>12}  {where_}", l.offset, l.size);
+                    outln!("{:>14} {:>12}  {where_}", l.offset, l.size)?;
                 }
             }
         }
@@ -238,21 +242,25 @@ pub(super) async fn run(
                     .iter()
                     .map(|b| json!({"id": b.id, "latest": b.latest, "size": b.size, "chunk_size": b.chunk_size, "replication": b.replication}))
                     .collect();
-                println!("{}", serde_json::Value::Array(rows));
+                outln!("{}", serde_json::Value::Array(rows))?;
             } else {
-                println!(
+                outln!(
                     "{:>8}  {:>8}  {:>14}  {:>10}  {:>3}",
-                    "ID", "VERSION", "SIZE", "CHUNK", "R"
-                );
+                    "ID",
+                    "VERSION",
+                    "SIZE",
+                    "CHUNK",
+                    "R"
+                )?;
                 for b in blobs {
-                    println!(
+                    outln!(
                         "{:>8}  {:>8}  {:>14}  {:>10}  {:>3}",
                         b.id,
                         b.latest,
                         b.size,
                         format_size(b.chunk_size),
                         b.replication
-                    );
+                    )?;
                 }
             }
         }
@@ -265,16 +273,22 @@ fn empty_input() -> tomus_wire::Error {
 }
 
 /// Prints where a write landed: `VERSION` (or `VERSION OFFSET` for appends), or JSON.
-fn print_landed(json_out: bool, version: u64, offset: u64, size: u64, with_offset: bool) {
+fn print_landed(
+    json_out: bool,
+    version: u64,
+    offset: u64,
+    size: u64,
+    with_offset: bool,
+) -> std::io::Result<()> {
     if json_out {
-        println!(
+        outln!(
             "{}",
             json!({"version": version, "offset": offset, "size": size})
-        );
+        )
     } else if with_offset {
-        println!("{version} {offset}");
+        outln!("{version} {offset}")
     } else {
-        println!("{version}");
+        outln!("{version}")
     }
 }
 

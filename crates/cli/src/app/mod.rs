@@ -138,13 +138,17 @@ where
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOMUS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default_level},s3s=off")));
     // Fails only when a subscriber is already set (a second call in one process): keep it.
+    // Colours only on a terminal: the servers of `tomus up` log to files.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
     let json_errors = cli.json;
     match run(cli, explicit_addr) {
         Ok(()) => 0,
+        // The reader of our output is gone (`tomus fs ls | head -1`): nothing to say to anyone.
+        Err(e) if crate::out::is_closed_output(&e) => 0,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
             if json_errors {
@@ -242,8 +246,19 @@ async fn connect(addr: &str, secret: Option<ClusterSecret>, local: bool) -> Resu
         },
         ..ClientOptions::default()
     };
-    Ok(Client::connect(addr, options).await?)
+    Client::connect(addr, options).await.map_err(|e| {
+        if e.kind == ErrorKind::Unavailable {
+            // Nobody serves there: most likely no cluster was started, or this is not its
+            // address. The kind (and so the exit code) stays.
+            tomus_wire::Error::new(e.kind, format!("{}; {NO_CLUSTER_HINT}", e.message)).into()
+        } else {
+            e.into()
+        }
+    })
 }
+
+/// What to do when the manager cannot be reached.
+const NO_CLUSTER_HINT: &str = "start a cluster with `tomus up` (in another terminal, or with `&`), or point TOMUS_ADDR or --addr at a running manager";
 
 async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) -> Result<()> {
     let client = connect(addr, secret, false).await?;
@@ -256,14 +271,19 @@ async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) ->
                             "free": p.free, "chunks": p.chunks, "load": p.load})
             })
             .collect();
-        println!("{}", serde_json::Value::Array(rows));
+        outln!("{}", serde_json::Value::Array(rows))?;
     } else {
-        println!(
+        outln!(
             "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",
-            "ID", "ADDRESS", "ALIVE", "CAPACITY", "FREE", "CHUNKS"
-        );
+            "ID",
+            "ADDRESS",
+            "ALIVE",
+            "CAPACITY",
+            "FREE",
+            "CHUNKS"
+        )?;
         for p in list {
-            println!(
+            outln!(
                 "{:>4}  {:<22}  {:>5}  {:>10}  {:>10}  {:>8}",
                 p.id,
                 p.addr,
@@ -271,7 +291,7 @@ async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) ->
                 format_size(p.capacity),
                 format_size(p.free),
                 p.chunks
-            );
+            )?;
         }
     }
     Ok(())

@@ -188,8 +188,13 @@ pub(super) fn run_provider(
         fsync: !a.no_fsync,
         limits: a.limits.limits(),
     };
-    serve("provider", |ready, _| {
-        tomus_provider::run(config, Some(ready))
+    // A provider's state is durable at each acknowledgement and it runs no rounds worth
+    // finishing: asked to stop, it stops at once (its heartbeats with it).
+    serve("provider", |ready, mut stop| async move {
+        tokio::select! {
+            ended = tomus_provider::run(config, Some(ready)) => ended,
+            _ = stop.wait_for(|stop| *stop) => Ok(()),
+        }
     })
 }
 
@@ -252,7 +257,8 @@ where
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let mut server = tokio::spawn(start(tx, stopped));
         if let Ok(addr) = rx.await {
-            println!("tomus {role} listening on {addr}");
+            // A server keeps serving whether or not anyone reads its stdout.
+            let _ = outln!("tomus {role} listening on {addr}");
             let _ = std::io::stdout().flush();
         }
         let ended = tokio::select! {

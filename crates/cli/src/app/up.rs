@@ -1,16 +1,23 @@
 //! `tomus up`: a manager and N providers as processes on loopback (the embedded cluster),
 //! optionally the S3 gateway in this process, in the foreground until Ctrl-C.
+//!
+//! A server that dies is restarted on its address and data directory, after 1 s, then after
+//! twice as long each time it dies again within a minute (up to 32 s), so the cluster's fault
+//! tolerance can be tried on one machine: kill a provider and the others keep serving while
+//! it is down. The manager is restarted the same way (clients and providers reconnect to
+//! it). With `--no-restart` a dead provider stays down, and a dead manager ends `tomus up`,
+//! since nothing is served without it.
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::Args;
 use tomus_wire::ClusterSecret;
 
 use super::runtime;
-use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
+use crate::embedded::{ClusterSpec, EmbeddedCluster, Exited, Launcher};
 use crate::s3_cmd::S3Args;
 use crate::size::parse_size;
 
@@ -37,7 +44,96 @@ pub(super) struct UpArgs {
     /// Let the S3 gateway accept unsigned requests.
     #[arg(long, requires = "s3")]
     s3_anonymous: bool,
+    /// Leave a server that dies down instead of restarting it (a dead manager then ends
+    /// `tomus up`).
+    #[arg(long)]
+    no_restart: bool,
 }
+
+/// Which server of the cluster.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Server {
+    Manager,
+    Provider(usize),
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Server::Manager => write!(f, "manager"),
+            Server::Provider(i) => write!(f, "provider {i}"),
+        }
+    }
+}
+
+/// When a dead server is started again, and how often it died in a row.
+struct Restarts(Vec<Restart>);
+
+struct Restart {
+    server: Server,
+    /// Deaths in a row, each within [`STABLE`] of its start.
+    deaths: u32,
+    started: Instant,
+    /// When it is due to start again, while it is down.
+    due: Option<Instant>,
+}
+
+/// A server that ran this long before dying starts again after the first delay.
+const STABLE: Duration = Duration::from_secs(60);
+
+impl Restarts {
+    fn new(providers: usize) -> Self {
+        let servers = std::iter::once(Server::Manager).chain((0..providers).map(Server::Provider));
+        Restarts(
+            servers
+                .map(|server| Restart {
+                    server,
+                    deaths: 0,
+                    started: Instant::now(),
+                    due: None,
+                })
+                .collect(),
+        )
+    }
+
+    fn entry(&mut self, s: Server) -> Option<&mut Restart> {
+        self.0.iter_mut().find(|e| e.server == s)
+    }
+
+    /// Schedules `s`, which just died (or failed to start), to start again; returns the delay.
+    fn died(&mut self, s: Server) -> Duration {
+        let Some(e) = self.entry(s) else {
+            return Duration::ZERO;
+        };
+        if e.started.elapsed() >= STABLE {
+            e.deaths = 0;
+        }
+        let delay = Duration::from_secs(1 << e.deaths.min(5));
+        e.deaths += 1;
+        e.due = Some(Instant::now() + delay);
+        delay
+    }
+
+    fn started(&mut self, s: Server) {
+        if let Some(e) = self.entry(s) {
+            e.started = Instant::now();
+            e.due = None;
+        }
+    }
+
+    /// The servers due to start now, the manager first.
+    fn due(&self) -> Vec<Server> {
+        let now = Instant::now();
+        self.0
+            .iter()
+            .filter(|e| e.due.is_some_and(|at| at <= now))
+            .map(|e| e.server)
+            .collect()
+    }
+}
+
+/// How long a server gets to stop cleanly after Ctrl-C.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result<()> {
     if a.providers == 0 {
@@ -62,7 +158,7 @@ pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result
     spec.memory_tier = a.memory_tier;
     spec.fsync = !a.no_fsync;
     let mut cluster = EmbeddedCluster::start(&Launcher::current()?, spec)?;
-    println!("tomus cluster listening on {}", cluster.addr);
+    let _ = outln!("tomus cluster listening on {}", cluster.addr);
     eprintln!(
         "manager at {} with {} providers; data and logs in {}\n\
          use it with: export TOMUS_ADDR={}   (Ctrl-C stops the cluster)",
@@ -72,15 +168,19 @@ pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result
         cluster.addr
     );
     let _ = std::io::stdout().flush();
+    let logs = cluster.data_dir().join("logs");
+    let mut restarts = Restarts::new(a.providers);
     let rt = runtime()?;
-    rt.block_on(async {
+    // Children are started on this thread only (they die with the thread that started them)
+    // and out of the terminal's process group: Ctrl-C stops them here, manager first.
+    let outcome = rt.block_on(async {
         let mut s3 = match gateway {
             Some(mut config) => {
                 config.manager = cluster.addr.clone();
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let task = tokio::spawn(tomus_s3::run(config, Some(tx)));
                 if let Ok(s3_addr) = rx.await {
-                    println!("tomus s3 listening on {s3_addr}");
+                    let _ = outln!("tomus s3 listening on {s3_addr}");
                     let _ = std::io::stdout().flush();
                 }
                 Some(task)
@@ -105,11 +205,41 @@ pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result
                     }
                 }
                 _ = tick.tick() => {
-                    if let Some(what) = cluster.exited() {
-                        anyhow::bail!("{what}; see the logs in {}", cluster.data_dir().join("logs").display());
+                    for gone in cluster.reap() {
+                        let server = match gone {
+                            Exited::Manager(_) => Server::Manager,
+                            Exited::Provider(i, _) => Server::Provider(i),
+                        };
+                        if a.no_restart {
+                            if server == Server::Manager {
+                                anyhow::bail!("{gone}; see the logs in {}", logs.display());
+                            }
+                            tracing::warn!("{gone}; it stays down (--no-restart); logs in {}", logs.display());
+                        } else {
+                            let delay = restarts.died(server);
+                            tracing::warn!("{gone}; restarting it in {} s (logs in {})", delay.as_secs(), logs.display());
+                        }
+                    }
+                    for server in restarts.due() {
+                        let started = match server {
+                            Server::Manager => cluster.start_manager(),
+                            Server::Provider(i) => cluster.start_provider(i),
+                        };
+                        match started {
+                            Ok(()) => {
+                                restarts.started(server);
+                                tracing::warn!("{server} restarted");
+                            }
+                            Err(e) => {
+                                let delay = restarts.died(server);
+                                tracing::warn!("{server} did not start again ({e:#}); next try in {} s", delay.as_secs());
+                            }
+                        }
                     }
                 }
             }
         }
-    })
+    });
+    cluster.stop(STOP_GRACE);
+    outcome
 }

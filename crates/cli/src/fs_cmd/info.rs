@@ -23,12 +23,12 @@ pub fn entry_json(e: &FsEntry) -> Value {
     }
 }
 
-fn print_entry(e: &FsEntry) {
+fn print_entry(e: &FsEntry) -> std::io::Result<()> {
     match (&e.kind, &e.blob) {
         (EntryKind::File, Some(b)) => {
-            println!("{:>12}  v{:<6}  /{}", format_size(b.size), b.latest, e.path)
+            outln!("{:>12}  v{:<6}  /{}", format_size(b.size), b.latest, e.path)
         }
-        _ => println!("{:>12}  {:<7}  /{}/", "-", "dir", e.path),
+        _ => outln!("{:>12}  {:<7}  /{}/", "-", "dir", e.path),
     }
 }
 
@@ -45,9 +45,9 @@ pub async fn ls(ns: &Namespace, json_out: bool, arg: &str, recursive: bool) -> R
     }
     if json_out {
         let rows: Vec<_> = entries.iter().map(entry_json).collect();
-        println!("{}", Value::Array(rows));
+        outln!("{}", Value::Array(rows))?;
     } else {
-        entries.iter().for_each(print_entry);
+        entries.iter().try_for_each(print_entry)?;
     }
     Ok(())
 }
@@ -55,11 +55,11 @@ pub async fn ls(ns: &Namespace, json_out: bool, arg: &str, recursive: bool) -> R
 pub async fn stat(ns: &Namespace, json_out: bool, arg: &str) -> Result<()> {
     for e in resolve(ns, arg).await? {
         if json_out {
-            println!("{}", entry_json(&e));
+            outln!("{}", entry_json(&e))?;
             continue;
         }
         match &e.blob {
-            Some(b) => println!(
+            Some(b) => outln!(
                 "/{}: file, {} bytes at version {}, blob {} (chunk {}, replication {})",
                 e.path,
                 b.size,
@@ -67,8 +67,8 @@ pub async fn stat(ns: &Namespace, json_out: bool, arg: &str) -> Result<()> {
                 b.id,
                 format_size(b.chunk_size),
                 b.replication
-            ),
-            None => println!("/{}: directory", e.path),
+            )?,
+            None => outln!("/{}: directory", e.path)?,
         }
     }
     Ok(())
@@ -132,15 +132,15 @@ pub async fn du(ns: &Namespace, json_out: bool, arg: &str, summary: bool) -> Res
             .iter()
             .map(|(p, u)| json!({"path": display(p), "bytes": u.bytes, "files": u.files, "dirs": u.dirs}))
             .collect();
-        println!("{}", Value::Array(rows));
+        outln!("{}", Value::Array(rows))?;
     } else {
         for (p, u) in rows {
-            println!(
+            outln!(
                 "{:>12}  {:>8} files  {}",
                 format_size(u.bytes),
                 u.files,
                 display(&p)
-            );
+            )?;
         }
     }
     Ok(())
@@ -171,19 +171,21 @@ pub async fn versions(ns: &Namespace, json_out: bool, arg: &str) -> Result<()> {
             .collect();
         let out = json!({"path": display(&entry.path), "blob": blob.id(),
                          "retention": describe(retention), "versions": rows, "aborted": aborted});
-        println!("{out}");
+        outln!("{out}")?;
         return Ok(());
     }
-    println!(
+    outln!(
         "{}: blob {}, {}",
         display(&entry.path),
         blob.id(),
         describe(retention)
-    );
-    println!(
+    )?;
+    outln!(
         "{:>8}  {:>12}  {:<20}  WRITE",
-        "VERSION", "SIZE", "PUBLISHED (UTC)"
-    );
+        "VERSION",
+        "SIZE",
+        "PUBLISHED (UTC)"
+    )?;
     for v in shown {
         let what = match (v.append, v.state) {
             (_, VersionState::Pending) => "pending".to_string(),
@@ -195,12 +197,12 @@ pub async fn versions(ns: &Namespace, json_out: bool, arg: &str) -> Result<()> {
             ),
             (false, _) => format!("{} at {}", format_size(v.span.size), v.span.offset),
         };
-        println!(
+        outln!(
             "{:>8}  {:>12}  {:<20}  {what}",
             v.version,
             format_size(v.size),
             utc(v.published_ms)
-        );
+        )?;
     }
     Ok(())
 }

@@ -224,7 +224,7 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
         FsCommand::Mkdir { path, parents } => {
             let e = ns.mkdir(&clean(&path)?, parents).await?;
             if json_out {
-                println!("{}", info::entry_json(&e));
+                outln!("{}", info::entry_json(&e))?;
             }
         }
         FsCommand::Rm { paths, recursive } => {
@@ -346,21 +346,21 @@ async fn cp(
             rows.push(json!({"from": display(&from), "path": display(&to),
                              "version": info.version, "size": info.size}));
         } else {
-            println!(
+            outln!(
                 "copied {} to {}: version {}, {}",
                 display(&from),
                 display(&to),
                 info.version,
                 format_size(info.size)
-            );
+            )?;
         }
     }
     if json_out {
         match rows.pop() {
-            Some(row) if rows.is_empty() && !recursive => println!("{row}"),
+            Some(row) if rows.is_empty() && !recursive => outln!("{row}")?,
             last => {
                 rows.extend(last);
-                println!("{}", serde_json::Value::Array(rows));
+                outln!("{}", serde_json::Value::Array(rows))?;
             }
         }
     }

@@ -119,9 +119,9 @@ pub async fn put(ns: &Namespace, json_out: bool, a: PutArgs) -> Result<()> {
         tally.add(done.bytes);
         tally.finish("uploaded", &display(&target));
         if json_out {
-            println!("{}", done.json());
+            outln!("{}", done.json())?;
         } else {
-            println!("{}", done.line(a.append));
+            outln!("{}", done.line(a.append))?;
         }
         return Ok(());
     }
@@ -140,13 +140,13 @@ pub async fn put(ns: &Namespace, json_out: bool, a: PutArgs) -> Result<()> {
         let p = put_file(ns, &file, &join(&root, &rel), false, a.options).await?;
         tally.add(p.bytes);
         if !json_out {
-            println!("{}", p.line(false));
+            outln!("{}", p.line(false))?;
         }
         done.push(p.json());
     }
     tally.finish("uploaded", &display(&root));
     if json_out {
-        println!("{}", Value::Array(done));
+        outln!("{}", Value::Array(done))?;
     }
     Ok(())
 }
@@ -353,10 +353,10 @@ pub async fn get(
     tally.finish("downloaded", &first);
     if json_out {
         match (single_file, done.pop()) {
-            (true, Some(row)) => println!("{row}"),
+            (true, Some(row)) => outln!("{row}")?,
             (_, last) => {
                 done.extend(last);
-                println!("{}", Value::Array(done));
+                outln!("{}", Value::Array(done))?;
             }
         }
     }

@@ -31,6 +31,9 @@ class KMeansResult:
     inertia: float  # of the points against the centers of the last pass's input
     iterations: int
     passes: list[IterativeResult]
+    #: Whether the centers settled (moved at most ``tol`` in the last pass) before the limit
+    #: on passes ran out.
+    converged: bool = False
 
 
 def assign(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,20 +124,22 @@ def kmeans(
             centers = initial_centers(dataset.chunks[0].read(s.tomus), k, seed)
 
         last = np.asarray(centers, dtype=np.float64)
+        converged = False
 
         def step(value: tuple[np.ndarray, float], _i: int) -> KMeansPass | None:
-            nonlocal last
+            nonlocal last, converged
             new, _ = value
             moved = float(np.abs(new - last).max())
             last = new
-            return None if moved <= tol else KMeansPass(new)
+            converged = moved <= tol
+            return None if converged else KMeansPass(new)
 
         passes = iterate(
             KMeansPass(centers), step, dataset, iterations,
             session=s, on_pass=on_pass, on_task=on_task,
         )  # fmt: skip
     final, inertia = passes[-1].value
-    return KMeansResult(final, inertia, len(passes), passes)
+    return KMeansResult(final, inertia, len(passes), passes, converged)
 
 
 def reference_kmeans(
