@@ -134,13 +134,17 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 
 /// The process id of provider `i` of the cluster in `dir`, found by its command line.
 fn provider_pid(dir: &Path, i: usize) -> Option<u32> {
-    let data = dir.join(format!("provider-{i}"));
+    server_pid("provider", &dir.join(format!("provider-{i}")))
+}
+
+/// The process id of the `kind` server ("manager", "provider") working in `data`.
+fn server_pid(kind: &str, data: &Path) -> Option<u32> {
     let data = data.to_str().unwrap();
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
         let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let is_it = args.contains(&&b"provider"[..]) && args.contains(&data.as_bytes());
+        let is_it = args.contains(&kind.as_bytes()) && args.contains(&data.as_bytes());
         // A zombie (killed, not reaped yet) has an empty command line.
         is_it.then_some(pid)
     })
@@ -250,6 +254,28 @@ fn up_restarts_a_provider_that_dies() {
         now.len() == before.len()
             && now.iter().all(|(_, s)| s == "up")
             && now.iter().all(|(a, _)| before.iter().any(|(b, _)| a == b))
+    });
+    reads_back(&up, &data);
+    assert!(
+        up.child.try_wait().unwrap().is_none(),
+        "tomus up itself keeps running"
+    );
+}
+
+#[test]
+fn up_restarts_its_manager_and_the_data_stays() {
+    let mut up = Up::start(3, &[]);
+    let data = replicated_file(&up);
+    let manager = up.dir.join("manager");
+    let pid = server_pid("manager", &manager).unwrap();
+    sigkill(pid);
+    eventually("the manager restarted", || {
+        server_pid("manager", &manager).is_some_and(|p| p != pid)
+    });
+    // Same address and state: the file written before is there, every provider re-registers.
+    eventually("every provider up again", || {
+        let now = up.provider_states();
+        now.len() == 3 && now.iter().all(|(_, s)| s == "up")
     });
     reads_back(&up, &data);
     assert!(
