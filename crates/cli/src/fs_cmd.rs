@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde_json::json;
-use tomus_client::{Client, CreateOptions};
-use tomus_wire::{EntryKind, FsEntry};
+use tomus_client::{Blob, Client, CommitOptions, CreateOptions};
+use tomus_wire::{EntryKind, ErrorKind, FsEntry};
 
 use crate::size::{format_size, parse_size};
 use crate::transfer::{copy_range, fill_writer, open_input};
@@ -98,6 +98,42 @@ fn print_entry(e: &FsEntry) {
     }
 }
 
+/// Streams `input` into one new version of `blob` (a replacement, or an append): returns the
+/// version, where the data landed and how many bytes it has.
+async fn put_into(
+    blob: &Blob,
+    input: Box<dyn std::io::Read>,
+    size: Option<u64>,
+    append: bool,
+) -> Result<(u64, u64, u64)> {
+    let mut writer = blob.writer();
+    fill_writer(input, size, &mut writer).await?;
+    let bytes = writer.len();
+    if !append {
+        return Ok((writer.commit_replace().await?, 0, bytes));
+    }
+    if bytes == 0 {
+        // Nothing to append: a new file still gets its (empty) first version, unless a
+        // concurrent writer gave it content meanwhile.
+        let empty = CommitOptions {
+            expect_size: Some(0),
+            ..CommitOptions::default()
+        };
+        if blob.latest().await? == 0 {
+            match writer.commit_replace_with(&empty).await {
+                Ok(info) => return Ok((info.version, 0, 0)),
+                Err(e) if e.kind == ErrorKind::PreconditionFailed => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        return Ok((blob.latest().await?, blob.size(None).await?, 0));
+    }
+    match writer.commit_append().await? {
+        Some((version, offset)) => Ok((version, offset, bytes)),
+        None => Ok((blob.latest().await?, blob.size(None).await?, bytes)),
+    }
+}
+
 pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> {
     let ns = client.namespace();
     match cmd {
@@ -108,23 +144,21 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
             chunk_size,
             replication,
         } => {
+            // Checked before the cluster is touched: a bad input leaves nothing behind.
+            let (input, size) = open_input(Some(&local))?;
             let options = CreateOptions {
                 chunk_size,
                 replication,
                 exclusive: false,
             };
-            let (_, blob) = ns.create(&path, options).await?;
-            let (input, size) = open_input(Some(&local))?;
-            let mut writer = blob.writer();
-            fill_writer(input, size, &mut writer).await?;
-            let bytes = writer.len();
-            let (version, offset) = if append {
-                match writer.commit_append().await? {
-                    Some(landed) => landed,
-                    None => (blob.latest().await?, blob.size(None).await?),
+            let (entry, blob) = ns.create(&path, options).await?;
+            let (version, offset, bytes) = match put_into(&blob, input, size, append).await {
+                Ok(put) => put,
+                Err(e) => {
+                    // A new file appears only with its first version: give it up now.
+                    ns.abandon(&entry).await;
+                    return Err(e);
                 }
-            } else {
-                (writer.commit_replace().await?, 0)
             };
             if json_out {
                 println!(

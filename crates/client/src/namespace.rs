@@ -1,9 +1,9 @@
 //! The file namespace: paths mapped to blobs by the manager (directories, files, rename,
 //! delete). A file's content is its blob; every close of a written file is a version.
 
-use tomus_metadata::Version;
+use tomus_metadata::{BlobId, Version};
 use tomus_wire::manager::{
-    FsCreate, FsDelete, FsList, FsListAttrs, FsMkdir, FsObject, FsRename, FsStat,
+    FsAbandon, FsCreate, FsDelete, FsList, FsListAttrs, FsMkdir, FsObject, FsRename, FsStat,
 };
 use tomus_wire::{
     Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Rpc, DEFAULT_CHUNK_SIZE,
@@ -77,8 +77,12 @@ impl Namespace {
         self.call(req).await
     }
 
-    /// Creates the file `path` (and its missing parent directories) on a new blob; an
-    /// existing file is opened instead unless `options.exclusive`.
+    /// Creates the file `path` on a new blob; an existing file is opened instead unless
+    /// `options.exclusive`. A new file (its entry's blob at version 0) appears, with its
+    /// missing parent directories, only when its first version is published; a writer that
+    /// gives up before should [`Namespace::abandon`] it (else the manager drops it after
+    /// the garbage-collection grace). Concurrent creators of one new file share its blob,
+    /// as writers of an existing file do; an exclusive one is refused (`AlreadyExists`).
     pub async fn create(&self, path: &str, options: CreateOptions) -> Result<(FsEntry, Blob)> {
         let req = FsCreate {
             path: path.into(),
@@ -89,6 +93,27 @@ impl Namespace {
         let entry = self.call(req).await?;
         let blob = self.blob_of(&entry)?;
         Ok((entry, blob))
+    }
+
+    /// Gives up the new file `entry` (as [`Namespace::create`] returned it) when nothing was
+    /// published: it never appears. Does nothing for a file that has a version. Best effort:
+    /// should the manager not hear of it, it drops the file after its grace.
+    pub async fn abandon(&self, entry: &FsEntry) {
+        if let Some(blob) = entry.blob.as_ref().filter(|b| b.latest == 0) {
+            if let Err(e) = self.abandon_new(&entry.path, blob.id).await {
+                tracing::info!("giving up the new file /{}: {e}", entry.path);
+            }
+        }
+    }
+
+    /// [`Namespace::abandon`] by path and blob id (nothing happens unless `path` is a new
+    /// file of `blob` with nothing published).
+    pub async fn abandon_new(&self, path: &str, blob: BlobId) -> Result<()> {
+        let req = FsAbandon {
+            path: path.into(),
+            blob,
+        };
+        self.call(req).await
     }
 
     /// Opens an existing file.
