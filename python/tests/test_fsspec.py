@@ -236,6 +236,19 @@ def test_a_failed_write_leaves_no_file_behind(fs: TomusFileSystem, root: str) ->
     ]
 
 
+def test_reserved_names_cannot_be_written(fs: TomusFileSystem) -> None:
+    """Top-level names starting with ``.tomus-`` hold the S3 gateway's state."""
+    for write in (
+        lambda: fs.pipe_file(".tomus-buckets/mine", b"x"),
+        lambda: fs.mkdir(".tomus-uploads/x"),
+        lambda: fs.open(".tomus-new/f", "wb"),
+        lambda: fs.rm(".tomus-uploads", recursive=True),
+    ):
+        with pytest.raises(tomus.InvalidArgument, match="reserved"):
+            write()
+    assert not [name for name in fs.ls("", detail=False) if name.startswith(".tomus-")]
+
+
 def test_huge_ranges_read_what_the_file_has(fs: TomusFileSystem, root: str) -> None:
     """Ends far past the end of a file are clamped to its size (slice semantics) before
     anything is read or allocated."""

@@ -1,5 +1,6 @@
 //! `tomus fs put` and create-on-commit: a put that fails or is interrupted leaves nothing
-//! visible (and its new file is dropped once its writer is known dead).
+//! visible (and its new file is dropped once its writer is known dead), and tomus's own
+//! reserved names are neither listed nor changeable.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
@@ -124,4 +125,61 @@ async fn failed_and_interrupted_puts_leave_nothing_visible() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(listed(&addr), ["/big", "/big/new.bin", "/e", "/e/log"]);
     assert_eq!(tomus(&addr, &["fs", "cat", "/big/new.bin"]).stdout, b"data");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserved_names_are_hidden_and_refused() {
+    let cluster = TestCluster::start(1);
+    let addr = cluster.addr();
+    let client = cluster.client().await;
+    // What the S3 gateway keeps, made as it does.
+    let internal = client.internal_namespace();
+    internal.mkdir(".tomus-buckets", true).await.unwrap();
+    internal.mkdir(".tomus-uploads/b/u1", true).await.unwrap();
+    let file = cluster.dir.join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let out = tomus(&addr, &["fs", "put", file.to_str().unwrap(), "/data/f"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    assert_eq!(listed(&addr), ["/data", "/data/f"]);
+    let out = tomus(&addr, &["fs", "ls", "/"]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(".tomus"));
+    // Asked for by name, a reserved directory can still be looked at.
+    let out = tomus(&addr, &["fs", "ls", "/.tomus-uploads/b"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("u1"));
+
+    let refused: [&[&str]; 5] = [
+        &["fs", "put", file.to_str().unwrap(), "/.tomus-buckets/mine"],
+        &["fs", "mkdir", "-p", "/.tomus-uploads/x"],
+        &["fs", "rm", "-r", "/.tomus-uploads"],
+        &["fs", "mv", "/.tomus-buckets", "/stolen"],
+        &["fs", "mv", "/data", "/.tomus-new"],
+    ];
+    for args in refused {
+        let out = tomus(&addr, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("reserved"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let all: Vec<String> = internal
+        .walk("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    assert_eq!(
+        all,
+        [
+            ".tomus-buckets",
+            ".tomus-uploads",
+            ".tomus-uploads/b",
+            ".tomus-uploads/b/u1",
+            "data",
+            "data/f"
+        ]
+    );
 }
