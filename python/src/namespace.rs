@@ -98,8 +98,9 @@ impl Namespace {
         entry_dict(py, &e)
     }
 
-    /// Creates a file on a new blob (missing parents are made); an existing file is opened
-    /// unless `exclusive`. Returns `(entry, blob)`.
+    /// Creates a file on a new blob; an existing file is opened unless `exclusive`. Returns
+    /// `(entry, blob)`. A new file (its entry at version 0) appears, with its missing parents,
+    /// only when its first version is published; give it up with `abandon` otherwise.
     // Defaults as literals (4 MiB): Python's signature (help(), stubtest) shows only those.
     #[pyo3(signature = (path, chunk_size=4_194_304, replication=1, exclusive=false))]
     fn create<'py>(
@@ -117,6 +118,12 @@ impl Namespace {
         };
         let (e, b) = self.run(py, |ns| async move { ns.create(&path, options).await })?;
         Ok((entry_dict(py, &e)?, Blob::new(self.conn.clone(), b)))
+    }
+
+    /// Gives up the new file `path` created on blob `blob` when nothing was published (a
+    /// new file appears only with its first version); does nothing otherwise.
+    fn abandon(&self, py: Python<'_>, path: String, blob: u64) -> PyResult<()> {
+        self.run(py, |ns| async move { ns.abandon_new(&path, blob).await })
     }
 
     /// Opens an existing file: `(entry, blob)`.

@@ -53,10 +53,27 @@ impl BlobWriter {
         Ok(slot.as_ref().ok_or_else(committed)?.len() as usize)
     }
 
-    /// Publishes the data as the blob's whole new content; returns the version.
-    fn commit_replace(&self, py: Python<'_>) -> PyResult<u64> {
+    /// Publishes the data as the blob's whole new content; returns the version. With
+    /// `expect_size`, only if the blob's size (counting writes in flight) is that, else
+    /// `PreconditionFailed` with nothing published.
+    #[pyo3(signature = (expect_size=None))]
+    fn commit_replace(&self, py: Python<'_>, expect_size: Option<i64>) -> PyResult<u64> {
+        let expect_size = expect_size
+            .map(|e| non_negative("expect_size", e))
+            .transpose()?;
         let w = self.take()?;
-        block_on(py, w.commit_replace())?.map_err(to_py)
+        match expect_size {
+            None => block_on(py, w.commit_replace())?.map_err(to_py),
+            Some(size) => {
+                let options = tomus_client::CommitOptions {
+                    expect_size: Some(size),
+                    ..tomus_client::CommitOptions::default()
+                };
+                let info = block_on(py, async move { w.commit_replace_with(&options).await })?
+                    .map_err(to_py)?;
+                Ok(info.version)
+            }
+        }
     }
 
     /// Publishes the data as one append: `(version, offset)`, or `None` if nothing was written.

@@ -195,6 +195,60 @@ def test_bad_input_gives_clear_errors(fs: TomusFileSystem, root: str) -> None:
     assert fs.cat_file(f"{root}/f") == b"x"
 
 
+def test_a_failed_write_leaves_no_file_behind(fs: TomusFileSystem, root: str) -> None:
+    """A new file appears only when its first version is published: an exception inside the
+    ``with`` block publishes nothing, and an overwrite that fails keeps the old content."""
+    path = f"{root}/new/ghost.csv"
+    with pytest.raises(RuntimeError), fs.open(path, "wb") as f:
+        f.write(b"partial" * CHUNK)  # several chunks are stored already
+        raise RuntimeError("the job failed")
+    assert not fs.exists(path)
+    assert not fs.exists(f"{root}/new")
+    assert fs.ls(root, detail=False) == []
+    with fs.open(path, "wb") as f:
+        f.discard()
+    assert fs.ls(root, detail=False) == []
+    with pytest.raises((TypeError, BufferError, ValueError)):
+        fs.pipe_file(path, "not bytes")  # type: ignore[arg-type]
+    assert fs.ls(root, detail=False) == []
+    # The path is free again, even for an exclusive create.
+    with fs.open(path, "xb") as f:
+        f.write(b"ok")
+    assert fs.cat_file(path) == b"ok"
+
+    fs.pipe_file(f"{root}/kept", b"old")
+    with pytest.raises(RuntimeError), fs.open(f"{root}/kept", "wb") as f:
+        f.write(b"new")
+        raise RuntimeError("the job failed")
+    assert fs.cat_file(f"{root}/kept") == b"old"
+    assert fs.info(f"{root}/kept")["version"] == 1
+
+    # Creating a file with no data still makes it, with an empty first version.
+    with fs.open(f"{root}/empty.log", "ab"):
+        pass
+    fs.touch(f"{root}/touched", truncate=False)
+    assert fs.cat_file(f"{root}/empty.log") == fs.cat_file(f"{root}/touched") == b""
+    assert sorted(fs.ls(root, detail=False)) == [
+        f"{root}/empty.log",
+        f"{root}/kept",
+        f"{root}/new",
+        f"{root}/touched",
+    ]
+
+
+def test_reserved_names_cannot_be_written(fs: TomusFileSystem) -> None:
+    """Top-level names starting with ``.tomus-`` hold the S3 gateway's state."""
+    for write in (
+        lambda: fs.pipe_file(".tomus-buckets/mine", b"x"),
+        lambda: fs.mkdir(".tomus-uploads/x"),
+        lambda: fs.open(".tomus-new/f", "wb"),
+        lambda: fs.rm(".tomus-uploads", recursive=True),
+    ):
+        with pytest.raises(tomus.InvalidArgument, match="reserved"):
+            write()
+    assert not [name for name in fs.ls("", detail=False) if name.startswith(".tomus-")]
+
+
 def test_huge_ranges_read_what_the_file_has(fs: TomusFileSystem, root: str) -> None:
     """Ends far past the end of a file are clamped to its size (slice semantics) before
     anything is read or allocated."""

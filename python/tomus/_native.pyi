@@ -90,8 +90,9 @@ class BlobWriter:
 
     def write(self, data: Buffer) -> None: ...
     def __len__(self) -> int: ...
-    def commit_replace(self) -> int:
-        """Publishes the data as the whole new content; returns the version."""
+    def commit_replace(self, expect_size: int | None = None) -> int:
+        """Publishes the data as the whole new content; returns the version. With
+        `expect_size`, only if the blob's size is that (else PreconditionFailed)."""
     def commit_append(self) -> tuple[int, int] | None:
         """Publishes one append: (version, offset), or None if nothing was written."""
     def commit_write(self, offset: int) -> int | None:
@@ -111,6 +112,8 @@ class Namespace:
         replication: int = 1,
         exclusive: bool = False,
     ) -> tuple[Entry, Blob]: ...
+    def abandon(self, path: str, blob: int) -> None:
+        """Gives up a new file (created, nothing published): it never appears."""
     def open(self, path: str) -> tuple[Entry, Blob]: ...
     def open_version(
         self, path: str, version: int | None = None

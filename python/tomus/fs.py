@@ -9,13 +9,17 @@ Reads are buffered with read-ahead of one chunk and writes with write-behind of 
 (BSFS's prefetching and delayed commit): the file object's block size defaults to the blob's
 chunk size. ``cat_ranges`` fetches many ranges in parallel (the GIL is released during I/O),
 and ``locations(path)`` tells schedulers which providers hold which bytes.
+
+A new file appears only when its first version is published (create-on-commit): a write that
+fails, is discarded or leaves its ``with`` block with an exception leaves nothing visible.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypedDict, cast
 from urllib.parse import parse_qs
@@ -23,7 +27,7 @@ from urllib.parse import parse_qs
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 from tomus._native import Blob, BlobWriter, Client, VersionInfo
-from tomus.errors import InvalidArgument, NotFound
+from tomus.errors import InvalidArgument, NotFound, PreconditionFailed
 
 __all__ = ["Entry", "TomusFile", "TomusFileSystem"]
 
@@ -237,15 +241,29 @@ class TomusFileSystem(AbstractFileSystem):
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
         path = self._strip_protocol(path)
-        _, blob = self.ns.create(path, self.chunk_size, self.replication, False)
+        entry, blob = self.ns.create(path, self.chunk_size, self.replication, False)
         if truncate:
-            blob.replace(b"")
+            self._publish(path, entry, blob, lambda: blob.replace(b""))
+        elif entry.get("version") == 0:
+            # A new file appears only with a version: an empty one, unless a concurrent
+            # writer gave it content meanwhile.
+            self._publish(path, entry, blob, lambda: _replace_if_empty(blob.writer()))
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         path = self._strip_protocol(path)
         exclusive = mode == "create"
-        _, blob = self.ns.create(path, self.chunk_size, self.replication, exclusive)
-        blob.replace(value)
+        entry, blob = self.ns.create(path, self.chunk_size, self.replication, exclusive)
+        self._publish(path, entry, blob, lambda: blob.replace(value))
+
+    def _publish(self, path: str, entry: Entry, blob: Blob, publish: Callable[[], object]) -> None:
+        """Runs ``publish``; should it fail, a new file (nothing published yet) is given up so
+        it never appears."""
+        try:
+            publish()
+        except BaseException:
+            if entry.get("version") == 0:
+                self.ns.abandon(path, blob.id)
+            raise
 
     # ---- data
 
@@ -320,6 +338,7 @@ class TomusFileSystem(AbstractFileSystem):
     ) -> TomusFile:
         path, query_version = _split_version(self._strip_protocol(path))
         version = version if version is not None else query_version
+        new = False
         if "r" in mode:
             # The version's record comes with the path: the file's reads, pinned to it,
             # never ask the manager.
@@ -328,16 +347,18 @@ class TomusFileSystem(AbstractFileSystem):
         else:
             if version is not None:
                 raise InvalidArgument("version= applies to reading; writes make new versions")
-            _, blob = self.ns.create(
+            entry, blob = self.ns.create(
                 path,
                 chunk_size or self.chunk_size,
                 replication or self.replication,
                 mode == "xb",
             )
+            new = entry.get("version") == 0
         return TomusFile(
             self,
             path,
             blob,
+            new=new,
             mode=mode,
             block_size=block_size,
             autocommit=autocommit,
@@ -345,6 +366,12 @@ class TomusFileSystem(AbstractFileSystem):
             version=version,
             **kwargs,
         )
+
+
+def _replace_if_empty(writer: BlobWriter) -> None:
+    """Publishes an empty version of a new file unless it has content by now."""
+    with contextlib.suppress(PreconditionFailed):
+        writer.commit_replace(expect_size=0)
 
 
 def _clamp(start: int | None, end: int | None, size: int) -> tuple[int, int]:
@@ -358,7 +385,9 @@ def _clamp(start: int | None, end: int | None, size: int) -> tuple[int, int]:
 
 class TomusFile(AbstractBufferedFile):
     """A file of the namespace: reads one pinned version with read-ahead; writes go to the
-    blob chunk by chunk and publish one version when the file is closed."""
+    blob chunk by chunk and publish one version when the file is closed. A ``with`` block
+    left by an exception publishes nothing (the old content stays; a new file never
+    appears), nor does ``discard()``."""
 
     mode: str  # set by fsspec's AbstractBufferedFile
 
@@ -370,9 +399,12 @@ class TomusFile(AbstractBufferedFile):
         mode: str = "rb",
         block_size: int | None = None,
         version: int | None = None,
+        new: bool = False,
         **kwargs: Any,
     ) -> None:
         self.blob = blob
+        # Created by this open, with nothing published yet: it appears with its first version.
+        self.new = new
         self.writer: BlobWriter | None = None
         self.version: int | None = None
         size = None
@@ -419,14 +451,37 @@ class TomusFile(AbstractBufferedFile):
             self._initiate_upload()
         assert self.writer is not None
         writer, self.writer = self.writer, None
-        if self.mode == "ab":
-            landed = writer.commit_append()
-            self.version = landed[0] if landed is not None else None
-        else:
-            self.version = writer.commit_replace()
+        try:
+            if self.mode == "ab" and self.new and len(writer) == 0:
+                _replace_if_empty(writer)
+                self.version = self.blob.latest()
+            elif self.mode == "ab":
+                landed = writer.commit_append()
+                self.version = landed[0] if landed is not None else None
+            else:
+                self.version = writer.commit_replace()
+        except BaseException:
+            self._abandon()
+            raise
+        self.new = False
 
     def discard(self) -> None:
+        """Drops what was written: nothing is published (and closing publishes nothing)."""
         self.writer = None
+        self._abandon()
+        self.closed = True
+
+    def _abandon(self) -> None:
+        if self.new:
+            self.new = False
+            self.fs.ns.abandon(self.path, self.blob.id)
+
+    def __exit__(self, exc_type: type[BaseException] | None, *args: object) -> None:
+        if exc_type is not None and self.writable():
+            # Leaving the block with an exception publishes nothing.
+            self.discard()
+            return
+        self.close()
 
     def seekable(self) -> bool:
         return self.mode == "rb"

@@ -94,7 +94,13 @@ pub fn open_input(file: Option<&Path>) -> Result<(Box<dyn Read>, Option<u64>)> {
         Some(p) if p.as_os_str() != "-" => {
             let f =
                 std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
-            let size = f.metadata().ok().map(|m| m.len());
+            let meta = f
+                .metadata()
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            if meta.is_dir() {
+                anyhow::bail!("cannot read {}: it is a directory", p.display());
+            }
+            let size = Some(meta.len());
             Ok((Box::new(f), size))
         }
         _ => Ok((Box::new(std::io::stdin()), None)),

@@ -97,8 +97,7 @@ async fn reads_of_known_versions_do_not_need_the_manager() {
     let mut second = first.clone();
     second[300_000..400_000].copy_from_slice(&patch);
     let ns = client.namespace();
-    ns.create("/data/f", Default::default()).await.unwrap();
-    let (_, file) = ns.open("/data/f").await.unwrap();
+    let (_, file) = ns.create("/data/f", Default::default()).await.unwrap();
     let fv = file.write(0, &patch).await.unwrap();
     // A reader that wrote nothing knows: v2 from a read, v1 from its record, the file's
     // version from the namespace.

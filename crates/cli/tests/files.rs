@@ -157,7 +157,10 @@ async fn namespace_operations_and_their_errors() {
     let (entry, blob) = ns.create("/data/run1/a.csv", opts).await.unwrap();
     assert_eq!(entry.path, "data/run1/a.csv");
     blob.replace(b"x,y\n1,2\n").await.unwrap();
-    ns.create("data/run1/b.csv", opts).await.unwrap();
+    // A new file appears only with its first version.
+    let (_, b) = ns.create("data/run1/b.csv", opts).await.unwrap();
+    assert_eq!(kind(ns.stat("data/run1/b.csv").await), ErrorKind::NotFound);
+    b.replace(b"b").await.unwrap();
     ns.mkdir("data/empty", false).await.unwrap();
 
     let names = |v: Vec<tomus_wire::FsEntry>| v.into_iter().map(|e| e.path).collect::<Vec<_>>();
@@ -258,17 +261,22 @@ async fn concurrent_creates_agree_and_the_namespace_survives_a_manager_kill() {
         ..CreateOptions::default()
     };
     // Eight racing creates of one path get one file; eight exclusive ones: one winner.
+    // (A new file's racing creators share it before it is published, too.)
     let racers: Vec<_> = (0..8)
         .map(|_| {
             let ns = ns.clone();
-            tokio::spawn(async move { ns.create("shared/log", opts).await.map(|(_, b)| b.id()) })
+            tokio::spawn(async move { ns.create("shared/log", opts).await.map(|(_, b)| b) })
         })
         .collect();
     let mut ids = BTreeSet::new();
+    let mut shared = None;
     for r in racers {
-        ids.insert(r.await.unwrap().unwrap());
+        let b = r.await.unwrap().unwrap();
+        ids.insert(b.id());
+        shared = Some(b);
     }
     assert_eq!(ids.len(), 1);
+    shared.unwrap().replace(b"").await.unwrap();
     let exclusive = CreateOptions {
         exclusive: true,
         ..opts
@@ -276,18 +284,22 @@ async fn concurrent_creates_agree_and_the_namespace_survives_a_manager_kill() {
     let racers: Vec<_> = (0..8)
         .map(|_| {
             let ns = ns.clone();
-            tokio::spawn(async move { ns.create("shared/once", exclusive).await.is_ok() })
+            tokio::spawn(async move { ns.create("shared/once", exclusive).await.ok() })
         })
         .collect();
-    let mut winners = 0;
+    let mut winners = Vec::new();
     for r in racers {
-        winners += r.await.unwrap() as usize;
+        winners.extend(r.await.unwrap());
     }
-    assert_eq!(winners, 1);
+    assert_eq!(winners.len(), 1);
+    for (_, b) in winners {
+        b.replace(b"").await.unwrap();
+    }
 
     // Enough entries for several listing pages.
     for i in 0..1100 {
-        ns.create(&format!("many/f{i:05}"), opts).await.unwrap();
+        let (_, b) = ns.create(&format!("many/f{i:05}"), opts).await.unwrap();
+        b.replace(b"").await.unwrap();
     }
     let page = ns
         .list_page("many", false, Some("many/f00099"), 7)

@@ -1,9 +1,9 @@
 //! The file namespace: paths mapped to blobs by the manager (directories, files, rename,
 //! delete). A file's content is its blob; every close of a written file is a version.
 
-use tomus_metadata::Version;
+use tomus_metadata::{BlobId, Version};
 use tomus_wire::manager::{
-    FsCreate, FsDelete, FsList, FsListAttrs, FsMkdir, FsObject, FsRename, FsStat,
+    FsAbandon, FsCreate, FsDelete, FsList, FsListAttrs, FsMkdir, FsObject, FsRename, FsStat,
 };
 use tomus_wire::{
     Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Rpc, VersionInfo,
@@ -34,16 +34,42 @@ impl Default for CreateOptions {
     }
 }
 
+/// Top-level names starting with this are tomus's own (the S3 gateway keeps its bucket
+/// settings, multipart uploads in progress and deleted-version logs there): the namespace
+/// of [`Client::namespace`] leaves them out of listings and refuses to change them.
+pub const RESERVED_PREFIX: &str = ".tomus-";
+
+/// Whether `path` lies in a reserved top-level directory (see [`RESERVED_PREFIX`]).
+pub fn is_reserved(path: &str) -> bool {
+    path.split('/')
+        .find(|p| !p.is_empty())
+        .is_some_and(|first| first.starts_with(RESERVED_PREFIX))
+}
+
 /// The namespace of a cluster, through one client connection. Cheap to clone.
 #[derive(Clone)]
 pub struct Namespace {
     client: Client,
+    /// Reaches tomus's own reserved names (the S3 gateway).
+    internal: bool,
 }
 
 impl Client {
+    /// The namespace as users see it: reserved names (see [`RESERVED_PREFIX`]) are left out
+    /// of listings (but for a listing of a reserved directory itself) and cannot be changed
+    /// (`InvalidArgument`), though they can be read.
     pub fn namespace(&self) -> Namespace {
         Namespace {
             client: self.clone(),
+            internal: false,
+        }
+    }
+
+    /// The whole namespace, reserved names included: for tomus's own services.
+    pub fn internal_namespace(&self) -> Namespace {
+        Namespace {
+            client: self.clone(),
+            internal: true,
         }
     }
 }
@@ -51,6 +77,24 @@ impl Client {
 impl Namespace {
     async fn call<R: Rpc>(&self, req: R) -> Result<R::Response> {
         self.client.cluster.manager(req).await
+    }
+
+    /// Refuses a change under a reserved name unless this is the internal namespace.
+    fn check_changeable(&self, path: &str) -> Result<()> {
+        if self.internal || !is_reserved(path) {
+            return Ok(());
+        }
+        let first = path.split('/').find(|p| !p.is_empty()).unwrap_or_default();
+        Err(Error::invalid(format!(
+            "/{first} is reserved for tomus's own use (top-level names starting with \
+             {RESERVED_PREFIX:?} hold the S3 gateway's state); it cannot be changed here"
+        )))
+    }
+
+    /// Whether a listing of `listed` shows `entry`: reserved names only when asked for by
+    /// name (a listing of `/.tomus-uploads` shows what it holds).
+    fn shows(&self, listed: &str, entry: &FsEntry) -> bool {
+        self.internal || is_reserved(listed) || !is_reserved(&entry.path)
     }
 
     /// The blob of a file entry.
@@ -71,6 +115,7 @@ impl Namespace {
     /// Makes a directory; with `parents`, also its missing parents, and an existing
     /// directory is fine.
     pub async fn mkdir(&self, path: &str, parents: bool) -> Result<FsEntry> {
+        self.check_changeable(path)?;
         let req = FsMkdir {
             path: path.into(),
             parents,
@@ -78,9 +123,14 @@ impl Namespace {
         self.call(req).await
     }
 
-    /// Creates the file `path` (and its missing parent directories) on a new blob; an
-    /// existing file is opened instead unless `options.exclusive`.
+    /// Creates the file `path` on a new blob; an existing file is opened instead unless
+    /// `options.exclusive`. A new file (its entry's blob at version 0) appears, with its
+    /// missing parent directories, only when its first version is published; a writer that
+    /// gives up before should [`Namespace::abandon`] it (else the manager drops it after
+    /// the garbage-collection grace). Concurrent creators of one new file share its blob,
+    /// as writers of an existing file do; an exclusive one is refused (`AlreadyExists`).
     pub async fn create(&self, path: &str, options: CreateOptions) -> Result<(FsEntry, Blob)> {
+        self.check_changeable(path)?;
         let req = FsCreate {
             path: path.into(),
             chunk_size: options.chunk_size,
@@ -90,6 +140,27 @@ impl Namespace {
         let entry = self.call(req).await?;
         let blob = self.blob_of(&entry)?;
         Ok((entry, blob))
+    }
+
+    /// Gives up the new file `entry` (as [`Namespace::create`] returned it) when nothing was
+    /// published: it never appears. Does nothing for a file that has a version. Best effort:
+    /// should the manager not hear of it, it drops the file after its grace.
+    pub async fn abandon(&self, entry: &FsEntry) {
+        if let Some(blob) = entry.blob.as_ref().filter(|b| b.latest == 0) {
+            if let Err(e) = self.abandon_new(&entry.path, blob.id).await {
+                tracing::info!("giving up the new file /{}: {e}", entry.path);
+            }
+        }
+    }
+
+    /// [`Namespace::abandon`] by path and blob id (nothing happens unless `path` is a new
+    /// file of `blob` with nothing published).
+    pub async fn abandon_new(&self, path: &str, blob: BlobId) -> Result<()> {
+        let req = FsAbandon {
+            path: path.into(),
+            blob,
+        };
+        self.call(req).await
     }
 
     /// Opens an existing file.
@@ -102,6 +173,19 @@ impl Namespace {
     /// One page of the entries under the directory `path`, in path order: its children, or
     /// every descendant when `recursive`; only paths after `start_after`.
     pub async fn list_page(
+        &self,
+        path: &str,
+        recursive: bool,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<FsEntry>> {
+        let mut page = self.list_raw(path, recursive, start_after, limit).await?;
+        page.retain(|e| self.shows(path, e));
+        Ok(page)
+    }
+
+    /// One page as the manager returned it, reserved names included.
+    async fn list_raw(
         &self,
         path: &str,
         recursive: bool,
@@ -146,18 +230,23 @@ impl Namespace {
             start_after: start_after.map(str::to_string),
             limit,
         };
-        self.call(req).await
+        let mut page = self.call(req).await?;
+        page.retain(|(e, _)| self.shows(path, e));
+        Ok(page)
     }
 
     async fn list_all(&self, path: &str, recursive: bool) -> Result<Vec<FsEntry>> {
         let mut out: Vec<FsEntry> = Vec::new();
+        let mut after: Option<String> = None;
         loop {
-            let after = out.last().map(|e| e.path.clone());
+            // Pages as the manager cut them, so a page thinned by hidden names is not
+            // taken for the last one.
             let page = self
-                .list_page(path, recursive, after.as_deref(), PAGE)
+                .list_raw(path, recursive, after.as_deref(), PAGE)
                 .await?;
             let full = page.len() == PAGE as usize;
-            out.extend(page);
+            after = page.last().map(|e| e.path.clone());
+            out.extend(page.into_iter().filter(|e| self.shows(path, e)));
             if !full {
                 return Ok(out);
             }
@@ -176,6 +265,8 @@ impl Namespace {
 
     /// Moves a file or a directory tree (an existing file at `to` is replaced).
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        self.check_changeable(from)?;
+        self.check_changeable(to)?;
         let req = FsRename {
             from: from.into(),
             to: to.into(),
@@ -185,6 +276,7 @@ impl Namespace {
 
     /// Removes a file, or a directory (everything below it when `recursive`).
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<()> {
+        self.check_changeable(path)?;
         let req = FsDelete {
             path: path.into(),
             recursive,
@@ -216,7 +308,6 @@ impl Namespace {
             exclusive: false,
         };
         let (entry, blob) = self.create(to, options).await?;
-        let fresh = entry.blob.as_ref().is_some_and(|b| b.latest == 0);
         let extent = Extent {
             blob: src_blob,
             version: src.version.version,
@@ -235,10 +326,8 @@ impl Namespace {
         match blob.compose(&sources, &options).await {
             Ok(info) => Ok(info),
             Err(e) => {
-                if fresh {
-                    // Nothing was published: the new name goes (best effort).
-                    let _ = self.delete(&entry.path, false).await;
-                }
+                // A new file appears only with its first version: give it up now.
+                self.abandon(&entry).await;
                 Err(e)
             }
         }

@@ -118,7 +118,8 @@ impl Blob {
     }
 
     /// Commits `chunks` (stored since `stored_at`) as the whole new content; empty content
-    /// over empty content makes no version.
+    /// over a published empty content makes no version (a blob with no version yet gets an
+    /// empty first one: a new file appears with it).
     pub(crate) async fn commit_replace(
         &self,
         chunks: Vec<StoredChunk>,
@@ -127,7 +128,7 @@ impl Blob {
         let size = len(&chunks);
         if size == 0 {
             let latest = self.stat(None).await?;
-            if latest.size == 0 {
+            if latest.size == 0 && latest.version > 0 {
                 return Ok(latest.version);
             }
         }

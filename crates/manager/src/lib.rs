@@ -32,6 +32,10 @@ pub struct ManagerConfig {
     /// A writer that holds a version number this long without completing it is taken as
     /// dead: its version (and those assigned after it) are given up so later writes publish.
     pub writer_lease: Duration,
+    /// A new file (invisible until its first version is published) whose writers show no
+    /// sign of life for this long is dropped: the garbage-collection grace, past which its
+    /// write would be refused anyway.
+    pub new_file_grace: Duration,
     /// What clients may hold of the server: connections, time, memory.
     pub limits: ServerLimits,
 }
@@ -54,6 +58,12 @@ pub async fn run(
         given_up: 0,
     };
     workers.spawn(leases, stopped.clone(), None);
+    let abandoned = workers::AbandonedFiles {
+        namespace: Arc::downgrade(&namespace),
+        grace: config.new_file_grace,
+        dropped: 0,
+    };
+    workers.spawn(abandoned, stopped.clone(), None);
     let retention = workers::Retention {
         versions: Arc::downgrade(&versions),
         expired: 0,

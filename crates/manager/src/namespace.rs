@@ -8,6 +8,19 @@
 //! Removing a file (deleting it, or renaming another file onto it) deletes its blob in the
 //! same transaction: nothing else names a file's blob, and data composed from it into other
 //! blobs is referenced by chunk, not through the blob.
+//!
+//! Create-on-commit: creating a new file records it *pending* (its blob, no parents made)
+//! and the file appears, with its missing parent directories, in the transaction that
+//! publishes its blob's first version ([`bind_in`], called by the group commit). Until then
+//! it is invisible to stat, listing and opening, and a failed or interrupted write leaves
+//! nothing behind: its writer gives it up ([`Namespace::abandon`]), or, when the writer
+//! died, [`Namespace::collect_abandoned`] drops it once no writer showed a sign of life for
+//! the garbage-collection grace (a write that old would be refused anyway). A pending name
+//! still occupies its path for changes: creating the same file again joins it (writers then
+//! publish versions of one blob, as writers of an existing file do; an exclusive create is
+//! refused), and a directory cannot be made there. Renaming something onto a pending path,
+//! or deleting a directory tree holding one, drops it (its writers are told). A directory
+//! rename leaves pending names where they are: they belong to the path they were created at.
 
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
@@ -29,10 +42,25 @@ pub const MAX_COMPONENT: usize = 255;
 /// Most entries one listing call returns.
 pub const MAX_LIST: u32 = 10_000;
 
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Record {
-    Dir { created_ms: u64 },
-    File { blob: BlobId, created_ms: u64 },
+    Dir {
+        created_ms: u64,
+    },
+    File {
+        blob: BlobId,
+        created_ms: u64,
+    },
+    /// A new file whose blob has no published version yet: invisible (new in format 3).
+    Pending {
+        blob: BlobId,
+        created_ms: u64,
+    },
+}
+
+/// `r` as the namespace shows it: a pending file is not there yet.
+fn visible(r: Option<Record>) -> Option<Record> {
+    r.filter(|r| !matches!(r, Record::Pending { .. }))
 }
 
 /// Checks `path` and returns it normalized: empty components (leading, trailing or doubled
@@ -139,6 +167,57 @@ fn is_a_dir(path: &str) -> Error {
     Error::new(ErrorKind::IsADirectory, format!("/{path} is a directory"))
 }
 
+fn being_created(path: &str) -> Error {
+    Error::already_exists(format!(
+        "/{path} is a new file being written by another writer (it appears once published)"
+    ))
+}
+
+/// Binds the pending file `path` to `blob` within `txn` (the transaction publishing the
+/// blob's first version), making its missing parent directories. Returns why it cannot
+/// (the path is no longer this pending file, or a parent became a file meanwhile); the
+/// pending record is then removed and the caller removes the blob. `Err`: the database
+/// failed.
+pub(crate) fn bind_in(
+    txn: &redb::WriteTransaction,
+    path: &str,
+    blob: BlobId,
+    now: u64,
+) -> Result<Option<Error>> {
+    let mut t = txn.open_table(NAMESPACE).map_err(db_err)?;
+    let mine = match get(&t, path)? {
+        Some(Record::Pending { blob: b, .. }) => b == blob,
+        _ => false,
+    };
+    if !mine {
+        return Ok(Some(Error::already_exists(format!(
+            "/{path} was taken by another entry while this new file was written; nothing \
+             was published"
+        ))));
+    }
+    if let Err(e) = check_parents(&t, path) {
+        t.remove(path).map_err(db_err)?;
+        return Ok(Some(Error::new(
+            e.kind,
+            format!(
+                "{} (it became so while the new file /{path} was written; nothing was \
+                 published)",
+                e.message
+            ),
+        )));
+    }
+    make_parents(&mut t, path, now)?;
+    put(
+        &mut t,
+        path,
+        &Record::File {
+            blob,
+            created_ms: now,
+        },
+    )?;
+    Ok(None)
+}
+
 pub struct Namespace {
     store: Arc<Store>,
     versions: Arc<VersionManager>,
@@ -151,6 +230,18 @@ impl Namespace {
         let txn = store.db().begin_write().map_err(db_err)?;
         txn.open_table(NAMESPACE).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
+        // New files being written when the manager stopped: named again, so their first
+        // publication binds them (or the grace drops them when their writers are gone).
+        let txn = store.db().begin_read().map_err(db_err)?;
+        let table = txn.open_table(NAMESPACE).map_err(db_err)?;
+        for row in table.iter().map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            if let Record::Pending { blob, .. } = decode(v.value())? {
+                if let Err(e) = versions.name_pending(blob, k.value()) {
+                    tracing::warn!("new file /{}: {e}", k.value());
+                }
+            }
+        }
         Ok(Namespace {
             store,
             versions,
@@ -166,7 +257,7 @@ impl Namespace {
                 created_ms,
                 blob: None,
             },
-            Record::File { blob, created_ms } => FsEntry {
+            Record::File { blob, created_ms } | Record::Pending { blob, created_ms } => FsEntry {
                 path,
                 kind: EntryKind::File,
                 created_ms,
@@ -222,7 +313,7 @@ impl Namespace {
 
     pub fn stat(&self, path: &str) -> Result<FsEntry> {
         let path = normalize(path)?;
-        match self.read(&path)? {
+        match visible(self.read(&path)?) {
             // Its blob may have been deleted with the file since the read.
             Some(r) => self.entry(path.clone(), r).map_err(|e| match e.kind {
                 ErrorKind::NotFound => not_found(&path),
@@ -244,6 +335,7 @@ impl Namespace {
                     return Err(Error::already_exists(format!("/{path} already exists")))
                 }
                 Some(Record::File { .. }) => return Err(not_a_dir(&path)),
+                Some(Record::Pending { .. }) => return Err(being_created(&path)),
                 None => {}
             }
             let now = now_ms();
@@ -254,7 +346,7 @@ impl Namespace {
                 match get(t, parent)? {
                     Some(Record::Dir { .. }) => {}
                     Some(Record::File { .. }) => return Err(not_a_dir(parent)),
-                    None => return Err(not_found(parent)),
+                    Some(Record::Pending { .. }) | None => return Err(not_found(parent)),
                 }
             }
             let r = Record::Dir { created_ms: now };
@@ -264,8 +356,10 @@ impl Namespace {
         self.entry(path, record)
     }
 
-    /// Creates the file `path` on a new blob, creating missing parent directories. An
-    /// existing file is returned as it is unless `exclusive`.
+    /// Creates the file `path` on a new blob, pending until its first version is published
+    /// (which also makes its missing parent directories). An existing file is returned as it
+    /// is unless `exclusive`; so is a new file another writer is creating (this writer
+    /// joins it).
     pub fn create(
         &self,
         path: &str,
@@ -283,6 +377,11 @@ impl Namespace {
             Some(Record::File { .. }) => {
                 return Err(Error::already_exists(format!("/{path} already exists")))
             }
+            Some(r @ Record::Pending { blob, .. }) if !exclusive => {
+                self.versions.name_pending(blob, &path)?;
+                return self.entry(path, r);
+            }
+            Some(Record::Pending { .. }) => return Err(being_created(&path)),
             Some(Record::Dir { .. }) => return Err(is_a_dir(&path)),
             None => {}
         }
@@ -290,24 +389,61 @@ impl Namespace {
         {
             let txn = self.store.db().begin_read().map_err(db_err)?;
             let table = txn.open_table(NAMESPACE).map_err(db_err)?;
-            for a in ancestors(&path) {
-                if let Some(Record::File { .. }) = get(&table, a)? {
-                    return Err(not_a_dir(a));
-                }
-            }
+            check_parents(&table, &path)?;
         }
         let blob = self.versions.create_blob(chunk_size, replication)?;
-        let record = self.change(|t| {
-            let now = now_ms();
-            make_parents(t, &path, now)?;
-            let r = Record::File {
-                blob: blob.id,
-                created_ms: now,
-            };
-            put(t, &path, &r)?;
-            Ok(r)
-        })?;
+        let record = Record::Pending {
+            blob: blob.id,
+            created_ms: now_ms(),
+        };
+        self.change(|t| put(t, &path, &record))?;
+        self.versions.name_pending(blob.id, &path)?;
         self.entry(path, record)
+    }
+
+    /// A writer of the new file `path` (on `blob`) gives it up, having published nothing:
+    /// once no writer holds it, it is dropped with its blob. Anything else at `path` (the
+    /// file was published meanwhile, by another writer) is left alone.
+    pub fn abandon(&self, path: &str, blob: BlobId) -> Result<()> {
+        let path = normalize(path)?;
+        let _guard = self.lock();
+        if !self.versions.release_pending(blob) {
+            return Ok(());
+        }
+        self.change_removing(|t| {
+            if let Some(Record::Pending { blob: b, .. }) = get(t, &path)? {
+                if b == blob {
+                    t.remove(path.as_str()).map_err(db_err)?;
+                }
+            }
+            Ok(((), vec![blob]))
+        })
+    }
+
+    /// Drops the new files whose writers showed no sign of life for `grace` (nothing of them
+    /// was ever published or assigned), with their blobs. Returns how many.
+    pub fn collect_abandoned(&self, grace: std::time::Duration) -> Result<usize> {
+        // Under the lock: no writer joins one of them meanwhile.
+        let _guard = self.lock();
+        let abandoned = self.versions.abandoned_files(grace);
+        if abandoned.is_empty() {
+            return Ok(0);
+        }
+        let n = abandoned.len();
+        self.change_removing(|t| {
+            let mut blobs = Vec::new();
+            for (blob, path) in abandoned {
+                if let Some(Record::Pending { blob: b, .. }) = get(t, &path)? {
+                    if b == blob {
+                        t.remove(path.as_str()).map_err(db_err)?;
+                    }
+                }
+                tracing::info!("dropping the new file /{path}: its writer gave no sign of life");
+                blobs.push(blob);
+            }
+            Ok(((), blobs))
+        })?;
+        Ok(n)
     }
 
     /// Entries under the directory `path` in path order, after `start_after`, at most `limit`.
@@ -326,9 +462,9 @@ impl Namespace {
         }
         let txn = self.store.db().begin_read().map_err(db_err)?;
         let table = txn.open_table(NAMESPACE).map_err(db_err)?;
-        match get(&table, &path)? {
+        match visible(get(&table, &path)?) {
             Some(Record::Dir { .. }) => {}
-            Some(Record::File { .. }) => return Err(not_a_dir(&path)),
+            Some(_) => return Err(not_a_dir(&path)),
             None => return Err(not_found(&path)),
         }
         let prefix = subtree_prefix(&path);
@@ -357,7 +493,11 @@ impl Namespace {
                     from = Bound::Included(format!("{prefix}{child}0"));
                     continue 'scan;
                 }
-                match self.entry(key.to_string(), decode(v.value())?) {
+                let record: Record = decode(v.value())?;
+                if let Record::Pending { .. } = record {
+                    continue;
+                }
+                match self.entry(key.to_string(), record) {
                     Ok(entry) => out.push(entry),
                     // A file deleted (with its blob) since this snapshot: gone, as after.
                     Err(e) if e.kind == ErrorKind::NotFound => continue,
@@ -440,9 +580,11 @@ impl Namespace {
         }
         let _guard = self.lock();
         self.change_removing(|t| {
-            let record = get(t, &from)?.ok_or_else(|| not_found(&from))?;
-            let replaced = match (get(t, &to)?, record) {
+            let record = visible(get(t, &from)?).ok_or_else(|| not_found(&from))?;
+            let mut replaced = match (get(t, &to)?, record) {
                 (None, _) => Vec::new(),
+                // A new file being written there: what is moved takes its place.
+                (Some(Record::Pending { blob: old, .. }), _) => vec![old],
                 (Some(Record::File { blob: old, .. }), Record::File { blob, .. }) => {
                     // Two names never share a blob; checked so a bug cannot lose the moved file.
                     if old == blob {
@@ -457,12 +599,21 @@ impl Namespace {
             let mut moves = vec![(from.clone(), to.clone())];
             if let Record::Dir { .. } = record {
                 for key in subtree_keys(t, &from)? {
+                    // Pending files stay at the path they were created at.
+                    if let Some(Record::Pending { .. }) = get(t, &key)? {
+                        continue;
+                    }
                     let moved = format!("{to}{}", &key[from.len()..]);
                     moves.push((key, moved));
                 }
             }
-            for (old, new) in moves {
+            for (i, (old, new)) in moves.into_iter().enumerate() {
                 let r = get(t, &old)?.ok_or_else(|| not_found(&old))?;
+                if i > 0 {
+                    if let Some(Record::Pending { blob, .. }) = get(t, &new)? {
+                        replaced.push(blob);
+                    }
+                }
                 t.remove(old.as_str()).map_err(db_err)?;
                 put(t, &new, &r)?;
             }
@@ -481,22 +632,30 @@ impl Namespace {
         let _guard = self.lock();
         self.change_removing(|t| {
             let mut blobs = Vec::new();
-            match get(t, &path)? {
+            match visible(get(t, &path)?) {
                 None => return Err(not_found(&path)),
-                Some(Record::File { blob, .. }) => blobs.push(blob),
-                Some(Record::Dir { .. }) => {
-                    let below = subtree_keys(t, &path)?;
-                    if !below.is_empty() && !recursive {
-                        return Err(Error::new(
-                            ErrorKind::NotEmpty,
-                            format!("directory /{path} is not empty"),
-                        ));
-                    }
-                    for key in below {
-                        if let Some(Record::File { blob, .. }) = get(t, &key)? {
+                Some(Record::File { blob, .. } | Record::Pending { blob, .. }) => blobs.push(blob),
+                Some(Record::Dir { .. }) if recursive => {
+                    // New files being written below go too (their writers are told).
+                    for key in subtree_keys(t, &path)? {
+                        if let Some(Record::File { blob, .. } | Record::Pending { blob, .. }) =
+                            get(t, &key)?
+                        {
                             blobs.push(blob);
                         }
                         t.remove(key.as_str()).map_err(db_err)?;
+                    }
+                }
+                Some(Record::Dir { .. }) => {
+                    // Empty as far as anyone can see: new files being written below keep
+                    // their paths and make the directory again when published.
+                    for key in subtree_keys(t, &path)? {
+                        if visible(get(t, &key)?).is_some() {
+                            return Err(Error::new(
+                                ErrorKind::NotEmpty,
+                                format!("directory /{path} is not empty"),
+                            ));
+                        }
                     }
                 }
             }
@@ -506,13 +665,24 @@ impl Namespace {
     }
 }
 
-/// Creates the missing ancestors of `path` as directories; an ancestor that is a file fails.
-fn make_parents(t: &mut Table<&'static str, &'static [u8]>, path: &str, now: u64) -> Result<()> {
+/// Fails if an ancestor of `path` is a file (or a new file being written).
+fn check_parents(t: &impl ReadableTable<&'static str, &'static [u8]>, path: &str) -> Result<()> {
     for a in ancestors(path) {
         match get(t, a)? {
-            Some(Record::Dir { .. }) => {}
-            Some(Record::File { .. }) => return Err(not_a_dir(a)),
-            None => put(t, a, &Record::Dir { created_ms: now })?,
+            Some(Record::Dir { .. }) | None => {}
+            Some(Record::File { .. } | Record::Pending { .. }) => return Err(not_a_dir(a)),
+        }
+    }
+    Ok(())
+}
+
+/// Creates the missing ancestors of `path` as directories; an ancestor that is a file fails
+/// before anything is changed.
+fn make_parents(t: &mut Table<&'static str, &'static [u8]>, path: &str, now: u64) -> Result<()> {
+    check_parents(t, path)?;
+    for a in ancestors(path) {
+        if get(t, a)?.is_none() {
+            put(t, a, &Record::Dir { created_ms: now })?;
         }
     }
     Ok(())

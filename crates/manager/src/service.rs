@@ -102,6 +102,9 @@ impl ManagerService {
                 Reply::of::<FsMkdir>(self.namespace(move |ns| ns.mkdir(&r.path, r.parents)).await)
             }
             M::FsCreate(r) => Reply::of::<FsCreate>(self.fs_create(r).await),
+            M::FsAbandon(r) => {
+                Reply::of::<FsAbandon>(self.namespace(move |ns| ns.abandon(&r.path, r.blob)).await)
+            }
             M::FsStat(r) => Reply::of::<FsStat>(self.namespace(move |ns| ns.stat(&r.path)).await),
             M::FsList(r) => Reply::of::<FsList>(
                 self.namespace(move |ns| {

@@ -7,7 +7,42 @@ use std::time::Duration;
 use tomus_wire::{Error, Result};
 use tomus_worker::{Round, Worker};
 
+use crate::namespace::Namespace;
 use crate::versions::{now_ms, VersionManager};
+
+/// Drops new files (create-on-commit) whose writers showed no sign of life for `grace`: they
+/// were never visible, and their blobs go like any deleted blob's.
+pub struct AbandonedFiles {
+    pub namespace: Weak<Namespace>,
+    pub grace: Duration,
+    pub dropped: u64,
+}
+
+impl Worker for AbandonedFiles {
+    fn name(&self) -> &'static str {
+        "abandoned new files"
+    }
+
+    fn interval(&self) -> Duration {
+        (self.grace / 4).clamp(Duration::from_millis(50), Duration::from_secs(60))
+    }
+
+    async fn work(&mut self) -> Result<Round> {
+        let Some(ns) = self.namespace.upgrade() else {
+            return Ok(Round::Done);
+        };
+        let grace = self.grace;
+        let n = tokio::task::spawn_blocking(move || ns.collect_abandoned(grace))
+            .await
+            .map_err(|e| Error::internal(format!("dropping abandoned new files failed: {e}")))??;
+        self.dropped += n as u64;
+        Ok(Round::Idle)
+    }
+
+    fn summary(&self) -> String {
+        format!("{} abandoned new files dropped since start", self.dropped)
+    }
+}
 
 /// Gives up the versions of writers whose lease ran out, a few times per lease period.
 pub struct Leases {

@@ -533,9 +533,11 @@ async fn removing_files_deletes_their_blobs() {
     let y = fs_create(&m, "d/sub/y").await;
     publish(&m, y).await;
     let src = fs_create(&m, "r/src").await;
+    publish(&m, src).await;
     let dst = fs_create(&m, "r/dst").await;
     publish(&m, dst).await;
     let kept = fs_create(&m, "kept").await;
+    publish(&m, kept).await;
 
     fs_delete(&m, "a/f", false).await;
     assert_gone(&m, file).await;
@@ -587,6 +589,7 @@ async fn writers_of_deleted_blobs_are_told_rather_than_left_waiting() {
     let dir = TempDir::new("delete-pending");
     let m = open(dir.path(), TIMEOUT);
     let blob = fs_create(&m, "f").await;
+    publish(&m, blob).await;
     let lower = assign(&m, blob, 10).await.unwrap();
     let upper = assign(&m, blob, 10).await.unwrap();
     // Completed, but waiting for the lower version's writer.
@@ -612,6 +615,7 @@ async fn publications_of_deleted_blobs_do_not_bring_them_back() {
     let dir = TempDir::new("delete-race");
     let m = open(dir.path(), TIMEOUT);
     let blob = fs_create(&m, "f").await;
+    publish(&m, blob).await;
     let mut record = m
         .store
         .blobs()
@@ -621,12 +625,12 @@ async fn publications_of_deleted_blobs_do_not_bring_them_back() {
         .unwrap();
     fs_delete(&m, "f", false).await;
     // What the committer would write for a version completed just before the deletion.
-    record.published = 1;
+    record.published = 2;
     let late = Publication {
         blob: record,
         versions: vec![VersionInfo {
             blob,
-            version: 1,
+            version: 2,
             span: Span::new(0, 10),
             size: 10,
             capacity: 64 << 10,
@@ -635,10 +639,11 @@ async fn publications_of_deleted_blobs_do_not_bring_them_back() {
             published_ms: 1,
         }],
         attrs: vec![],
+        name: None,
     };
-    assert_eq!(m.store.publish(&[late]).unwrap(), [blob]);
+    assert_eq!(m.store.publish(&[late]).unwrap().deleted, [blob]);
     assert!(m.store.blobs().unwrap().is_empty());
-    assert!(m.store.version(blob, 1).unwrap().is_none());
+    assert!(m.store.version(blob, 2).unwrap().is_none());
 }
 
 #[tokio::test]
@@ -922,7 +927,7 @@ async fn state_of_a_newer_format_is_refused_and_an_older_one_upgraded() {
                 .unwrap()
                 .unwrap()
                 .value(),
-            2
+            3
         );
         txn.open_table(meta).unwrap().insert("schema", 99).unwrap();
         txn.commit().unwrap();
@@ -1021,8 +1026,9 @@ async fn the_change_log_records_what_became_referenced_and_what_died() {
     set_retention(&m, blob, Retention::KeepLast(1))
         .await
         .unwrap();
+    // A new file given up before its first version: its blob is deleted.
     let file = fs_create(&m, "f").await;
-    fs_delete(&m, "f", false).await;
+    abandon(&m, "f", file).await;
 
     let page = call(
         &m,
@@ -1092,5 +1098,204 @@ async fn the_change_log_records_what_became_referenced_and_what_died() {
         matches!(page.changes[2].1, Change::Aborted { blob: b, from, .. } if b == blob && from == v2 + 1),
         "{:?}",
         page.changes[2..].to_vec()
+    );
+}
+
+async fn abandon(m: &ManagerService, path: &str, blob: BlobId) {
+    let req = FsAbandon {
+        path: path.into(),
+        blob,
+    };
+    call(m, req).await.unwrap();
+}
+
+async fn create(m: &ManagerService, path: &str, exclusive: bool) -> Result<BlobId> {
+    let req = FsCreate {
+        path: path.into(),
+        chunk_size: 64 << 10,
+        replication: 1,
+        exclusive,
+    };
+    Ok(call(m, req).await?.blob.unwrap().id)
+}
+
+async fn stat(m: &ManagerService, path: &str) -> Result<tomus_wire::FsEntry> {
+    call(m, FsStat { path: path.into() }).await
+}
+
+/// Every path in the namespace, in order.
+async fn every_path(m: &ManagerService) -> Vec<String> {
+    let list = FsList {
+        path: "".into(),
+        recursive: true,
+        start_after: None,
+        limit: 100,
+    };
+    let entries = call(m, list).await.unwrap();
+    entries.into_iter().map(|e| e.path).collect()
+}
+
+#[tokio::test]
+async fn new_files_appear_only_with_their_first_version() {
+    let dir = TempDir::new("create-on-commit");
+    let m = open(dir.path(), TIMEOUT);
+    let blob = create(&m, "d/new", false).await.unwrap();
+    // Neither the file nor its parent is visible, to any read.
+    assert_eq!(
+        stat(&m, "d/new").await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    assert_eq!(stat(&m, "d").await.unwrap_err().kind, ErrorKind::NotFound);
+    let object = FsObject {
+        path: "d/new".into(),
+        version: None,
+    };
+    assert_eq!(
+        call(&m, object).await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    assert!(every_path(&m).await.is_empty());
+    let e = call(
+        &m,
+        FsDelete {
+            path: "d/new".into(),
+            recursive: false,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    // Concurrent creators of the new file share it (as writers of an existing file do); an
+    // exclusive one, or a directory, is refused.
+    assert_eq!(create(&m, "d/new", false).await.unwrap(), blob);
+    let e = create(&m, "d/new", true).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::AlreadyExists);
+    let e = call(
+        &m,
+        FsMkdir {
+            path: "d/new".into(),
+            parents: true,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::AlreadyExists);
+    // A directory made meanwhile at its parent is fine.
+    call(
+        &m,
+        FsMkdir {
+            path: "d".into(),
+            parents: false,
+        },
+    )
+    .await
+    .unwrap();
+    // A restart keeps it pending, and its first publication binds it.
+    close(m).await;
+    let m = open(dir.path(), TIMEOUT);
+    assert_eq!(every_path(&m).await, ["d"]);
+    let v = publish(&m, blob).await;
+    let e = stat(&m, "d/new").await.unwrap();
+    assert_eq!(e.blob.unwrap().latest, v);
+    assert_eq!(every_path(&m).await, ["d", "d/new"]);
+    // Its parents are made with it; later writers just add versions.
+    let deep = create(&m, "a/b/c", false).await.unwrap();
+    assert_eq!(every_path(&m).await, ["d", "d/new"]);
+    publish(&m, deep).await;
+    assert_eq!(every_path(&m).await, ["a", "a/b", "a/b/c", "d", "d/new"]);
+    assert_eq!(create(&m, "a/b/c", false).await.unwrap(), deep);
+    publish(&m, deep).await;
+    assert_eq!(stat(&m, "a/b/c").await.unwrap().blob.unwrap().latest, 2);
+    close(m).await;
+    let m = open(dir.path(), TIMEOUT);
+    assert_eq!(every_path(&m).await, ["a", "a/b", "a/b/c", "d", "d/new"]);
+}
+
+#[tokio::test]
+async fn new_files_given_up_or_abandoned_leave_nothing() {
+    let dir = TempDir::new("abandon");
+    let m = open(dir.path(), TIMEOUT);
+    // Two writers hold it: it goes when the second gives it up.
+    let shared = create(&m, "x/a", false).await.unwrap();
+    assert_eq!(create(&m, "x/a", false).await.unwrap(), shared);
+    abandon(&m, "x/a", shared).await;
+    assert_eq!(
+        create(&m, "x/a", true).await.unwrap_err().kind,
+        ErrorKind::AlreadyExists
+    );
+    abandon(&m, "x/a", shared).await;
+    assert_gone(&m, shared).await;
+    let again = create(&m, "x/a", true).await.unwrap();
+    assert_ne!(again, shared);
+    // Giving up a published file does nothing.
+    publish(&m, again).await;
+    abandon(&m, "x/a", again).await;
+    assert_eq!(stat(&m, "x/a").await.unwrap().blob.unwrap().id, again);
+
+    // Writers that died: dropped after the grace, unless a version is on its way.
+    let dead = create(&m, "y/b", false).await.unwrap();
+    let busy = create(&m, "y/c", false).await.unwrap();
+    let v = assign(&m, busy, 10).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        m.namespace
+            .collect_abandoned(Duration::from_millis(50))
+            .unwrap(),
+        1
+    );
+    assert_gone(&m, dead).await;
+    assert_ne!(create(&m, "y/b", true).await.unwrap(), dead);
+    complete(&m, busy, v).await.unwrap();
+    assert_eq!(every_path(&m).await, ["x", "x/a", "y", "y/c"]);
+}
+
+#[tokio::test]
+async fn a_new_file_that_cannot_take_its_name_publishes_nothing() {
+    let dir = TempDir::new("bind-conflict");
+    let m = open(dir.path(), TIMEOUT);
+    let below = create(&m, "p/f", false).await.unwrap();
+    // Meanwhile "p" becomes a file.
+    let p = create(&m, "p", false).await.unwrap();
+    publish(&m, p).await;
+    let v = assign(&m, below, 10).await.unwrap();
+    let e = complete(&m, below, v).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotADirectory, "{e}");
+    assert!(e.message.contains("nothing was published"), "{e}");
+    assert_gone(&m, below).await;
+    assert_eq!(every_path(&m).await, ["p"]);
+
+    // Something renamed onto a new file's path takes it; the new file's writer is told.
+    let pending = create(&m, "t", false).await.unwrap();
+    let s = create(&m, "s", false).await.unwrap();
+    publish(&m, s).await;
+    call(
+        &m,
+        FsRename {
+            from: "s".into(),
+            to: "t".into(),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(stat(&m, "t").await.unwrap().blob.unwrap().id, s);
+    assert_gone(&m, pending).await;
+    // A directory renamed away leaves new files below it where they were created.
+    let kept = create(&m, "dir/new", false).await.unwrap();
+    let old = create(&m, "dir/old", false).await.unwrap();
+    publish(&m, old).await;
+    call(
+        &m,
+        FsRename {
+            from: "dir".into(),
+            to: "moved".into(),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(every_path(&m).await, ["moved", "moved/old", "p", "t"]);
+    publish(&m, kept).await;
+    assert_eq!(
+        every_path(&m).await,
+        ["dir", "dir/new", "moved", "moved/old", "p", "t"]
     );
 }

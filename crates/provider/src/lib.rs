@@ -270,6 +270,7 @@ mod tests {
                     secret: None,
                     provider_timeout: Duration::from_secs(10),
                     writer_lease: Duration::from_secs(10),
+                    new_file_grace: Duration::from_secs(3600),
                     limits: ServerLimits::default(),
                 };
                 let (tx, rx) = tokio::sync::oneshot::channel();

@@ -52,7 +52,7 @@ impl Gateway {
             return Ok(out);
         }
         if state.versioned() {
-            let (blob, _) = self.open_for_write(&path, false).await?;
+            let (blob, entry) = self.open_for_write(&path, false).await?;
             let marker = ObjectMeta {
                 delete_marker: true,
                 ..ObjectMeta::default()
@@ -61,11 +61,13 @@ impl Gateway {
                 attrs: marker.to_attrs(),
                 expect_size: None,
             };
-            let info = blob
-                .writer()
-                .commit_replace_with(&options)
-                .await
-                .map_err(object_err)?;
+            let info = match blob.writer().commit_replace_with(&options).await {
+                Ok(info) => info,
+                Err(e) => {
+                    self.ns.abandon(&entry).await;
+                    return Err(object_err(e));
+                }
+            };
             out.delete_marker = Some(true);
             out.delete_marker_version_id = Some(info.version.to_string());
             out.version_id = out.delete_marker_version_id.clone();

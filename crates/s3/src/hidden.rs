@@ -48,20 +48,21 @@ impl Gateway {
 
     /// Records version `v` of blob `blob` as deleted (durably: the response waits for it).
     pub(crate) async fn hide_version(&self, blob: BlobId, v: Version) -> S3Result<()> {
-        let (_, log) = self
+        let (entry, log) = self
             .ns
             .create(&paths::hidden_log(blob), self.files)
             .await
             .map_err(object_err)?;
         let mut writer = log.writer();
-        writer
-            .write(format!("{v}\n").as_bytes())
-            .await
-            .map_err(object_err)?;
-        writer
-            .commit_append_with(&CommitOptions::default())
-            .await
-            .map_err(object_err)?;
+        let appended = match writer.write(format!("{v}\n").as_bytes()).await {
+            Ok(()) => writer.commit_append_with(&CommitOptions::default()).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = appended {
+            // A new log appears only with its first line.
+            self.ns.abandon(&entry).await;
+            return Err(object_err(e));
+        }
         Ok(())
     }
 

@@ -139,15 +139,15 @@ impl Gateway {
         let mut attrs: Attrs = described.to_attrs();
         attrs.insert(UPLOAD_KEY.into(), i.key.clone());
         let file = format!("{}/{UPLOAD_FILE}", paths::upload_dir(&i.bucket, &id));
-        let (blob, _) = self.open_for_write(&file, true).await?;
+        let (blob, entry) = self.open_for_write(&file, true).await?;
         let options = CommitOptions {
             attrs,
             expect_size: None,
         };
-        blob.writer()
-            .commit_replace_with(&options)
-            .await
-            .map_err(object_err)?;
+        if let Err(e) = blob.writer().commit_replace_with(&options).await {
+            self.ns.abandon(&entry).await;
+            return Err(object_err(e));
+        }
         Ok(S3Response::new(CreateMultipartUploadOutput {
             bucket: Some(i.bucket),
             key: Some(i.key),
@@ -173,10 +173,17 @@ impl Gateway {
             paths::upload_dir(&i.bucket, &i.upload_id),
             part_name(i.part_number)
         );
-        let (blob, _) = self.open_for_write(&path, false).await?;
-        let etag = self
+        let (blob, entry) = self.open_for_write(&path, false).await?;
+        let etag = match self
             .store_body(&blob, i.body, i.content_md5.as_deref())
-            .await?;
+            .await
+        {
+            Ok(etag) => etag,
+            Err(e) => {
+                self.ns.abandon(&entry).await;
+                return Err(e);
+            }
+        };
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(etag)),
             ..UploadPartOutput::default()
@@ -411,7 +418,7 @@ impl Gateway {
         object.parts = Some(chosen.len() as i32);
         object.part_sizes = Some(chosen.iter().map(|p| p.blob.size).collect());
         let path = paths::file_path(&i.bucket, &i.key)?;
-        let (blob, fresh) = self.open_for_write(&path, false).await?;
+        let (blob, entry) = self.open_for_write(&path, false).await?;
         let options = CommitOptions {
             attrs: object.to_attrs(),
             expect_size: None,
@@ -419,9 +426,7 @@ impl Gateway {
         let info = match blob.compose(&sources, &options).await {
             Ok(info) => info,
             Err(e) => {
-                if fresh {
-                    self.discard_unwritten(&i.bucket, &path).await;
-                }
+                self.ns.abandon(&entry).await;
                 return Err(object_err(e));
             }
         };

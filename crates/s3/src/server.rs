@@ -103,6 +103,11 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
             stamp(&mut resp, &id);
             return Box::pin(async move { Ok(resp) });
         }
+        if let Some(why) = invalid_bucket(req.uri().path()) {
+            let mut resp = error_response(http::StatusCode::BAD_REQUEST, "InvalidBucketName", &why);
+            stamp(&mut resp, &id);
+            return Box::pin(async move { Ok(resp) });
+        }
         let fut = hyper::service::Service::call(&self.inner, req);
         Box::pin(async move {
             let mut resp = match AssertUnwindSafe(fut).catch_unwind().await {
@@ -129,6 +134,40 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
             Ok(resp)
         })
     }
+}
+
+/// Why the bucket a path-style request names is refused, if it is: s3s refuses it too, but
+/// with no message at all, and a top-level directory of the namespace that is no valid
+/// bucket name (`/py`) is not a bucket.
+fn invalid_bucket(path: &str) -> Option<String> {
+    let bucket = path.strip_prefix('/')?.split('/').next()?;
+    if bucket.is_empty() || s3s::path::check_bucket_name(bucket) {
+        return None;
+    }
+    let shown: String = bucket.chars().take(80).collect();
+    Some(format!(
+        "The specified bucket is not valid: {} is not a valid S3 bucket name (3 to 63 \
+         lowercase letters, digits, '.' and '-', starting and ending with a letter or digit). \
+         Buckets are the top-level directories of the tomus namespace whose names are valid \
+         bucket names; other directories are reachable with tomus fs and fsspec only.",
+        xml_escape(&shown)
+    ))
+}
+
+/// `text` with the characters XML gives meaning to escaped.
+fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn internal_error() -> Response {
@@ -206,6 +245,17 @@ fn with_request_id(doc: &[u8], id: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invalid_bucket_names_say_why() {
+        let why = invalid_bucket("/py/data.csv").unwrap();
+        assert!(why.contains("py is not a valid S3 bucket name"), "{why}");
+        assert!(invalid_bucket("/.tomus-uploads").is_some());
+        assert!(invalid_bucket("/A<b").unwrap().contains("A&lt;b"));
+        for fine in ["/", "/my-bucket", "/my-bucket/any/Key.CSV", ""] {
+            assert_eq!(invalid_bucket(fine), None, "{fine}");
+        }
+    }
 
     #[test]
     fn error_documents_get_a_request_id() {

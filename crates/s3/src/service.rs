@@ -27,7 +27,7 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(client: Client, files: CreateOptions) -> Gateway {
         Gateway {
-            ns: client.namespace(),
+            ns: client.internal_namespace(),
             client,
             files: CreateOptions {
                 exclusive: false,

@@ -7,7 +7,7 @@ use md5::{Digest, Md5};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use tomus_client::{Blob, BlobWriter, CommitOptions, CreateOptions, Extent};
-use tomus_wire::{ErrorKind, VersionInfo};
+use tomus_wire::{ErrorKind, FsEntry, VersionInfo};
 
 use crate::errors::{custom, from_store, object_err, path_conflict, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
@@ -106,23 +106,20 @@ impl Gateway {
     /// Opens the file of `path` for a new version, creating it (and its parent directories);
     /// `exclusive` refuses an existing file (If-None-Match: *). An empty directory in the
     /// way (left by a deleted "folder") is removed; anything else in the way is a conflict.
-    /// Returns the blob and whether the file had no version yet (made by this request, or by
-    /// one still writing).
+    /// Returns the blob and the file's entry: a new file appears only with its first
+    /// version, so a request that fails before should give it up (`ns.abandon(&entry)`).
     pub(crate) async fn open_for_write(
         &self,
         path: &str,
         exclusive: bool,
-    ) -> S3Result<(Blob, bool)> {
+    ) -> S3Result<(Blob, FsEntry)> {
         let options = CreateOptions {
             exclusive,
             ..self.files
         };
         for _ in 0..2 {
             match self.ns.create(path, options).await {
-                Ok((entry, blob)) => {
-                    let fresh = entry.blob.is_some_and(|b| b.latest == 0);
-                    return Ok((blob, fresh));
-                }
+                Ok((entry, blob)) => return Ok((blob, entry)),
                 Err(e) if e.kind == ErrorKind::AlreadyExists => {
                     return Err(s3_err(
                         S3ErrorCode::PreconditionFailed,
@@ -200,7 +197,7 @@ impl Gateway {
             }
         }
         let exclusive = matches!(&i.if_none_match, Some(ETagCondition::Any));
-        let (blob, fresh) = self.open_for_write(&path, exclusive).await?;
+        let (blob, entry) = self.open_for_write(&path, exclusive).await?;
         let content_md5 = i.content_md5.as_deref();
         let written = self
             .write(&blob, mode, &mut described, i.body, content_md5)
@@ -208,9 +205,7 @@ impl Gateway {
         let (info, headers) = match written {
             Ok(x) => x,
             Err(e) => {
-                if fresh {
-                    self.discard_unwritten(&i.bucket, &path).await;
-                }
+                self.ns.abandon(&entry).await;
                 return Err(e);
             }
         };
@@ -287,16 +282,6 @@ impl Gateway {
                 Ok(None)
             }
             Err(e) => Err(object_err(e)),
-        }
-    }
-
-    /// Removes a file this request created when the write failed before any version, so a
-    /// failed PUT does not leave an empty object behind.
-    pub(crate) async fn discard_unwritten(&self, bucket: &str, path: &str) {
-        if let Ok((o, _)) = self.ns.object(path, None).await {
-            if o.version.version == 0 && self.ns.delete(path, false).await.is_ok() {
-                self.prune_parents(bucket, path).await;
-            }
         }
     }
 
@@ -386,7 +371,7 @@ impl Gateway {
         described.etag = Some(src.etag.clone());
         described.parts = src.meta.parts;
         described.part_sizes = src.meta.part_sizes.clone();
-        let (blob, fresh) = self.open_for_write(&dst_path, false).await?;
+        let (blob, entry) = self.open_for_write(&dst_path, false).await?;
         let source = Extent {
             blob: src.blob.clone(),
             version: src.obj.version.version,
@@ -400,9 +385,7 @@ impl Gateway {
         let info = match blob.compose(&[source], &options).await {
             Ok(info) => info,
             Err(e) => {
-                if fresh {
-                    self.discard_unwritten(&i.bucket, &dst_path).await;
-                }
+                self.ns.abandon(&entry).await;
                 return Err(from_store(e, Missing::Key));
             }
         };

@@ -59,7 +59,9 @@ service! {
         /// directory is accepted.
         FsMkdir { path: String, parents: bool } -> FsEntry, once;
         /// Creates a file backed by a new blob; an existing file is returned unless
-        /// `exclusive`.
+        /// `exclusive`. A new file is invisible until its blob's first version is published,
+        /// which makes it (and its missing parents) appear in the same transaction; another
+        /// non-exclusive create of it meanwhile answers the same blob.
         FsCreate {
             path: String,
             chunk_size: u64,
@@ -105,5 +107,11 @@ service! {
         RemoveProvider { addr: String } -> ();
         /// The cluster at a glance.
         GetStatus {} -> ClusterStatus;
+
+        // ---- added later: new requests go last, so the variants before keep their numbers
+        /// A writer of the new file `path` (backed by `blob`, as its `FsCreate` answered)
+        /// gives it up having published nothing; the file, invisible until its first
+        /// version, is dropped once no writer holds it. Anything else at `path` is left alone.
+        FsAbandon { path: String, blob: BlobId } -> (), once;
     }
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import time
 import urllib.error
 import urllib.request
@@ -94,8 +95,14 @@ def test_malformed_requests_get_4xx_not_a_dropped_connection(gateway, s3, bucket
         assert b"<RequestId>" in text, (method, path, text)
 
 
+def blobs(gateway) -> int:
+    """How many blobs the cluster has."""
+    return len(json.loads(gateway.tomus("blob", "list", "--json")))
+
+
 def test_an_interrupted_put_leaves_no_object(gateway, s3, bucket) -> None:
     path = f"/{bucket}/half-written"
+    before = blobs(gateway)
     headers = {"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "Content-Length": "100000"}
     req = AWSRequest(method="PUT", url=f"http://{gateway.endpoint}{path}", headers=headers)
     S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
@@ -115,17 +122,20 @@ def test_an_interrupted_put_leaves_no_object(gateway, s3, bucket) -> None:
             assert status_of(e) == 404
             return False
 
-    # The file is created when the PUT starts (it has no version yet)...
+    # The PUT has started once its (new, invisible) file's blob exists...
     deadline = time.monotonic() + 10
-    while not exists():
+    while blobs(gateway) == before:
         assert time.monotonic() < deadline, "the PUT never started"
         time.sleep(0.05)
+    # ... but the object appears only with its first version: not while the body streams,
+    assert not exists()
     conn.close()
-    # ... and removed when its body breaks off.
+    # and not after the body breaks off: the new file is given up, with its blob.
     deadline = time.monotonic() + 10
-    while exists():
-        assert time.monotonic() < deadline, "the interrupted PUT left an object behind"
+    while blobs(gateway) != before:
+        assert time.monotonic() < deadline, "the interrupted PUT's new file was not given up"
         time.sleep(0.05)
+    assert not exists()
     assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
+import tomus
+from tomus.fs import TomusFileSystem
+
 from .conftest import error_code, status
 
 
@@ -71,3 +74,34 @@ def test_early_errors_keep_the_connection_in_step(s3) -> None:
             with pytest.raises(ClientError) as e:
                 call()
             assert error_code(e) == "NoSuchBucket"
+
+
+def test_gateway_state_is_hidden_and_other_directories_say_why(gateway, s3, bucket) -> None:
+    """The gateway's own directories are not listed by tomus fs or fsspec and cannot be
+    written there; a top-level directory whose name is no bucket name says so."""
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="k")["UploadId"]
+    try:
+        assert b".tomus" not in gateway.tomus("fs", "ls", "/")
+        assert b".tomus" not in gateway.tomus("fs", "ls", "-r", "/")
+        fs = TomusFileSystem(addr=gateway.manager)
+        assert not [n for n in fs.find("", withdirs=True) if ".tomus-" in n]
+        assert not [n for n in fs.ls("", detail=False) if ".tomus-" in n]
+        with pytest.raises(tomus.InvalidArgument, match="reserved"):
+            fs.rm(".tomus-uploads", recursive=True)
+        # The gateway still reaches its state.
+        assert s3.list_multipart_uploads(Bucket=bucket)["Uploads"][0]["UploadId"] == uid
+        versioning = s3.get_bucket_versioning(Bucket=bucket)
+        assert versioning["Status"] == "Enabled"
+    finally:
+        s3.abort_multipart_upload(Bucket=bucket, Key="k", UploadId=uid)
+
+    gateway.tomus("fs", "mkdir", "/py")
+    try:
+        assert "py" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+        with pytest.raises(ClientError) as e:
+            s3.list_objects_v2(Bucket="py")
+        assert error_code(e) == "InvalidBucketName"
+        assert "not a valid S3 bucket name" in e.value.response["Error"]["Message"]
+    finally:
+        gateway.tomus("fs", "rm", "-r", "/py")

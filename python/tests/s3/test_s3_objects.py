@@ -6,13 +6,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from botocore.exceptions import ClientError
 
-from .conftest import error_code, status
+from .conftest import error_code, status, tomus_command
 
 
 def test_put_get_head_with_metadata(s3, bucket) -> None:
@@ -236,3 +241,43 @@ def test_content_md5_is_checked(s3, bucket) -> None:
         s3.head_object(Bucket=bucket, Key="md5-bad")
     assert status(e) == 404
     assert s3.get_object(Bucket=bucket, Key="md5")["Body"].read() == b"data"
+
+
+def test_puts_in_progress_or_cut_off_leave_no_object(gateway, s3, bucket) -> None:
+    """A new object appears only when its first version is published: not while its PUT
+    streams, nor after the PUT is cut off, nor after a killed ``tomus fs put``."""
+    url = s3.generate_presigned_url(
+        "put_object", Params={"Bucket": bucket, "Key": "slow/obj"}, ExpiresIn=300
+    )
+    u = urllib.parse.urlsplit(url)
+    size = 8 << 20
+    conn = socket.create_connection((u.hostname, u.port))
+    try:
+        head = f"PUT {u.path}?{u.query} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+        conn.sendall(f"{head}Content-Length: {size}\r\n\r\n".encode())
+        conn.sendall(b"x" * (size // 2))
+        time.sleep(0.5)  # the gateway stores what arrived
+        assert not s3.list_objects_v2(Bucket=bucket).get("Contents")
+    finally:
+        conn.close()  # cut off halfway
+    time.sleep(0.5)
+    assert not s3.list_objects_v2(Bucket=bucket).get("Contents")
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="slow/obj")
+    assert status(e) == 404
+
+    cmd = [*tomus_command(), "--addr", gateway.manager, "fs", "put", "-", f"{bucket}/killed.bin"]
+    put = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert put.stdin is not None
+    put.stdin.write(b"y" * (40 << 20))
+    put.stdin.flush()
+    time.sleep(0.5)
+    put.send_signal(signal.SIGTERM)
+    put.wait(30)
+    put.stdin.close()
+    assert put.returncode != 0
+    assert not s3.list_objects_v2(Bucket=bucket).get("Contents")
+    assert b"killed" not in gateway.tomus("fs", "ls", "-r", "/")
+    # The key is free: the object is written as if nothing happened.
+    s3.put_object(Bucket=bucket, Key="slow/obj", Body=b"whole", IfNoneMatch="*")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["slow/obj"]

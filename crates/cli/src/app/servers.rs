@@ -46,7 +46,8 @@ pub(super) struct ManagerArgs {
     #[arg(long, default_value_t = 4)]
     repair_parallelism: usize,
     /// Garbage collection deletes unreferenced chunks only once they are this many
-    /// milliseconds old: longer than any write takes from its first chunk to its commit.
+    /// milliseconds old: longer than any write takes from its first chunk to its commit. A
+    /// new file whose writers show no sign of life for this long is dropped too.
     #[arg(long, default_value_t = 3_600_000)]
     gc_grace_ms: u64,
     /// Garbage collection deletes chunks no version references any more once unreferenced
@@ -139,6 +140,7 @@ pub(super) fn run_manager(
         secret: secret.clone(),
         provider_timeout: Duration::from_millis(a.provider_timeout_ms.max(100)),
         writer_lease: Duration::from_millis(a.writer_lease_ms.max(100)),
+        new_file_grace: Duration::from_millis(a.gc_grace_ms),
         limits: a.limits.limits(),
     };
     let maintenance = (!a.no_maintenance).then(|| tomus_maintenance::MaintenanceConfig {

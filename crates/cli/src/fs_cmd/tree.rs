@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
-use tomus_client::{CreateOptions, Namespace};
+use tomus_client::{Blob, CommitOptions, CreateOptions, Namespace};
 use tomus_wire::{EntryKind, Error, ErrorKind, FsEntry};
 
 use super::paths::{base_name, clean, dir_syntax, display, join, relative, resolve};
@@ -160,18 +160,16 @@ async fn put_file(
     append: bool,
     options: CreateOptions,
 ) -> Result<Put> {
-    let (_, blob) = ns.create(path, options).await?;
+    // Checked before the cluster is touched: a bad input leaves nothing behind.
     let (input, size) = open_input(Some(local))?;
-    let mut writer = blob.writer();
-    fill_writer_as(input, size, &mut writer, &display(path)).await?;
-    let bytes = writer.len();
-    let (version, offset) = if append {
-        match writer.commit_append().await? {
-            Some(landed) => landed,
-            None => (blob.latest().await?, blob.size(None).await?),
+    let (entry, blob) = ns.create(path, options).await?;
+    let (version, offset, bytes) = match put_into(&blob, input, size, append, path).await {
+        Ok(put) => put,
+        Err(e) => {
+            // A new file appears only with its first version: give it up now.
+            ns.abandon(&entry).await;
+            return Err(e);
         }
-    } else {
-        (writer.commit_replace().await?, 0)
     };
     Ok(Put {
         path: path.to_string(),
@@ -179,6 +177,44 @@ async fn put_file(
         offset,
         bytes,
     })
+}
+
+/// Streams `input` into one new version of `blob` (a replacement, or an append) with a
+/// progress bar named `path`: returns the version, where the data landed and how many bytes
+/// it has.
+async fn put_into(
+    blob: &Blob,
+    input: Box<dyn std::io::Read>,
+    size: Option<u64>,
+    append: bool,
+    path: &str,
+) -> Result<(u64, u64, u64)> {
+    let mut writer = blob.writer();
+    fill_writer_as(input, size, &mut writer, &display(path)).await?;
+    let bytes = writer.len();
+    if !append {
+        return Ok((writer.commit_replace().await?, 0, bytes));
+    }
+    if bytes == 0 {
+        // Nothing to append: a new file still gets its (empty) first version, unless a
+        // concurrent writer gave it content meanwhile.
+        let empty = CommitOptions {
+            expect_size: Some(0),
+            ..CommitOptions::default()
+        };
+        if blob.latest().await? == 0 {
+            match writer.commit_replace_with(&empty).await {
+                Ok(info) => return Ok((info.version, 0, 0)),
+                Err(e) if e.kind == ErrorKind::PreconditionFailed => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        return Ok((blob.latest().await?, blob.size(None).await?, 0));
+    }
+    match writer.commit_append().await? {
+        Some((version, offset)) => Ok((version, offset, bytes)),
+        None => Ok((blob.latest().await?, blob.size(None).await?, bytes)),
+    }
 }
 
 /// What is below a local directory: its directories, and its files with their local paths,

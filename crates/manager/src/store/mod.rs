@@ -22,7 +22,7 @@ use tomus_wire::{Change, Error, Result, Retention};
 
 pub(crate) use blobs::remove_blobs_in;
 use change_log::log_change;
-pub use versions::Publication;
+pub use versions::{Dropped, Publication};
 
 const BLOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("blobs");
 /// Key: (blob, version). Only published versions are stored.
@@ -84,11 +84,12 @@ const CHANGES: TableDefinition<u64, &[u8]> = TableDefinition::new("changes");
 /// rebuilds what it derives from them.
 const MAX_CHANGES: u64 = 1 << 20;
 /// Format of the manager's state this build writes. 1: the tables up to issue 3 (no META
-/// table); 2: blob tombstones (`DELETED`), the change log and GC cutoffs. Older formats are
-/// upgraded in place at open (new tables are created empty, which is what they hold for an
-/// older store: a maintenance service finds the change log starting late and rebuilds);
-/// newer ones are refused.
-const SCHEMA: u64 = 2;
+/// table); 2: blob tombstones (`DELETED`), the change log and GC cutoffs; 3: namespace
+/// records of new files not published yet (create-on-commit), which format 2 cannot read.
+/// Older formats are upgraded in place at open (new tables are created empty, which is what
+/// they hold for an older store: a maintenance service finds the change log starting late
+/// and rebuilds; a format 2 namespace holds no pending files); newer ones are refused.
+const SCHEMA: u64 = 3;
 
 pub struct Store {
     db: Database,
@@ -130,7 +131,7 @@ impl Store {
             .list_tables()
             .map_err(db_err)?
             .any(|t| t.name() == "blobs");
-        let mut upgraded = false;
+        let mut unrecorded = false;
         {
             let mut meta = txn.open_table(META).map_err(db_err)?;
             let found = meta.get("schema").map_err(db_err)?.map(|v| v.value());
@@ -144,12 +145,11 @@ impl Store {
                 Some(SCHEMA) => {}
                 None if fresh => meta.insert("schema", SCHEMA).map(|_| ()).map_err(db_err)?,
                 older => {
-                    tracing::info!(
-                        "manager state in {name}: upgrading format {} to {SCHEMA}",
-                        older.unwrap_or(1)
-                    );
+                    let older = older.unwrap_or(1);
+                    tracing::info!("manager state in {name}: upgrading format {older} to {SCHEMA}");
                     meta.insert("schema", SCHEMA).map_err(db_err)?;
-                    upgraded = true;
+                    // Format 2 has the change log already.
+                    unrecorded = older < 2;
                 }
             }
         }
@@ -167,7 +167,7 @@ impl Store {
             txn.open_table(DELETED).map_err(db_err)?;
             txn.open_table(CHANGES).map_err(db_err)?;
         }
-        if upgraded {
+        if unrecorded {
             // The blobs already there have a history the log never saw.
             log_change(&txn, &Change::Unrecorded)?;
         }

@@ -3,13 +3,14 @@
 
 use redb::{ReadableTable, Table};
 use tomus_metadata::{BlobId, Version};
-use tomus_wire::{Attrs, Change, Result, VersionInfo};
+use tomus_wire::{Attrs, Change, Error, Result, VersionInfo};
 
-use super::blobs::{blob_exists, deleted};
+use super::blobs::{blob_exists, deleted, remove_blobs_in};
 use super::{
     db_err, decode, encode, log_change, BlobRecord, Store, ABORTED, ATTRS, BLOBS, RESERVED,
     VERSIONS,
 };
+use crate::namespace::bind_in;
 
 /// One publication: the versions made visible (with their attributes) and the blob's new
 /// record.
@@ -18,6 +19,27 @@ pub struct Publication {
     pub versions: Vec<VersionInfo>,
     /// Attributes of the versions that have some, committed in the same transaction.
     pub attrs: Vec<(Version, Attrs)>,
+    /// The path of the new file this blob is (its first publication): bound to the blob in
+    /// the same transaction, so the file appears exactly with its first version.
+    pub name: Option<String>,
+}
+
+/// Publications a group commit dropped.
+#[derive(Default)]
+pub struct Dropped {
+    /// Blobs deleted while their publications waited (their records are gone; writing the
+    /// rows again would resurrect them).
+    pub deleted: Vec<BlobId>,
+    /// Blobs of new files that could not take their names (the path became a directory, or
+    /// a parent a file, while they were written), with why; removed in the same
+    /// transaction.
+    pub unnamed: Vec<(BlobId, Error)>,
+}
+
+impl Dropped {
+    pub fn contains(&self, blob: BlobId) -> bool {
+        self.deleted.contains(&blob) || self.unnamed.iter().any(|(b, _)| *b == blob)
+    }
 }
 
 impl Store {
@@ -69,19 +91,28 @@ impl Store {
     }
 
     /// Commits many publications (of any blobs) in one fsynced transaction: group commit.
-    /// Returns the blobs whose publications were dropped because the blob was deleted
-    /// meanwhile (its record is gone; writing the rows again would resurrect it).
-    pub fn publish(&self, batch: &[Publication]) -> Result<Vec<BlobId>> {
+    /// Returns the publications it dropped.
+    pub fn publish(&self, batch: &[Publication]) -> Result<Dropped> {
         let txn = self.db.begin_write().map_err(db_err)?;
-        let mut deleted = Vec::new();
+        let mut dropped = Dropped::default();
+        let now = tomus_wire::now_ms();
         {
             let mut blobs = txn.open_table(BLOBS).map_err(db_err)?;
             let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;
             let mut attrs = txn.open_table(ATTRS).map_err(db_err)?;
             for p in batch {
-                if blobs.get(p.blob.id).map_err(db_err)?.is_none() {
-                    deleted.push(p.blob.id);
+                if dropped.contains(p.blob.id) {
                     continue;
+                }
+                if blobs.get(p.blob.id).map_err(db_err)?.is_none() {
+                    dropped.deleted.push(p.blob.id);
+                    continue;
+                }
+                if let Some(path) = &p.name {
+                    if let Some(why) = bind_in(&txn, path, p.blob.id, now)? {
+                        dropped.unnamed.push((p.blob.id, why));
+                        continue;
+                    }
                 }
                 for v in &p.versions {
                     versions
@@ -107,8 +138,10 @@ impl Store {
                 }
             }
         }
+        let unnamed: Vec<BlobId> = dropped.unnamed.iter().map(|(b, _)| *b).collect();
+        remove_blobs_in(&txn, &unnamed)?;
         txn.commit().map_err(db_err)?;
-        Ok(deleted)
+        Ok(dropped)
     }
 
     pub fn version(&self, blob: BlobId, version: Version) -> Result<Option<VersionInfo>> {

@@ -60,8 +60,9 @@ impl Worker for Committer {
         };
         let store = manager.store.clone();
         drop(manager);
-        // Blobs deleted while their publications waited: dropped, not published.
-        let deleted = loop {
+        // Blobs deleted while their publications waited, and new files that could not take
+        // their names: dropped, not published.
+        let dropped = loop {
             let attempt = {
                 let store = store.clone();
                 // Moves the batch to the blocking pool and back so a failed commit can retry.
@@ -73,9 +74,9 @@ impl Worker for Committer {
                 .await
             };
             match attempt {
-                Ok((Ok(deleted), b)) => {
+                Ok((Ok(dropped), b)) => {
                     batch = b;
-                    break deleted;
+                    break dropped;
                 }
                 Ok((Err(e), b)) => {
                     batch = b;
@@ -92,9 +93,10 @@ impl Worker for Committer {
         let Some(manager) = self.vm.upgrade() else {
             return Ok(Round::Done);
         };
-        manager.forget_blobs(&deleted);
+        manager.forget_blobs(&dropped.deleted);
+        manager.forget_unnamed(&dropped.unnamed);
         self.commits += 1;
-        for p in batch.into_iter().filter(|p| !deleted.contains(&p.blob.id)) {
+        for p in batch.into_iter().filter(|p| !dropped.contains(p.blob.id)) {
             self.published += 1;
             manager.published(p);
         }

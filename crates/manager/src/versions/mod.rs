@@ -87,6 +87,21 @@ struct BlobState {
     expiry_due: bool,
     /// Its file was deleted: waiting writers are told so.
     deleted: bool,
+    /// Why it is gone when that is not a plain delete (its new file could not take its
+    /// name): what waiting writers are told.
+    gone: Option<Error>,
+    /// The blob of a file being created: the path it takes when its first version is
+    /// published (create-on-commit), until then invisible.
+    naming: Option<Naming>,
+}
+
+/// The name a new file's blob takes with its first published version, and who holds it.
+struct Naming {
+    path: String,
+    /// Writers that created (or joined) the new file and did not give it up.
+    holders: u32,
+    /// Last sign of life of a writer (creation, chunk placement, version assignment).
+    touched: Instant,
 }
 
 impl BlobState {
@@ -105,8 +120,23 @@ impl BlobState {
             retained_from: r.retained_from,
             expiry_due: true,
             deleted: false,
+            gone: None,
+            naming: None,
             record,
         }
+    }
+
+    /// What a writer of a deleted blob is told.
+    fn gone_error(&self) -> Error {
+        self.gone
+            .clone()
+            .unwrap_or_else(|| blob_deleted(self.record.id))
+    }
+
+    /// Whether nothing was published, sent for publication or assigned: a new file that
+    /// may be dropped without anyone having seen it.
+    fn unwritten(&self) -> bool {
+        self.record.published == 0 && self.sent_upto == 0 && self.pending.is_empty()
     }
 
     /// Why version `v` is unreadable if retention removed it.
@@ -322,10 +352,75 @@ impl VersionManager {
         out
     }
 
+    /// A blob's chunk size and replication, for placing its chunks (a sign of life of the
+    /// writer of a new file).
     pub fn chunk_size(&self, blob: BlobId) -> Result<(u64, u32)> {
         let slot = self.slot(blob)?;
-        let s = slot.lock();
+        let mut s = slot.lock();
+        if let Some(n) = &mut s.naming {
+            n.touched = Instant::now();
+        }
         Ok((s.record.chunk_size, s.record.replication))
+    }
+
+    /// Records that the unpublished blob `blob` is the new file `path` (one more writer
+    /// holding it): its first publication binds it to that path.
+    pub(crate) fn name_pending(&self, blob: BlobId, path: &str) -> Result<()> {
+        let slot = self.slot(blob)?;
+        let mut s = slot.lock();
+        if s.record.published > 0 {
+            return Ok(());
+        }
+        match &mut s.naming {
+            Some(n) => {
+                n.holders = n.holders.saturating_add(1);
+                n.touched = Instant::now();
+            }
+            None => {
+                s.naming = Some(Naming {
+                    path: path.to_string(),
+                    holders: 1,
+                    touched: Instant::now(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// A writer of the new file of `blob` gives it up; true when no writer holds it any
+    /// more and nothing of it was ever assigned, so it may be dropped at once.
+    pub(crate) fn release_pending(&self, blob: BlobId) -> bool {
+        let Ok(slot) = self.slot(blob) else {
+            return false;
+        };
+        let mut s = slot.lock();
+        let unwritten = s.unwritten();
+        match &mut s.naming {
+            Some(n) => {
+                n.holders = n.holders.saturating_sub(1);
+                n.holders == 0 && unwritten
+            }
+            None => false,
+        }
+    }
+
+    /// New files (blob, path) with nothing assigned whose writers showed no sign of life
+    /// for `grace`: their writers are gone (a write that old would be refused anyway).
+    pub(crate) fn abandoned_files(&self, grace: Duration) -> Vec<(BlobId, String)> {
+        let slots: Vec<Arc<BlobSlot>> = {
+            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
+            blobs.values().cloned().collect()
+        };
+        let mut out = Vec::new();
+        for slot in slots {
+            let s = slot.lock();
+            if let Some(n) = &s.naming {
+                if s.unwritten() && n.touched.elapsed() > grace {
+                    out.push((s.record.id, n.path.clone()));
+                }
+            }
+        }
+        out
     }
 
     /// A version's record; `None` asks for the latest published.
@@ -423,5 +518,17 @@ impl VersionManager {
             }
             slot.published.send_modify(|_| {});
         }
+    }
+
+    /// [`VersionManager::forget_blobs`] for the blobs of new files that could not take
+    /// their names, each with why (what their writers are told).
+    pub fn forget_unnamed(&self, failed: &[(BlobId, Error)]) {
+        for (blob, why) in failed {
+            if let Ok(slot) = self.slot(*blob) {
+                slot.lock().gone = Some(why.clone());
+            }
+        }
+        let ids: Vec<BlobId> = failed.iter().map(|(b, _)| *b).collect();
+        self.forget_blobs(&ids);
     }
 }

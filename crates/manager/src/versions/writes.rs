@@ -66,7 +66,10 @@ impl VersionManager {
         check_data_age(blob, stored_since, reused_since, &cutoffs)?;
         let mut s = slot.lock();
         if s.deleted {
-            return Err(blob_deleted(blob));
+            return Err(s.gone_error());
+        }
+        if let Some(n) = &mut s.naming {
+            n.touched = Instant::now();
         }
         if let Some(expected) = expect_size.filter(|e| *e != s.assigned_size) {
             return Err(Error::new(
@@ -153,7 +156,7 @@ impl VersionManager {
         {
             let mut s = slot.lock();
             if s.deleted {
-                return Err(blob_deleted(blob));
+                return Err(s.gone_error());
             }
             if s.given_up.contains_key(&version) {
                 return Err(not_pending(&s, blob, version));
@@ -171,7 +174,7 @@ impl VersionManager {
             {
                 let s = slot.lock();
                 if s.deleted {
-                    return Err(blob_deleted(blob));
+                    return Err(s.gone_error());
                 }
                 if s.record.published >= version {
                     break;
@@ -318,6 +321,11 @@ impl VersionManager {
             batch.push(info);
         }
         let Some(last) = batch.last() else { return };
+        // The first publication of a new file's blob gives the file its name.
+        let name = match (s.sent_upto, &s.naming) {
+            (0, Some(n)) => Some(n.path.clone()),
+            _ => None,
+        };
         s.sent_upto = last.version;
         let record = BlobRecord {
             published: last.version,
@@ -331,6 +339,7 @@ impl VersionManager {
             blob: record,
             versions: batch,
             attrs,
+            name,
         });
     }
 
@@ -350,6 +359,7 @@ impl VersionManager {
             s.latest = last.clone();
         }
         s.record = p.blob;
+        s.naming = None;
         s.expiry_due = true;
         let v = s.record.published;
         drop(s);
