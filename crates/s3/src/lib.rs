@@ -18,6 +18,7 @@ mod objects;
 mod paths;
 mod server;
 mod service;
+mod urlenc;
 mod versions;
 mod writes;
 

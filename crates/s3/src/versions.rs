@@ -12,6 +12,7 @@ use crate::errors::object_err;
 use crate::listing::{Item, Query};
 use crate::meta::{self, ObjectMeta};
 use crate::service::Gateway;
+use crate::urlenc;
 
 /// Keys whose version lists are fetched at once.
 const PARALLEL_KEYS: usize = 16;
@@ -43,6 +44,7 @@ impl Gateway {
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let i = req.input;
+        let enc = urlenc::requested(i.encoding_type.as_ref())?;
         let mut q = Query::from_request(&i.prefix, &i.delimiter, i.max_keys)?;
         q.resume_after_marker(i.key_marker.as_ref());
         let page = self.scan(&i.bucket, &q, true).await?;
@@ -60,6 +62,7 @@ impl Gateway {
         let mut markers = Vec::new();
         let mut last_version = None;
         for ((key, (entry, _)), history) in page.objects.iter().zip(histories) {
+            let key = urlenc::name(enc, key.clone());
             let latest = history.last().map(|(v, _)| v.version);
             for (v, attrs) in history.iter().rev() {
                 let m = ObjectMeta::from_attrs(attrs);
@@ -98,22 +101,26 @@ impl Gateway {
             Some(Item::Prefix(p)) => (Some(p.clone()), None),
             None => (None, None),
         };
+        // With EncodingType=url, S3 encodes KeyMarker, NextKeyMarker, Prefix, Key and
+        // Delimiter (and the common prefixes).
         Ok(S3Response::new(ListObjectVersionsOutput {
             name: Some(i.bucket),
-            prefix: Some(q.prefix),
-            delimiter: i.delimiter,
-            key_marker: i.key_marker,
+            prefix: Some(urlenc::name(enc, q.prefix)),
+            delimiter: urlenc::opt(enc, i.delimiter),
+            key_marker: urlenc::opt(enc, i.key_marker),
             version_id_marker: i.version_id_marker,
             max_keys: Some(q.max as i32),
             is_truncated: Some(page.truncated),
-            next_key_marker: next_key,
+            next_key_marker: urlenc::opt(enc, next_key),
             next_version_id_marker: next_version,
             versions: Some(versions),
             delete_markers: Some(markers),
             common_prefixes: Some(
                 page.prefixes
                     .into_iter()
-                    .map(|p| CommonPrefix { prefix: Some(p) })
+                    .map(|p| CommonPrefix {
+                        prefix: Some(urlenc::name(enc, p)),
+                    })
                     .collect(),
             ),
             encoding_type: i.encoding_type,

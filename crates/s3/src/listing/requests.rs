@@ -8,6 +8,7 @@ use tomus_wire::{Attrs, FsEntry};
 use super::{Item, Query};
 use crate::meta::{self, ObjectMeta};
 use crate::service::Gateway;
+use crate::urlenc::{self, Encoder};
 
 /// The S3 listing entry of a file.
 fn object_of(key: String, entry: &FsEntry, attrs: &Attrs) -> Option<Object> {
@@ -33,18 +34,22 @@ struct Page {
 }
 
 impl Gateway {
-    async fn list_page(&self, bucket: &str, q: &Query) -> S3Result<Page> {
+    /// A page of the listing, its keys and common prefixes encoded as `enc` says (`last`
+    /// stays as it is: tokens and markers are made from it).
+    async fn list_page(&self, bucket: &str, q: &Query, enc: Option<Encoder>) -> S3Result<Page> {
         let l = self.scan(bucket, q, false).await?;
         Ok(Page {
             objects: l
                 .objects
                 .into_iter()
-                .filter_map(|(k, (e, a))| object_of(k, &e, &a))
+                .filter_map(|(k, (e, a))| object_of(urlenc::name(enc, k), &e, &a))
                 .collect(),
             prefixes: l
                 .prefixes
                 .into_iter()
-                .map(|p| CommonPrefix { prefix: Some(p) })
+                .map(|p| CommonPrefix {
+                    prefix: Some(urlenc::name(enc, p)),
+                })
                 .collect(),
             truncated: l.truncated,
             last: l.last,
@@ -56,6 +61,7 @@ impl Gateway {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let i = req.input;
+        let enc = urlenc::requested(i.encoding_type.as_ref())?;
         let mut q = Query::from_request(&i.prefix, &i.delimiter, i.max_keys)?;
         let resume = match (&i.continuation_token, &i.start_after) {
             (Some(t), _) => Some(Item::from_token(t)?),
@@ -63,16 +69,18 @@ impl Gateway {
             _ => None,
         };
         q.after = resume.map(|r| q.resume_after(&r));
-        let page = self.list_page(&i.bucket, &q).await?;
+        let page = self.list_page(&i.bucket, &q, enc).await?;
         let key_count = (page.objects.len() + page.prefixes.len()) as i32;
+        // With EncodingType=url, S3 encodes Delimiter, Prefix, Key and StartAfter (and the
+        // common prefixes); the continuation tokens are opaque (hex) and need no encoding.
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket),
-            prefix: Some(q.prefix),
-            delimiter: i.delimiter,
+            prefix: Some(urlenc::name(enc, q.prefix)),
+            delimiter: urlenc::opt(enc, i.delimiter),
             max_keys: Some(q.max as i32),
             key_count: Some(key_count),
             continuation_token: i.continuation_token,
-            start_after: i.start_after,
+            start_after: urlenc::opt(enc, i.start_after),
             is_truncated: Some(page.truncated),
             next_continuation_token: page
                 .truncated
@@ -90,21 +98,24 @@ impl Gateway {
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let i = req.input;
+        let enc = urlenc::requested(i.encoding_type.as_ref())?;
         let mut q = Query::from_request(&i.prefix, &i.delimiter, i.max_keys)?;
         q.resume_after_marker(i.marker.as_ref());
-        let page = self.list_page(&i.bucket, &q).await?;
+        let page = self.list_page(&i.bucket, &q, enc).await?;
         // S3 returns NextMarker only with a delimiter; clients use the last key otherwise.
         let next_marker = (page.truncated && q.delimiter.is_some())
             .then(|| page.last.as_ref().map(|l| l.as_str().to_string()))
             .flatten();
+        // With EncodingType=url, S3 encodes Delimiter, Marker, Prefix, NextMarker and Key (and
+        // the common prefixes).
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket),
-            prefix: Some(q.prefix),
-            delimiter: i.delimiter,
-            marker: i.marker,
+            prefix: Some(urlenc::name(enc, q.prefix)),
+            delimiter: urlenc::opt(enc, i.delimiter),
+            marker: urlenc::opt(enc, i.marker),
             max_keys: Some(q.max as i32),
             is_truncated: Some(page.truncated),
-            next_marker,
+            next_marker: urlenc::opt(enc, next_marker),
             contents: Some(page.objects),
             common_prefixes: Some(page.prefixes),
             encoding_type: i.encoding_type,
