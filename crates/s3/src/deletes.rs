@@ -7,6 +7,7 @@ use tomus_client::{CommitOptions, Extent};
 use tomus_metadata::Version;
 use tomus_wire::ErrorKind;
 
+use crate::conditional::Expect;
 use crate::errors::{object_err, s3_err};
 use crate::meta::ObjectMeta;
 use crate::objects::parse_version_id;
@@ -27,11 +28,15 @@ impl Gateway {
     }
 
     /// Deletes one key (or version); what DeleteObject and each entry of DeleteObjects do.
+    /// `expect` are the request's conditions on the key's current version (`If-Match`,
+    /// `x-amz-if-match-last-modified-time`, `x-amz-if-match-size`): 404 without one, 412
+    /// when they do not hold.
     pub(crate) async fn delete_one(
         &self,
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
+        expect: &Expect,
     ) -> S3Result<DeletedObject> {
         let state = self.bucket(bucket).await?;
         let mut out = DeletedObject {
@@ -46,6 +51,7 @@ impl Gateway {
             }
             Target::File(p) => p,
         };
+        let expect_size = self.expect_current(&path, key, expect).await?;
         if let Some(v) = parse_version_id(version_id)? {
             out.version_id = Some(v.to_string());
             out.delete_marker = self.delete_version(&path, v).await?.then_some(true);
@@ -59,7 +65,7 @@ impl Gateway {
             };
             let options = CommitOptions {
                 attrs: marker.to_attrs(),
-                expect_size: None,
+                expect_size,
             };
             let info = match blob.writer().commit_replace_with(&options).await {
                 Ok(info) => info,
@@ -164,8 +170,13 @@ impl Gateway {
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let i = req.input;
+        let expect = Expect {
+            etag: i.if_match,
+            modified: i.if_match_last_modified_time,
+            size: i.if_match_size,
+        };
         let d = self
-            .delete_one(&i.bucket, &i.key, i.version_id.as_deref())
+            .delete_one(&i.bucket, &i.key, i.version_id.as_deref(), &expect)
             .await?;
         Ok(S3Response::new(DeleteObjectOutput {
             delete_marker: d.delete_marker,
@@ -190,8 +201,13 @@ impl Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for o in i.delete.objects {
+            let expect = Expect {
+                etag: o.e_tag.clone().map(ETagCondition::ETag),
+                modified: o.last_modified_time.clone(),
+                size: o.size,
+            };
             match self
-                .delete_one(&i.bucket, &o.key, o.version_id.as_deref())
+                .delete_one(&i.bucket, &o.key, o.version_id.as_deref(), &expect)
                 .await
             {
                 Ok(d) if !quiet => deleted.push(d),

@@ -8,6 +8,7 @@
 
 mod auth;
 mod buckets;
+mod conditional;
 mod deletes;
 mod errors;
 mod hidden;

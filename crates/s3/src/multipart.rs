@@ -11,6 +11,7 @@ use tomus_client::{CommitOptions, Extent};
 use tomus_wire::{Attrs, BlobInfo, EntryKind, ErrorKind};
 
 use crate::buckets::owner;
+use crate::conditional::Expect;
 use crate::errors::{from_store, object_err, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
 use crate::paths;
@@ -418,10 +419,16 @@ impl Gateway {
         object.parts = Some(chosen.len() as i32);
         object.part_sizes = Some(chosen.iter().map(|p| p.blob.size).collect());
         let path = paths::file_path(&i.bucket, &i.key)?;
-        let (blob, entry) = self.open_for_write(&path, false).await?;
+        // If-Match: 404 on a missing key, 412 on another ETag; the composition then commits
+        // only if the object still has the checked version's size (see `conditional.rs`).
+        let expect_size = self
+            .expect_current(&path, &i.key, &Expect::etag(i.if_match.as_ref()))
+            .await?;
+        let exclusive = matches!(&i.if_none_match, Some(ETagCondition::Any));
+        let (blob, entry) = self.open_for_write(&path, exclusive).await?;
         let options = CommitOptions {
             attrs: object.to_attrs(),
-            expect_size: None,
+            expect_size,
         };
         let info = match blob.compose(&sources, &options).await {
             Ok(info) => info,

@@ -76,7 +76,7 @@ pub(crate) struct Conditions<'a> {
     pub if_unmodified_since: Option<&'a Timestamp>,
 }
 
-fn etag_matches(cond: &ETagCondition, etag: &str) -> bool {
+pub(crate) fn etag_matches(cond: &ETagCondition, etag: &str) -> bool {
     match cond {
         ETagCondition::Any => true,
         ETagCondition::ETag(e) => e.value() == etag,

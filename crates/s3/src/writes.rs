@@ -9,6 +9,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use tomus_client::{Blob, BlobWriter, CommitOptions, CreateOptions, Extent};
 use tomus_wire::{ErrorKind, FsEntry, VersionInfo};
 
+use crate::conditional::Expect;
 use crate::errors::{custom, from_store, object_err, path_conflict, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
 use crate::objects::{Conditions, EMPTY_MD5};
@@ -30,6 +31,14 @@ fn invalid_write_offset(detail: &str) -> S3Error {
              ({detail})"
         ),
     )
+}
+
+/// A condition a PUT puts on the current version of its key (`If-Match`), checked again
+/// once the body is in, just before the commit (see `conditional.rs`).
+struct Guard<'a> {
+    path: &'a str,
+    key: &'a str,
+    expect: Expect,
 }
 
 /// What a PUT does with its body.
@@ -197,10 +206,17 @@ impl Gateway {
             }
         }
         let exclusive = matches!(&i.if_none_match, Some(ETagCondition::Any));
+        let guard = Guard {
+            path: &path,
+            key: &i.key,
+            expect: Expect::etag(i.if_match.as_ref()),
+        };
+        // If-Match on a missing key is 404 and on another ETag 412, before the body is read.
+        self.expect_current(&path, &i.key, &guard.expect).await?;
         let (blob, entry) = self.open_for_write(&path, exclusive).await?;
         let content_md5 = i.content_md5.as_deref();
         let written = self
-            .write(&blob, mode, &mut described, i.body, content_md5)
+            .write(&blob, mode, &mut described, i.body, content_md5, &guard)
             .await;
         let (info, headers) = match written {
             Ok(x) => x,
@@ -219,8 +235,8 @@ impl Gateway {
     }
 
     /// Streams `body` into one new version of `blob` as `mode` says, with `described`
-    /// (given an ETag for replacements) as its metadata. Returns the version and the
-    /// extension headers of an append.
+    /// (given an ETag for replacements) as its metadata, if `guard` still holds once the body
+    /// is in. Returns the version and the extension headers of an append.
     async fn write(
         &self,
         blob: &Blob,
@@ -228,16 +244,21 @@ impl Gateway {
         described: &mut ObjectMeta,
         body: Option<StreamingBlob>,
         content_md5: Option<&str>,
+        guard: &Guard<'_>,
     ) -> S3Result<(VersionInfo, http::HeaderMap)> {
         let mut writer = blob.writer();
         let (md5, len) = drain(body, &mut writer, content_md5).await?;
+        // The commit publishes only if the blob still has the checked version's size.
+        let guarded = self
+            .expect_current(guard.path, guard.key, &guard.expect)
+            .await?;
         let mut headers = http::HeaderMap::new();
         let expect_size = match mode {
             Mode::Replace => {
                 described.etag = Some(meta::hex(&md5));
                 let options = CommitOptions {
                     attrs: described.to_attrs(),
-                    expect_size: None,
+                    expect_size: guarded,
                 };
                 let info = writer
                     .commit_replace_with(&options)
@@ -246,7 +267,7 @@ impl Gateway {
                 return Ok((info, headers));
             }
             Mode::AppendAt(o) => Some(o),
-            Mode::Append => None,
+            Mode::Append => guarded,
         };
         if len == 0 {
             return Err(s3_err(S3ErrorCode::InvalidArgument, "empty append"));
