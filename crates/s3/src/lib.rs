@@ -19,6 +19,7 @@ mod objects;
 mod paths;
 mod server;
 mod service;
+mod unsupported;
 mod urlenc;
 mod versions;
 mod writes;

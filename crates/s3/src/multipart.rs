@@ -16,6 +16,7 @@ use crate::errors::{from_store, object_err, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
 use crate::paths;
 use crate::service::Gateway;
+use crate::unsupported;
 
 /// Smallest part but the last (S3's limit).
 pub const MIN_PART_SIZE: u64 = 5 << 20;
@@ -125,6 +126,7 @@ impl Gateway {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let i = req.input;
+        unsupported::create_multipart_upload(&i)?;
         self.bucket(&i.bucket).await?;
         paths::file_path(&i.bucket, &i.key)?;
         let id = new_upload_id();
@@ -162,6 +164,11 @@ impl Gateway {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let i = req.input;
+        unsupported::customer_key(
+            i.sse_customer_algorithm.as_ref(),
+            i.sse_customer_key.as_ref(),
+            i.sse_customer_key_md5.as_ref(),
+        )?;
         if !(1..=MAX_PART_NUMBER).contains(&i.part_number) {
             return Err(s3_err(
                 S3ErrorCode::InvalidArgument,
@@ -348,6 +355,11 @@ impl Gateway {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let i = req.input;
+        unsupported::customer_key(
+            i.sse_customer_algorithm.as_ref(),
+            i.sse_customer_key.as_ref(),
+            i.sse_customer_key_md5.as_ref(),
+        )?;
         let described = self.upload(&i.bucket, &i.key, &i.upload_id).await?;
         let state = self.bucket(&i.bucket).await?;
         let wanted = i

@@ -19,6 +19,7 @@ use crate::errors::{object_err, s3_err};
 use crate::meta::{self, ObjectMeta};
 use crate::paths::{self, Target};
 use crate::service::Gateway;
+use crate::unsupported;
 
 /// Bytes read from the store per request of a streamed GET; two are in flight.
 const WINDOW: u64 = 16 << 20;
@@ -310,6 +311,11 @@ impl Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = req.input;
+        unsupported::customer_key(
+            i.sse_customer_algorithm.as_ref(),
+            i.sse_customer_key.as_ref(),
+            i.sse_customer_key_md5.as_ref(),
+        )?;
         if let Target::Dir(path) = paths::target(&i.bucket, &i.key)? {
             let created = self.find_dir(&i.bucket, &path, &i.key).await?;
             return Ok(S3Response::new(GetObjectOutput {
@@ -366,6 +372,11 @@ impl Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = req.input;
+        unsupported::customer_key(
+            i.sse_customer_algorithm.as_ref(),
+            i.sse_customer_key.as_ref(),
+            i.sse_customer_key_md5.as_ref(),
+        )?;
         if let Target::Dir(path) = paths::target(&i.bucket, &i.key)? {
             let created = self.find_dir(&i.bucket, &path, &i.key).await?;
             return Ok(S3Response::new(HeadObjectOutput {

@@ -15,6 +15,7 @@ use crate::meta::{self, ObjectMeta};
 use crate::objects::{Conditions, EMPTY_MD5};
 use crate::paths::{self, Target};
 use crate::service::Gateway;
+use crate::unsupported;
 
 /// Extension: append at the offset the store assigns (concurrent appenders never overlap).
 pub const APPEND_HEADER: &str = "x-tomus-append";
@@ -168,6 +169,7 @@ impl Gateway {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let tomus_append = header_is_true(&req.headers, APPEND_HEADER);
         let i = req.input;
+        unsupported::put_object(&i)?;
         let state = self.bucket(&i.bucket).await?;
         let mode = match (tomus_append, i.write_offset_bytes) {
             (true, _) => Mode::Append,
@@ -335,6 +337,7 @@ impl Gateway {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = req.input;
+        unsupported::copy_object(&i)?;
         let (src_bucket, src_key, src_version) = match &i.copy_source {
             CopySource::Bucket {
                 bucket,
