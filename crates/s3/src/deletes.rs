@@ -9,7 +9,7 @@ use tomus_wire::ErrorKind;
 
 use crate::conditional::Expect;
 use crate::errors::{object_err, s3_err};
-use crate::meta::ObjectMeta;
+use crate::meta::{self, ObjectMeta};
 use crate::objects::parse_version_id;
 use crate::paths::{self, Target};
 use crate::service::Gateway;
@@ -99,9 +99,11 @@ impl Gateway {
     /// collection, so a deleted version is *hidden* (`hidden.rs`): GET/HEAD of its id answer
     /// `NoSuchVersion` and ListObjectVersions skips it. Deleting the latest version also makes
     /// the newest older visible version (a delete marker too, as in S3) current again, by a
-    /// metadata-only copy under a new version id (S3 keeps its old id), or removes the key
-    /// when there is none. An id the key never had (or already deleted) succeeds, as in S3.
-    /// Returns whether `v` was a delete marker.
+    /// metadata-only copy under a new version id (S3 keeps its old id) that records what it
+    /// copies, or removes the key when there is none. Deleting the version such a copy was
+    /// made of deletes the copy too (it *is* that version, made current), so deleting every
+    /// listed version, in any order, leaves no key. An id the key never had (or already
+    /// deleted) succeeds, as in S3. Returns whether `v` was a delete marker.
     async fn delete_version(&self, path: &str, v: Version) -> S3Result<bool> {
         let (latest, blob) = match self.ns.object(path, None).await {
             Ok(x) => x,
@@ -117,12 +119,15 @@ impl Gateway {
             return Ok(false);
         };
         let was_marker = ObjectMeta::from_attrs(attrs).delete_marker;
-        if latest.version.version != v {
+        let current = latest.version.version;
+        // The current version is `v`, or the copy of `v` an earlier delete made current.
+        let copy_of_v = current != v && meta::restored_from(&latest.attrs) == Some(v);
+        if current != v && !copy_of_v {
             self.hide_version(blob.id(), v).await?;
             return Ok(was_marker);
         }
         // As in S3, the version below becomes current, even a delete marker (the key then
-        // stays deleted).
+        // stays deleted). Every version between it and a copy of it is already hidden.
         let previous = history
             .iter()
             .rev()
@@ -130,7 +135,7 @@ impl Gateway {
         match previous {
             Some((info, attrs)) => {
                 let options = CommitOptions {
-                    attrs: attrs.clone(),
+                    attrs: meta::restored_copy(attrs, info.version),
                     expect_size: None,
                 };
                 if info.size == 0 {
@@ -150,8 +155,12 @@ impl Gateway {
                         .await
                         .map_err(object_err)?;
                 }
-                // The deleted version is no longer the latest: it goes from the history.
+                // The deleted version (and its copy) are no longer the latest: they go from the
+                // history.
                 self.hide_version(blob.id(), v).await?;
+                if copy_of_v {
+                    self.hide_version(blob.id(), current).await?;
+                }
             }
             None => {
                 match self.ns.delete(path, false).await {

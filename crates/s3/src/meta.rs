@@ -16,6 +16,9 @@ const USER_PREFIX: &str = "s3:meta:";
 const DELETE_MARKER: &str = "s3:delete-marker";
 const PARTS: &str = "s3:parts";
 const PART_SIZES: &str = "s3:part-sizes";
+/// On the copy that a DELETE of the latest version makes of the version below it (to make
+/// that version current again): the copied version.
+const RESTORED_FROM: &str = "s3:restored-from";
 /// Longest run-length list of part sizes kept (version attributes are limited to 16 KiB in
 /// all); an object whose part sizes do not fit cannot be read by `partNumber`.
 const MAX_PART_SIZES: usize = 4096;
@@ -142,6 +145,18 @@ impl ObjectMeta {
     pub fn user_metadata(&self) -> Option<Metadata> {
         (!self.user.is_empty()).then(|| self.user.clone())
     }
+}
+
+/// The version a version is a restored copy of (see `deletes.rs`).
+pub fn restored_from(attrs: &Attrs) -> Option<Version> {
+    attrs.get(RESTORED_FROM).and_then(|v| v.parse().ok())
+}
+
+/// The attributes of a restored copy of version `source` with attributes `attrs`.
+pub fn restored_copy(attrs: &Attrs, source: Version) -> Attrs {
+    let mut a = attrs.clone();
+    a.insert(RESTORED_FROM.into(), source.to_string());
+    a
 }
 
 /// Hex MD5 of the concatenation of `parts` (for S3's multipart ETag).
