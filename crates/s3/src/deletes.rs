@@ -4,15 +4,14 @@
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use tomus_client::{CommitOptions, Extent};
-use tomus_metadata::Version;
 use tomus_wire::ErrorKind;
 
 use crate::conditional::Expect;
 use crate::errors::{object_err, s3_err};
 use crate::meta::{self, ObjectMeta};
-use crate::objects::parse_version_id;
 use crate::paths::{self, Target};
 use crate::service::Gateway;
+use crate::version_ids::{self, VersionRef};
 
 impl Gateway {
     /// Removes now-empty directories between `path` and its bucket (S3 has no directories:
@@ -52,8 +51,8 @@ impl Gateway {
             Target::File(p) => p,
         };
         let expect_size = self.expect_current(&path, key, expect).await?;
-        if let Some(v) = parse_version_id(version_id)? {
-            out.version_id = Some(v.to_string());
+        if let Some(v) = version_ids::parse(version_id)? {
+            out.version_id = version_id.map(str::to_string);
             out.delete_marker = self.delete_version(&path, v).await?.then_some(true);
             return Ok(out);
         }
@@ -75,7 +74,7 @@ impl Gateway {
                 }
             };
             out.delete_marker = Some(true);
-            out.delete_marker_version_id = Some(info.version.to_string());
+            out.delete_marker_version_id = Some(version_ids::format(blob.id(), info.version));
             out.version_id = out.delete_marker_version_id.clone();
             return Ok(out);
         }
@@ -104,12 +103,17 @@ impl Gateway {
     /// made of deletes the copy too (it *is* that version, made current), so deleting every
     /// listed version, in any order, leaves no key. An id the key never had (or already
     /// deleted) succeeds, as in S3. Returns whether `v` was a delete marker.
-    async fn delete_version(&self, path: &str, v: Version) -> S3Result<bool> {
+    async fn delete_version(&self, path: &str, wanted: VersionRef) -> S3Result<bool> {
         let (latest, blob) = match self.ns.object(path, None).await {
             Ok(x) => x,
             Err(e) if e.kind == ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(object_err(e)),
         };
+        // A version of an earlier object of this key is gone already.
+        if !wanted.of(blob.id()) {
+            return Ok(false);
+        }
+        let v = wanted.version;
         let hidden = self.hidden_versions(blob.id()).await?;
         if hidden.contains(&v) {
             return Ok(false);

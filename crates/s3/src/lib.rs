@@ -21,6 +21,7 @@ mod server;
 mod service;
 mod unsupported;
 mod urlenc;
+mod version_ids;
 mod versions;
 mod writes;
 

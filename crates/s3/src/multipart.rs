@@ -17,6 +17,7 @@ use crate::meta::{self, ObjectMeta};
 use crate::paths;
 use crate::service::Gateway;
 use crate::unsupported;
+use crate::version_ids;
 
 /// Smallest part but the last (S3's limit).
 pub const MIN_PART_SIZE: u64 = 5 << 20;
@@ -458,7 +459,9 @@ impl Gateway {
             key: Some(i.key.clone()),
             e_tag: Some(ETag::Strong(etag)),
             location: Some(format!("/{}/{}", i.bucket, i.key)),
-            version_id: state.versioned().then(|| info.version.to_string()),
+            version_id: state
+                .versioned()
+                .then(|| version_ids::format(blob.id(), info.version)),
             ..CompleteMultipartUploadOutput::default()
         }))
     }

@@ -13,6 +13,7 @@ use crate::listing::{Item, Query};
 use crate::meta::{self, ObjectMeta};
 use crate::service::Gateway;
 use crate::urlenc;
+use crate::version_ids;
 
 /// Keys whose version lists are fetched at once.
 const PARALLEL_KEYS: usize = 16;
@@ -63,10 +64,11 @@ impl Gateway {
         let mut last_version = None;
         for ((key, (entry, _)), history) in page.objects.iter().zip(histories) {
             let key = urlenc::name(enc, key.clone());
+            let blob = entry.blob.as_ref().map(|b| b.id).unwrap_or_default();
             let latest = history.last().map(|(v, _)| v.version);
             for (v, attrs) in history.iter().rev() {
                 let m = ObjectMeta::from_attrs(attrs);
-                let id = v.version.to_string();
+                let id = version_ids::format(blob, v.version);
                 let is_latest = Some(v.version) == latest;
                 let modified = meta::timestamp(v.published_ms);
                 last_version = Some(id.clone());
@@ -80,7 +82,6 @@ impl Gateway {
                     });
                     continue;
                 }
-                let blob = entry.blob.as_ref().map(|b| b.id).unwrap_or_default();
                 versions.push(ObjectVersion {
                     key: Some(key.clone()),
                     version_id: Some(id),

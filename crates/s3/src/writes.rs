@@ -16,6 +16,7 @@ use crate::objects::{Conditions, EMPTY_MD5};
 use crate::paths::{self, Target};
 use crate::service::Gateway;
 use crate::unsupported;
+use crate::version_ids;
 
 /// Extension: append at the offset the store assigns (concurrent appenders never overlap).
 pub const APPEND_HEADER: &str = "x-tomus-append";
@@ -229,7 +230,9 @@ impl Gateway {
         };
         let out = PutObjectOutput {
             e_tag: Some(meta::etag_header(&described, blob.id(), info.version)),
-            version_id: state.versioned().then(|| info.version.to_string()),
+            version_id: state
+                .versioned()
+                .then(|| version_ids::format(blob.id(), info.version)),
             size: Some(info.size as i64),
             ..PutObjectOutput::default()
         };
@@ -419,7 +422,9 @@ impl Gateway {
                 last_modified: Some(meta::timestamp(info.published_ms)),
                 ..CopyObjectResult::default()
             }),
-            version_id: dst.versioned().then(|| info.version.to_string()),
+            version_id: dst
+                .versioned()
+                .then(|| version_ids::format(blob.id(), info.version)),
             copy_source_version_id: src.version_id(),
             ..CopyObjectOutput::default()
         }))
