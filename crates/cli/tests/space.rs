@@ -1,0 +1,173 @@
+//! Space that comes back (issue 15, item 2): `tomus blob delete`.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use common::{chunk_files, exe, TestCluster};
+
+const CHUNK: usize = 64 << 10;
+
+fn tomus(addr: &str, args: &[&str]) -> Output {
+    Command::new(exe())
+        .env("TOMUS_ADDR", addr)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs a command that must succeed; returns its stdout.
+fn ok(addr: &str, args: &[&str]) -> String {
+    let out = tomus(addr, args);
+    assert!(out.status.success(), "tomus {args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
+/// The kind of the `--json` error of a failed command, with its exit code.
+fn error_of(out: &Output) -> (i32, String, String) {
+    let e: Value = serde_json::from_slice(&out.stderr).unwrap();
+    (
+        out.status.code().unwrap(),
+        e["error"]["kind"].as_str().unwrap().to_string(),
+        e["error"]["message"].as_str().unwrap().to_string(),
+    )
+}
+
+/// Polls `f` until it holds, for at most `secs` seconds.
+fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn write_file(dir: &Path, name: &str, len: usize, seed: u64) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, tomus_cli::pattern::generate(seed, len)).unwrap();
+    path
+}
+
+/// A blob of four 64 KiB chunks (four chunk files at replication 1); returns its id.
+fn four_chunk_blob(addr: &str, scratch: &Path) -> String {
+    let id = ok(addr, &["blob", "create", "--chunk-size", "64KiB"]);
+    let input = write_file(scratch, &format!("in-{id}"), 4 * CHUNK, 1);
+    ok(addr, &["blob", "write", &id, "0", input.to_str().unwrap()]);
+    id
+}
+
+#[test]
+fn blob_delete_removes_the_blob_and_gc_reclaims_its_chunks() {
+    let tc = TestCluster::start_with(2, |spec| {
+        let mut args = common::fast_maintenance(500);
+        args[9] = "500".into(); // --gc-reuse-grace-ms
+        spec.manager_args = args;
+    });
+    let addr = tc.addr();
+    let scratch = tc.dir.join("inputs");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let chunks = || -> usize {
+        (0..2)
+            .map(|i| chunk_files(&tc.cluster.provider_dir(i)).len())
+            .sum()
+    };
+    let id = four_chunk_blob(&addr, &scratch);
+    // A file beside it: one chunk file of 100 KiB, which must survive.
+    let local = write_file(&scratch, "file.bin", 100 << 10, 2);
+    ok(
+        &addr,
+        &["fs", "put", local.to_str().unwrap(), "/keep/file.bin"],
+    );
+    assert_eq!(chunks(), 5);
+    let stat: Value =
+        serde_json::from_str(&ok(&addr, &["fs", "stat", "/keep/file.bin", "--json"])).unwrap();
+    let file_blob = stat["blob"].as_u64().unwrap().to_string();
+
+    // A file's blob is refused, naming the file.
+    let refused = tomus(&addr, &["blob", "delete", &file_blob, "--json"]);
+    let (code, kind, message) = error_of(&refused);
+    assert_eq!(
+        (code, kind.as_str()),
+        (1, "PreconditionFailed"),
+        "{message}"
+    );
+    assert!(
+        message.contains("/keep/file.bin") && message.contains("fs rm"),
+        "{message}"
+    );
+
+    assert_eq!(
+        ok(&addr, &["blob", "delete", &id]),
+        format!("deleted blob {id}")
+    );
+    // Gone: reads, a second delete, and an id never handed out are NotFound (exit 3).
+    for args in [
+        vec!["blob", "read", id.as_str()],
+        vec!["blob", "stat", id.as_str()],
+        vec!["blob", "delete", id.as_str()],
+        vec!["blob", "delete", "999999"],
+    ] {
+        let mut args = args.clone();
+        args.push("--json");
+        let out = tomus(&addr, &args);
+        let (code, kind, message) = error_of(&out);
+        assert_eq!(
+            (code, kind.as_str()),
+            (3, "NotFound"),
+            "{args:?}: {message}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?} printed something");
+    }
+    let listed = ok(&addr, &["blob", "list", "--json"]);
+    assert!(
+        !serde_json::from_str::<Value>(&listed)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["id"].as_u64().unwrap().to_string() == id),
+        "blob {id} still listed: {listed}"
+    );
+
+    // Its four chunk files go after the grace; the file's stays and reads back.
+    eventually("the deleted blob's chunk files removed", 60, || {
+        chunks() == 1
+    });
+    let copy = scratch.join("copy.bin");
+    ok(
+        &addr,
+        &["fs", "get", "/keep/file.bin", copy.to_str().unwrap()],
+    );
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&local).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_read_a_blob_cannot_read_it_once_deleted() {
+    let tc = TestCluster::start(1);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK as u64, 1).await.unwrap();
+    let data = tomus_cli::pattern::generate(3, 2 * CHUNK);
+    let v = blob.write(0, &data).await.unwrap();
+    assert!(blob.read(0, data.len() as u64, Some(v)).await.unwrap() == data);
+    client.delete_blob(blob.id()).await.unwrap();
+    for version in [None, Some(v)] {
+        let e = blob.read(0, 10, version).await.unwrap_err();
+        assert_eq!(e.kind, tomus_wire::ErrorKind::NotFound, "{version:?}: {e}");
+    }
+    let e = blob.append(&data).await.unwrap_err();
+    assert_eq!(e.kind, tomus_wire::ErrorKind::NotFound, "{e}");
+}
