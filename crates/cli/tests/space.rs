@@ -1,11 +1,13 @@
-//! Space that comes back (issue 15, item 2): `tomus blob delete`.
+//! Space that comes back (issue 15, item 2): `tomus blob delete` and the maintenance flags
+//! of `tomus up`.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -170,4 +172,75 @@ async fn a_client_that_read_a_blob_cannot_read_it_once_deleted() {
     }
     let e = blob.append(&data).await.unwrap_err();
     assert_eq!(e.kind, tomus_wire::ErrorKind::NotFound, "{e}");
+}
+
+/// `tomus up` as a shell job, in its own process group, stopped by Ctrl-C when dropped.
+struct Up {
+    child: Child,
+    addr: String,
+    dir: PathBuf,
+}
+
+impl Up {
+    fn start(extra: &[&str]) -> Self {
+        let dir = tomus_cli::scratch_dir("space-up");
+        let mut cmd = Command::new(exe());
+        cmd.args(["up", "--addr", "127.0.0.1:0", "--providers", "2", "--data"])
+            .arg(&dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = lines.next().unwrap().unwrap();
+        assert!(line.contains("listening on"), "{line}");
+        let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+        std::thread::spawn(move || lines.for_each(drop));
+        Up { child, addr, dir }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let pgid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: a plain syscall.
+        unsafe {
+            libc::kill(-pgid, libc::SIGINT);
+        }
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("the cluster's data and logs are in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+#[test]
+fn up_passes_the_gc_grace_and_maintenance_interval_to_its_manager() {
+    let help = stdout(&Command::new(exe()).args(["up", "--help"]).output().unwrap());
+    for flag in [
+        "--gc-grace-ms",
+        "--gc-reuse-grace-ms",
+        "--maintenance-interval-ms",
+    ] {
+        assert!(help.contains(flag), "`tomus up --help` lacks {flag}");
+    }
+    let up = Up::start(&["--gc-grace-ms", "500", "--maintenance-interval-ms", "200"]);
+    let scratch = up.dir.join("inputs");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let chunks = || -> usize {
+        (0..2)
+            .map(|i| chunk_files(&up.dir.join(format!("provider-{i}"))).len())
+            .sum()
+    };
+    let id = four_chunk_blob(&up.addr, &scratch);
+    assert_eq!(chunks(), 4);
+    ok(&up.addr, &["blob", "delete", &id]);
+    // The defaults (an hour's grace, a minute for chunks that were referenced) would keep
+    // them far longer.
+    eventually("chunk files of the deleted blob removed", 20, || {
+        chunks() == 0
+    });
 }
