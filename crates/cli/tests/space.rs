@@ -1,5 +1,5 @@
-//! Space that comes back (issue 15, item 2): `tomus blob delete` and the maintenance flags
-//! of `tomus up`.
+//! Space that comes back (issue 15, item 2): `tomus blob delete`, the maintenance flags of
+//! `tomus up`, and `tomus bench` leaving nothing behind.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
@@ -243,4 +243,90 @@ fn up_passes_the_gc_grace_and_maintenance_interval_to_its_manager() {
     eventually("chunk files of the deleted blob removed", 20, || {
         chunks() == 0
     });
+}
+
+/// The smallest run of every data scenario.
+const SMALL_BENCH: [&str; 14] = [
+    "bench",
+    "--scenarios",
+    "s1,s2,s3s4,s5,objects",
+    "--providers",
+    "2",
+    "--clients",
+    "1",
+    "--runs",
+    "1",
+    "--per-client",
+    "256KiB",
+    "--s1-size",
+    "4MiB",
+    "--small-ops",
+];
+
+fn bench(tmp: &Path, addr: Option<&str>, extra: &[&str]) -> Value {
+    let mut cmd = Command::new(exe());
+    cmd.env("TMPDIR", tmp)
+        .args(SMALL_BENCH)
+        .args(["10", "--object-size", "256KiB"])
+        .args(extra);
+    if let Some(addr) = addr {
+        cmd.args(["--cluster", addr]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "tomus bench: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn bench_leaves_no_data_behind() {
+    let tmp = tomus_cli::scratch_dir("space-bench");
+    std::fs::create_dir_all(&tmp).unwrap();
+
+    // Its own clusters: their data directories go.
+    let report = bench(&tmp, None, &[]);
+    for key in ["config", "s1", "s2", "s3", "s4", "s5", "objects"] {
+        assert!(report.get(key).is_some(), "no {key} in {report}");
+    }
+    assert_eq!(entries(&tmp), Vec::<String>::new());
+
+    // A running cluster: every blob and file it wrote is deleted.
+    let tc = TestCluster::start(2);
+    bench(&tmp, Some(&tc.addr()), &[]);
+    assert_eq!(ok(&tc.addr(), &["blob", "list", "--json"]), "[]");
+    let root = ok(&tc.addr(), &["fs", "ls", "/", "--json"]);
+    assert_eq!(root, "[]");
+    assert_eq!(entries(&tmp), Vec::<String>::new());
+
+    // --keep-data keeps both.
+    bench(&tmp, Some(&tc.addr()), &["--keep-data"]);
+    assert_ne!(ok(&tc.addr(), &["blob", "list", "--json"]), "[]");
+    let kept = tmp.join("kept");
+    std::fs::create_dir_all(&kept).unwrap();
+    let mut cmd = Command::new(exe());
+    let out = cmd
+        .env("TMPDIR", &kept)
+        .args([
+            "bench",
+            "--scenarios",
+            "s1",
+            "--providers",
+            "1",
+            "--clients",
+            "1",
+        ])
+        .args(["--runs", "1", "--s1-size", "4MiB", "--keep-data"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dirs = entries(&kept);
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    assert!(stderr(&out).contains("--keep-data"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&tmp).unwrap();
 }
