@@ -103,6 +103,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.clients.is_empty() || args.clients.contains(&0) || args.runs == 0 {
         bail!("--clients must list positive counts and --runs must be at least 1");
     }
+    crate::bench_cleanup::remove_stale();
     let launcher = Launcher::current()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -288,13 +288,29 @@ fn entries(dir: &Path) -> Vec<String> {
 fn bench_leaves_no_data_behind() {
     let tmp = tomus_cli::scratch_dir("space-bench");
     std::fs::create_dir_all(&tmp).unwrap();
+    // What earlier runs left: one killed (its process is gone), one still running (this
+    // process stands for it), one kept with --keep-data.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = tmp.join(format!("tomus-bench-s1-{dead}-5ca1e"));
+    let running = format!("tomus-bench-s1-{}-1a2b", std::process::id());
+    let kept = format!("tomus-bench-s2-{dead}-3c4d");
+    for d in [stale.clone(), tmp.join(&running), tmp.join(&kept)] {
+        std::fs::create_dir_all(d.join("provider-0")).unwrap();
+    }
+    std::fs::write(tmp.join(&kept).join("kept-by-tomus-bench"), b"").unwrap();
 
-    // Its own clusters: their data directories go.
+    // Its own clusters: their data directories go, and so does what the killed run left.
     let report = bench(&tmp, None, &[]);
     for key in ["config", "s1", "s2", "s3", "s4", "s5", "objects"] {
         assert!(report.get(key).is_some(), "no {key} in {report}");
     }
-    assert_eq!(entries(&tmp), Vec::<String>::new());
+    let mut left = entries(&tmp);
+    left.sort();
+    assert_eq!(left, vec![running.clone(), kept.clone()]);
+    std::fs::remove_dir_all(tmp.join(&running)).unwrap();
+    std::fs::remove_dir_all(tmp.join(&kept)).unwrap();
 
     // A running cluster: every blob and file it wrote is deleted.
     let tc = TestCluster::start(2);
