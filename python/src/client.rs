@@ -160,6 +160,20 @@ impl ClientHandle {
         Ok(Blob::new(self.conn.clone(), blob))
     }
 
+    /// Deletes a blob made with `create_blob`: reading it fails with `NotFound` from now on
+    /// and its space comes back with garbage collection after the grace. A blob that backs a
+    /// file is refused with `PreconditionFailed` naming the file (remove the file instead);
+    /// an unknown or already deleted blob is `NotFound`.
+    fn delete_blob(&self, py: Python<'_>, id: i64) -> PyResult<()> {
+        let id = non_negative("id", id)?;
+        let conn = self.conn.clone();
+        block_on(
+            py,
+            async move { conn.client().await?.delete_blob(id).await },
+        )?
+        .map_err(to_py)
+    }
+
     /// Every blob of the cluster.
     fn list_blobs(&self, py: Python<'_>) -> PyResult<Vec<BlobInfo>> {
         let conn = self.conn.clone();

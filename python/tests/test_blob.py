@@ -174,3 +174,26 @@ def test_replicated_blob(client: tomus.Client) -> None:
     assert b.read() == bytes(range(256)) * 1000
     for _, _, addrs in b.locations():
         assert len(set(addrs)) == 2
+
+
+def test_delete_blob(client: tomus.Client) -> None:
+    blob = client.create_blob(chunk_size=CHUNK)
+    v = blob.write(0, b"x" * (2 * CHUNK))
+    client.delete_blob(blob.id)
+    with pytest.raises(tomus.NotFound):
+        blob.read(0, 1, version=v)
+    with pytest.raises(tomus.NotFound):
+        client.open_blob(blob.id)
+    with pytest.raises(tomus.NotFound):
+        client.delete_blob(blob.id)
+    assert blob.id not in {b.id for b in client.list_blobs()}
+
+
+def test_delete_blob_refuses_a_files_blob(client: tomus.Client) -> None:
+    fs = client.fs()
+    fs.pipe("/delete-refused/f.bin", b"kept")
+    _, blob = client.namespace().open("/delete-refused/f.bin")
+    with pytest.raises(tomus.PreconditionFailed, match=r"/delete-refused/f\.bin"):
+        client.delete_blob(blob.id)
+    assert fs.cat("/delete-refused/f.bin") == b"kept"
+    fs.rm("/delete-refused", recursive=True)

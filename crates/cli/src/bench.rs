@@ -7,7 +7,6 @@
 //! the median of `--runs` runs.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,9 +16,8 @@ use rand::Rng;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tomus_client::{Blob, Client, ClientOptions};
-use tomus_wire::manager::{Assign, Complete, CreateBlob};
-use tomus_wire::{Attrs, DataAge, Pool, RpcConfig, WriteOp};
 
+use crate::bench_cleanup::{Made, ScratchDir};
 use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
 use crate::pattern;
 use crate::size::parse_size;
@@ -79,6 +77,11 @@ pub struct BenchArgs {
     /// Retained versions the maintenance scenario measures with, one cluster each.
     #[arg(long, default_value = "1000,10000,100000", value_delimiter = ',')]
     pub maintenance_versions: Vec<u64>,
+    /// Keep what the benchmarks wrote: their blobs and files (deleted otherwise as each
+    /// scenario ends), and the data directories of the clusters bench starts (removed
+    /// otherwise; their paths are printed).
+    #[arg(long)]
+    pub keep_data: bool,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -100,6 +103,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.clients.is_empty() || args.clients.contains(&0) || args.runs == 0 {
         bail!("--clients must list positive counts and --runs must be at least 1");
     }
+    crate::bench_cleanup::remove_stale();
     let launcher = Launcher::current()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -116,10 +120,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let named = if scenario == "loopback" {
             vec![("loopback".to_string(), rt.block_on(loopback())?)]
         } else if scenario == "ceiling" {
-            let dir = crate::scratch_dir("bench-ceiling");
-            let out =
-                crate::bench_ceiling::ceiling(&dir, &args.clients, args.per_client, args.runs);
-            let _ = std::fs::remove_dir_all(&dir);
+            let dir = ScratchDir::new("bench-ceiling", args.keep_data);
+            let out = crate::bench_ceiling::ceiling(
+                dir.path(),
+                &args.clients,
+                args.per_client,
+                args.runs,
+            );
             vec![("ceiling".to_string(), out?)]
         } else if scenario == "repair" {
             vec![(
@@ -132,16 +139,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 crate::bench_maintenance::maintenance(&launcher, &args, &rt)?,
             )]
         } else if let Some(addr) = args.cluster.as_deref().filter(|_| scenario != "manager") {
-            let dir = crate::scratch_dir(&format!("bench-{scenario}"));
-            rt.block_on(scenario_run(scenario, addr, &args, &dir))?
+            let dir = ScratchDir::new(&format!("bench-{scenario}"), args.keep_data);
+            rt.block_on(scenario_run(scenario, addr, &args, dir.path()))?
         } else {
-            let dir = crate::scratch_dir(&format!("bench-{scenario}"));
-            let mut spec = ClusterSpec::new(&dir, args.providers);
+            // Declared first, dropped last: the cluster stops before its data goes.
+            let dir = ScratchDir::new(&format!("bench-{scenario}"), args.keep_data);
+            let mut spec = ClusterSpec::new(dir.path(), args.providers);
             spec.fsync = !args.no_fsync;
             let cluster = EmbeddedCluster::start(&launcher, spec)?;
-            let out = rt.block_on(scenario_run(scenario, &cluster.addr, &args, &dir));
+            let out = rt.block_on(scenario_run(scenario, &cluster.addr, &args, dir.path()));
             drop(cluster);
-            let _ = std::fs::remove_dir_all(&dir);
             out?
         };
         results.extend(named);
@@ -162,19 +169,26 @@ async fn scenario_run(
     dir: &std::path::Path,
 ) -> Result<Vec<(String, Value)>> {
     let client = Client::connect(addr, ClientOptions::default()).await?;
+    let made = Made::new(args.keep_data);
     let named = |v: Value| vec![(name.to_string(), v)];
-    Ok(match name {
-        "s1" => named(s1(&client, args).await?),
-        "s2" => named(s2(&client, args).await?),
-        "s3s4" => {
-            let (s3, s4) = s3_s4(&client, args).await?;
-            vec![("s3".to_string(), s3), ("s4".to_string(), s4)]
-        }
-        "s5" => named(s5(&client, args).await?),
-        "objects" => named(crate::bench_objects::objects(&client, args).await?),
-        "manager" => named(manager(addr, dir).await?),
-        other => bail!("unknown scenario {other:?}"),
-    })
+    let out = async {
+        Ok(match name {
+            "s1" => named(s1(&client, args, &made).await?),
+            "s2" => named(s2(&client, args, &made).await?),
+            "s3s4" => {
+                let (s3, s4) = s3_s4(&client, args, &made).await?;
+                vec![("s3".to_string(), s3), ("s4".to_string(), s4)]
+            }
+            "s5" => named(s5(&client, args, &made).await?),
+            "objects" => named(crate::bench_objects::objects(&client, args).await?),
+            "manager" => named(crate::bench_manager::manager(addr, dir, &made).await?),
+            other => bail!("unknown scenario {other:?}"),
+        })
+    }
+    .await;
+    // Whether it succeeded or not.
+    made.delete_all(&client).await;
+    out
 }
 
 /// Runs `tasks` concurrently, each on its own tokio task; returns the seconds until all ended.
@@ -332,12 +346,12 @@ async fn loopback_once(streams: usize, total: u64) -> Result<f64> {
 
 /// S1: one writer appends 4 MiB blocks to one blob up to `s1_size`; throughput per eighth of the
 /// way shows whether the blob's growth slows writes down.
-async fn s1(client: &Client, args: &BenchArgs) -> Result<Value> {
+async fn s1(client: &Client, args: &BenchArgs, made: &Made) -> Result<Value> {
     let mut runs = Vec::new();
     let mut curve = Vec::new();
     let data = pattern::generate(1, BLOCK as usize);
     for _ in 0..args.runs {
-        let blob = client.create_blob(BLOCK, 1).await?;
+        let blob = made.blob(client, BLOCK, 1).await?;
         let segment = (args.s1_size / 8).max(BLOCK);
         let start = Instant::now();
         let mut seg_start = Instant::now();
@@ -353,15 +367,16 @@ async fn s1(client: &Client, args: &BenchArgs) -> Result<Value> {
         }
         runs.push(written as f64 / MIB / start.elapsed().as_secs_f64());
         curve = this_curve;
+        made.delete_all(client).await;
     }
     Ok(json!({"points": [point(1, runs, "MiB/s")], "growth_curve_last_run": curve}))
 }
 
 /// S2: one shared blob of `max(N) * per_client` bytes; N readers each read a distinct range.
-async fn s2(client: &Client, args: &BenchArgs) -> Result<Value> {
+async fn s2(client: &Client, args: &BenchArgs, made: &Made) -> Result<Value> {
     let max_n = *args.clients.iter().max().unwrap_or(&1) as u64;
     let size = max_n * args.per_client;
-    let blob = client.create_blob(BLOCK, 1).await?;
+    let blob = made.blob(client, BLOCK, 1).await?;
     let block = pattern::generate(2, (64u64 << 20).min(size) as usize);
     let mut at = 0;
     while at < size {
@@ -387,17 +402,18 @@ async fn s2(client: &Client, args: &BenchArgs) -> Result<Value> {
 /// S3 and S4, run interleaved (an S3 run, then an S4 run, for every run and client count) on
 /// one cluster: with fsync on, both are bound by the disk, whose speed drifts over minutes, so
 /// only runs taken side by side compare the two.
-async fn s3_s4(client: &Client, args: &BenchArgs) -> Result<(Value, Value)> {
+async fn s3_s4(client: &Client, args: &BenchArgs, made: &Made) -> Result<(Value, Value)> {
     let data = Arc::new(pattern::generate(3, BLOCK as usize));
     let (mut write_points, mut read_points, mut append_points) =
         (Vec::new(), Vec::new(), Vec::new());
     for &n in &args.clients {
         let (mut w_runs, mut r_runs, mut a_runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.runs {
-            let (w, r) = s3_once(client, n, args.per_client, &data).await?;
+            let (w, r) = s3_once(client, made, n, args.per_client, &data).await?;
             w_runs.push(w);
             r_runs.push(r);
-            a_runs.push(s4_once(client, n, args.per_client, &data).await?);
+            a_runs.push(s4_once(client, made, n, args.per_client, &data).await?);
+            made.delete_all(client).await;
         }
         write_points.push(point(n, w_runs, "MiB/s"));
         read_points.push(point(n, r_runs, "MiB/s"));
@@ -410,10 +426,16 @@ async fn s3_s4(client: &Client, args: &BenchArgs) -> Result<(Value, Value)> {
 }
 
 /// S3: N writers, each to its own blob, then the same N read their blob back: (write, read).
-async fn s3_once(client: &Client, n: usize, per: u64, data: &Arc<Vec<u8>>) -> Result<(f64, f64)> {
+async fn s3_once(
+    client: &Client,
+    made: &Made,
+    n: usize,
+    per: u64,
+    data: &Arc<Vec<u8>>,
+) -> Result<(f64, f64)> {
     let mut blobs = Vec::new();
     for _ in 0..n {
-        blobs.push(client.create_blob(BLOCK, 1).await?);
+        blobs.push(made.blob(client, BLOCK, 1).await?);
     }
     let writers = blobs.iter().map(|b| {
         let (b, data) = (b.clone(), data.clone());
@@ -434,8 +456,14 @@ async fn s3_once(client: &Client, n: usize, per: u64, data: &Arc<Vec<u8>>) -> Re
 }
 
 /// S4: N appenders to one shared blob, 4 MiB appends each.
-async fn s4_once(client: &Client, n: usize, per: u64, data: &Arc<Vec<u8>>) -> Result<f64> {
-    let blob = client.create_blob(BLOCK, 1).await?;
+async fn s4_once(
+    client: &Client,
+    made: &Made,
+    n: usize,
+    per: u64,
+    data: &Arc<Vec<u8>>,
+) -> Result<f64> {
+    let blob = made.blob(client, BLOCK, 1).await?;
     let appenders = (0..n).map(|_| {
         let (b, data) = (blob.clone(), data.clone());
         async move {
@@ -463,14 +491,14 @@ async fn s4_once(client: &Client, n: usize, per: u64, data: &Arc<Vec<u8>>) -> Re
 /// of the latest version (each read asks the manager which it is, as every read did before
 /// clients cached version records) and of a pinned version (the manager off the read path:
 /// only the metadata DHT, mostly cached, and the providers).
-async fn s5(client: &Client, args: &BenchArgs) -> Result<Value> {
+async fn s5(client: &Client, args: &BenchArgs, made: &Made) -> Result<Value> {
     let mut appends = Vec::new();
     let mut reads = Vec::new();
     let mut pinned_reads = Vec::new();
     for &n in &args.clients {
         let (mut a_runs, mut r_runs, mut p_runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.runs {
-            let blob = client.create_blob(BLOCK, 1).await?;
+            let blob = made.blob(client, BLOCK, 1).await?;
             let ops = args.small_ops;
             let appenders = (0..n).map(|i| {
                 let b = blob.clone();
@@ -502,96 +530,11 @@ async fn s5(client: &Client, args: &BenchArgs) -> Result<Value> {
             r_runs.push((n as u64 * ops) as f64 / timed(readers(None)).await?);
             let pinned = Some(latest.version);
             p_runs.push((n as u64 * ops) as f64 / timed(readers(pinned)).await?);
+            made.delete_all(client).await;
         }
         appends.push(point(n, a_runs, "ops/s"));
         reads.push(point(n, r_runs, "ops/s"));
         pinned_reads.push(point(n, p_runs, "ops/s"));
     }
     Ok(json!({"append_4k": appends, "read_4k": reads, "read_4k_pinned": pinned_reads}))
-}
-
-/// The manager alone: version assignment + publication with no data, in process (its own
-/// durable store, group commit included) and over RPC against the cluster's manager.
-async fn manager(addr: &str, dir: &std::path::Path) -> Result<Value> {
-    let duration = Duration::from_secs(3);
-    let store = Arc::new(tomus_manager::store::Store::open(
-        &dir.join("micro-manager"),
-    )?);
-    let vm = tomus_manager::VersionManager::open(store, &tomus_worker::Workers::default())?;
-    let blob = vm.create_blob(BLOCK, 1)?.id;
-    let in_process = drive(256, duration, {
-        let vm = vm.clone();
-        move || {
-            let vm = vm.clone();
-            async move {
-                let a = vm
-                    .assign(
-                        blob,
-                        WriteOp::Append { size: 4096 },
-                        Attrs::new(),
-                        None,
-                        DataAge::default(),
-                    )
-                    .await?;
-                vm.complete(blob, a.version).await?;
-                Ok(())
-            }
-        }
-    })
-    .await?;
-    let pool = Pool::new(RpcConfig::default());
-    let create = CreateBlob {
-        chunk_size: BLOCK,
-        replication: 1,
-    };
-    let blob = pool.call(addr, create).await?.id;
-    let addr = addr.to_string();
-    let over_rpc = drive(64, duration, move || {
-        let (pool, addr) = (pool.clone(), addr.clone());
-        async move {
-            let assign = Assign {
-                blob,
-                op: WriteOp::Append { size: 4096 },
-                attrs: Attrs::new(),
-                expect_size: None,
-                data: DataAge::default(),
-            };
-            let version = pool.call(&addr, assign).await?.version;
-            pool.call(&addr, Complete { blob, version }).await?;
-            Ok(())
-        }
-    })
-    .await?;
-    Ok(
-        json!({"in_process_ops_s": in_process, "rpc_ops_s": over_rpc, "unit": "assign+publish per second"}),
-    )
-}
-
-/// Runs `op` from `tasks` concurrent loops for `duration`; returns operations per second.
-async fn drive<F, Fut>(tasks: usize, duration: Duration, op: F) -> Result<f64>
-where
-    F: Fn() -> Fut + Send + Sync + Clone + 'static,
-    Fut: std::future::Future<Output = tomus_wire::Result<()>> + Send,
-{
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let handles: Vec<_> = (0..tasks)
-        .map(|_| {
-            let (op, stop, count) = (op.clone(), stop.clone(), count.clone());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    op().await?;
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok::<_, tomus_wire::Error>(())
-            })
-        })
-        .collect();
-    tokio::time::sleep(duration).await;
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.await??;
-    }
-    Ok(count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
 }

@@ -47,8 +47,9 @@ fn one_size(
     rt: &tokio::runtime::Runtime,
     versions: u64,
 ) -> Result<Value> {
-    let dir = crate::scratch_dir("bench-maintenance");
-    let mut spec = ClusterSpec::new(&dir, args.providers);
+    // Declared first, dropped last: the cluster stops before its data goes.
+    let dir = crate::bench_cleanup::ScratchDir::new("bench-maintenance", args.keep_data);
+    let mut spec = ClusterSpec::new(dir.path(), args.providers);
     // This measures maintenance, not the disk.
     spec.fsync = false;
     spec.manager_args = [
@@ -109,7 +110,6 @@ fn one_size(
         Ok(o) => o,
         Err(e) => {
             drop(cluster);
-            let _ = std::fs::remove_dir_all(&dir);
             return Err(e);
         }
     };
@@ -131,7 +131,6 @@ fn one_size(
         }
     });
     drop(cluster);
-    let _ = std::fs::remove_dir_all(&dir);
     let audit_ms = audit?;
     let incremental = median(incremental_ms.clone());
     let gc_round = median(gc_round_ms.clone());

@@ -57,11 +57,23 @@ where
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// Runs the scenario in a directory of its own, removed afterwards (whether it succeeded or
+/// not) unless `--keep-data`.
 pub async fn objects(client: &Client, args: &BenchArgs) -> Result<Value> {
     let ns = client.namespace();
     let run: u64 = rand::random();
     let dir = format!("bench-objects-{run:x}");
     ns.mkdir(&dir, true).await?;
+    let out = objects_in(&ns, &dir, args).await;
+    if !args.keep_data {
+        if let Err(e) = ns.delete(&dir, true).await {
+            eprintln!("bench: cannot remove /{dir}: {e}");
+        }
+    }
+    out
+}
+
+async fn objects_in(ns: &Namespace, dir: &str, args: &BenchArgs) -> Result<Value> {
     let size = args.object_size as usize;
     let small_ops = args.small_ops as usize;
     let mut points = Vec::new();
@@ -110,6 +122,5 @@ pub async fn objects(client: &Client, args: &BenchArgs) -> Result<Value> {
             "put_4k_ops_s": put_ops, "get_4k_ops_s": get_ops,
         }));
     }
-    let _ = ns.delete(&dir, true).await;
     Ok(json!({ "points": points }))
 }

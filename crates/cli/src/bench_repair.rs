@@ -46,8 +46,9 @@ fn one_run(
     rt: &tokio::runtime::Runtime,
     repair_rate: Option<u64>,
 ) -> Result<Value> {
-    let dir = crate::scratch_dir("bench-repair");
-    let mut spec = ClusterSpec::new(&dir, PROVIDERS);
+    // Declared first, dropped last: the cluster stops before its data goes.
+    let dir = crate::bench_cleanup::ScratchDir::new("bench-repair", args.keep_data);
+    let mut spec = ClusterSpec::new(dir.path(), PROVIDERS);
     spec.fsync = !args.no_fsync;
     if let Some(rate) = repair_rate {
         spec.manager_args = vec!["--repair-rate".into(), rate.to_string()];
@@ -87,7 +88,6 @@ fn one_run(
         }))
     });
     drop(cluster);
-    let _ = std::fs::remove_dir_all(&dir);
     out
 }
 

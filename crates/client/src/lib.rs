@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tomus_metadata::BlobId;
-use tomus_wire::manager::{CreateBlob, GetBlob, ListBlobs};
+use tomus_wire::manager::{CreateBlob, DeleteBlob, GetBlob, ListBlobs};
 use tomus_wire::{
     BlobInfo, ClusterSecret, Error, ErrorKind, Ping, Placement, Pool, ProviderInfo, Result, Rpc,
     RpcConfig,
@@ -139,6 +139,15 @@ impl Client {
 
     pub async fn open_blob(&self, id: BlobId) -> Result<Blob> {
         Ok(self.blob_handle(self.blob_info(id).await?))
+    }
+
+    /// Deletes a blob made with [`Client::create_blob`]: reads of it fail with `NotFound`
+    /// from now on and garbage collection reclaims its space after the grace. A blob that
+    /// backs a file is refused (`PreconditionFailed`, naming the path): remove the file.
+    pub async fn delete_blob(&self, id: BlobId) -> Result<()> {
+        self.cluster.manager(DeleteBlob { blob: id }).await?;
+        self.versions.forget_blob(id);
+        Ok(())
     }
 
     pub async fn blob_info(&self, id: BlobId) -> Result<BlobInfo> {

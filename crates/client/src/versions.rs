@@ -47,4 +47,11 @@ impl VersionCache {
         g.0.remove(&(blob, version));
         g.1.remove(&(blob, version));
     }
+
+    /// Forgets every record of `blob` (it was deleted).
+    pub fn forget_blob(&self, blob: BlobId) {
+        let mut g = self.gens.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.retain(|k, _| k.0 != blob);
+        g.1.retain(|k, _| k.0 != blob);
+    }
 }

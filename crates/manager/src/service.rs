@@ -105,6 +105,9 @@ impl ManagerService {
             M::FsAbandon(r) => {
                 Reply::of::<FsAbandon>(self.namespace(move |ns| ns.abandon(&r.path, r.blob)).await)
             }
+            M::DeleteBlob(r) => {
+                Reply::of::<DeleteBlob>(self.namespace(move |ns| ns.delete_blob(r.blob)).await)
+            }
             M::FsStat(r) => Reply::of::<FsStat>(self.namespace(move |ns| ns.stat(&r.path)).await),
             M::FsList(r) => Reply::of::<FsList>(
                 self.namespace(move |ns| {

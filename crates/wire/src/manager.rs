@@ -113,5 +113,10 @@ service! {
         /// gives it up having published nothing; the file, invisible until its first
         /// version, is dropped once no writer holds it. Anything else at `path` is left alone.
         FsAbandon { path: String, blob: BlobId } -> (), once;
+        /// Deletes a blob made with [`CreateBlob`]: its records go, a tombstone stays, and
+        /// garbage collection reclaims its data after the grace. A blob that backs a file
+        /// (or a new file being written) is refused with `PreconditionFailed` naming the
+        /// path: files go with `FsDelete`. An unknown or already deleted blob: `NotFound`.
+        DeleteBlob { blob: BlobId } -> (), once;
     }
 }

@@ -1,5 +1,5 @@
-//! `tomus blob ...`: create blobs, write and append files or stdin, read ranges of any
-//! version, and show versions, locations and the list of blobs (text or `--json`).
+//! `tomus blob ...`: create and delete blobs, write and append files or stdin, read ranges
+//! of any version, and show versions, locations and the list of blobs (text or `--json`).
 
 use std::path::PathBuf;
 
@@ -68,6 +68,13 @@ pub(super) enum BlobCommand {
     Retention(crate::ops_cmd::RetentionArgs),
     /// List all blobs.
     List,
+    /// Delete a blob made with `tomus blob create`: reads of it fail from now on and its
+    /// space comes back with garbage collection after the grace. A file's blob is refused
+    /// (remove the file with `tomus fs rm`).
+    Delete {
+        /// Blob id.
+        id: u64,
+    },
 }
 
 /// A byte range of one version of a blob.
@@ -232,6 +239,14 @@ pub(super) async fn run(
                     };
                     outln!("{:>14} {:>12}  {where_}", l.offset, l.size)?;
                 }
+            }
+        }
+        BlobCommand::Delete { id } => {
+            client.delete_blob(id).await?;
+            if json_out {
+                outln!("{}", json!({"deleted": id}))?;
+            } else {
+                outln!("deleted blob {id}")?;
             }
         }
         BlobCommand::Retention(a) => crate::ops_cmd::set_retention(&client, json_out, a).await?,

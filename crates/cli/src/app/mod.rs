@@ -72,7 +72,7 @@ enum Command {
     /// Run a provider (chunk store + metadata DHT shard) that joins a manager; or drain or
     /// remove one (`tomus provider drain ADDR`).
     Provider(ProviderArgs),
-    /// Blob commands: create, write, append, read, stat, versions, locations, list.
+    /// Blob commands: create, write, append, read, stat, versions, locations, list, delete.
     #[command(subcommand)]
     Blob(BlobCommand),
     /// The file namespace: put, get, cat, head, tail, ls, stat, du, versions, cp, mkdir, rm,

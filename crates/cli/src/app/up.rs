@@ -48,7 +48,52 @@ pub(super) struct UpArgs {
     /// `tomus up`).
     #[arg(long)]
     no_restart: bool,
+    #[command(flatten)]
+    maintenance: UpMaintenanceArgs,
 }
+
+/// The manager's maintenance flags `tomus up` passes on (see `tomus manager --help`).
+#[derive(Args)]
+#[command(next_help_heading = "Maintenance (passed to the manager)")]
+struct UpMaintenanceArgs {
+    /// Garbage collection's grace in milliseconds [default: 3600000, one hour]: deleted
+    /// blobs and files, expired versions and data no write finished with are reclaimed once
+    /// this old, and a write that takes longer than this is refused (WriteExpired). A short
+    /// grace gives space back soon; it must stay longer than any write takes.
+    #[arg(long, value_name = "MS")]
+    gc_grace_ms: Option<u64>,
+    /// Milliseconds chunks that were referenced wait once unreferenced (a copy made of
+    /// metadata only may be about to refer to them) [default: 60000, or --gc-grace-ms when
+    /// that is shorter].
+    #[arg(long, value_name = "MS")]
+    gc_reuse_grace_ms: Option<u64>,
+    /// Pause between maintenance passes (repair, garbage collection) in milliseconds
+    /// [default: 2000].
+    #[arg(long, value_name = "MS")]
+    maintenance_interval_ms: Option<u64>,
+}
+
+impl UpMaintenanceArgs {
+    /// The `tomus manager` arguments for the flags given.
+    fn manager_args(&self) -> Vec<String> {
+        let reuse = self
+            .gc_reuse_grace_ms
+            .or_else(|| self.gc_grace_ms.map(|g| g.min(DEFAULT_REUSE_GRACE_MS)));
+        let flags = [
+            ("--gc-grace-ms", self.gc_grace_ms),
+            ("--gc-reuse-grace-ms", reuse),
+            ("--maintenance-interval-ms", self.maintenance_interval_ms),
+        ];
+        flags
+            .into_iter()
+            .filter_map(|(flag, v)| v.map(|v| [flag.to_string(), v.to_string()]))
+            .flatten()
+            .collect()
+    }
+}
+
+/// The manager's default `--gc-reuse-grace-ms`.
+const DEFAULT_REUSE_GRACE_MS: u64 = 60_000;
 
 /// Which server of the cluster.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -157,6 +202,7 @@ pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result
     spec.manager_addr = addr.to_string();
     spec.memory_tier = a.memory_tier;
     spec.fsync = !a.no_fsync;
+    spec.manager_args = a.maintenance.manager_args();
     let mut cluster = EmbeddedCluster::start(&Launcher::current()?, spec)?;
     let _ = outln!("tomus cluster listening on {}", cluster.addr);
     eprintln!(

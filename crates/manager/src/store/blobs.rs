@@ -100,3 +100,18 @@ pub(crate) fn remove_blobs_in(txn: &WriteTransaction, blobs: &[BlobId]) -> Resul
     }
     Ok(())
 }
+
+/// Deletes `blob` within `txn` as [`remove_blobs_in`] does, after checking it exists: an
+/// unknown blob, or one deleted before, is `NotFound`.
+pub(crate) fn delete_blob_in(txn: &WriteTransaction, blob: BlobId) -> Result<()> {
+    if !blob_exists(txn, blob)? {
+        let t = txn.open_table(DELETED).map_err(db_err)?;
+        let tombstone = t.get(blob).map_err(db_err)?.is_some();
+        return Err(if tombstone {
+            deleted(blob)
+        } else {
+            Error::not_found(format!("blob {blob} does not exist"))
+        });
+    }
+    remove_blobs_in(txn, &[blob])
+}

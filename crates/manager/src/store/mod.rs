@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, ProviderId, Version};
 use tomus_wire::{Change, Error, Result, Retention};
 
-pub(crate) use blobs::remove_blobs_in;
+pub(crate) use blobs::{delete_blob_in, remove_blobs_in};
 use change_log::log_change;
 pub use versions::{Dropped, Publication};
 

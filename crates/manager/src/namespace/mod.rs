@@ -33,6 +33,9 @@ use tomus_wire::{Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result
 use crate::store::{db_err, decode, encode, remove_blobs_in, Store};
 use crate::versions::{now_ms, VersionManager};
 
+/// Deleting a blob made with the blob API, refused for a file's blob.
+mod blob_delete;
+
 const NAMESPACE: TableDefinition<&str, &[u8]> = TableDefinition::new("namespace");
 
 /// Longest path (bytes): an S3 key (1024) under a bucket name (63) and `/`; longest
