@@ -518,7 +518,7 @@ async fn manager(addr: &str, dir: &std::path::Path) -> Result<Value> {
         &dir.join("micro-manager"),
     )?);
     let vm = tomus_manager::VersionManager::open(store, &tomus_worker::Workers::default())?;
-    let blob = vm.create_blob(BLOCK, 1)?.id;
+    let blob = vm.create_blob(BLOCK, 1, tomus_wire::Retention::KeepAll)?.id;
     let in_process = drive(256, duration, {
         let vm = vm.clone();
         move || {
