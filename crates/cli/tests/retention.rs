@@ -1,6 +1,6 @@
 //! Space that comes back as users expect (issue 15, item 2): files of the namespace keep the
 //! last 3 versions unless a directory above them says otherwise (`tomus fs retention`), and
-//! garbage collection reclaims the rest; blobs made with the blob API and the objects of an
+//! garbage collection reclaims the rest (`tomus status` shows the bytes waiting); blobs made with the blob API and the objects of an
 //! S3 bucket with versioning enabled keep every version.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
@@ -72,6 +72,11 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// What `tomus status --json` says of maintenance.
+fn maintenance(addr: &str) -> Value {
+    json(tomus(addr, &["status", "--json"]))["maintenance"].clone()
+}
+
 fn retention_of(addr: &str, path: &str) -> Value {
     json(tomus(addr, &["fs", "retention", path, "--json"]))
 }
@@ -83,12 +88,28 @@ fn overwrites_keep_the_last_three_versions_and_the_rest_is_collected() {
     });
     let addr = tc.addr();
     let data: Vec<Vec<u8>> = (1..=5).map(|i| pattern::generate(i, 4 * CHUNK)).collect();
+    let before = maintenance(&addr);
     for d in &data {
         put(&addr, &tc.dir, "/runs/r1/out.bin", d);
     }
     eventually("versions 3 to 5 alone", || {
         versions(&addr, "/runs/r1/out.bin") == [3, 4, 5]
     });
+    // `tomus status`: the chunks of versions 1 and 2 wait for deletion (the reuse grace is
+    // 2 s), then are collected.
+    let expired = 2 * 4 * CHUNK as u64;
+    let mut seen_waiting = 0;
+    eventually("the expired versions' chunks collected", || {
+        let m = maintenance(&addr);
+        let waiting = m["unreferenced_bytes"].as_u64().unwrap();
+        seen_waiting = seen_waiting.max(waiting);
+        let collected = m["gc_bytes"].as_u64().unwrap() - before["gc_bytes"].as_u64().unwrap();
+        collected >= expired && waiting == 0
+    });
+    assert_eq!(
+        seen_waiting, expired,
+        "the bytes waiting for GC were never shown"
+    );
     let old = tomus(&addr, &["fs", "cat", "/runs/r1/out.bin", "--version", "2"]);
     assert!(!old.status.success());
     let why = String::from_utf8_lossy(&old.stderr);

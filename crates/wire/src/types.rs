@@ -374,6 +374,10 @@ pub struct MaintenanceStatus {
     pub last_audit_duration_ms: u64,
     /// The service's workers (gc, repair, audit).
     pub workers: Vec<WorkerStatus>,
+    /// Bytes on the providers of the unreferenced chunks (`unreferenced_chunks`: no
+    /// retained version refers to them; deleted once the reuse grace passed), as of the
+    /// last `gc` or audit round.
+    pub unreferenced_bytes: u64,
     /// When the last complete repair pass started (Unix ms, the manager's clock; 0: none
     /// yet). A pass is complete when it planned from a ledger that had followed every change
     /// logged before it began; the findings above are those of the latest pass (set when it
