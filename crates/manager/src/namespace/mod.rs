@@ -21,6 +21,9 @@
 //! refused), and a directory cannot be made there. Renaming something onto a pending path,
 //! or deleting a directory tree holding one, drops it (its writers are told). A directory
 //! rename leaves pending names where they are: they belong to the path they were created at.
+//!
+//! Retention: a new file's blob gets, when it is created, the policy of the nearest
+//! directory above it that has one, else keep the last 3 versions (`retention.rs`).
 
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
@@ -369,7 +372,7 @@ impl Namespace {
     /// (which also makes its missing parent directories). An existing file is returned as it
     /// is unless `exclusive`; so is a new file another writer is creating (this writer
     /// joins it). A new file's blob keeps what `policy` says, else what the directory it is
-    /// created in gives its files (see [`retention`]), from its first version on.
+    /// created in gives its files (see `retention.rs`), from its first version on.
     pub fn create(
         &self,
         path: &str,
