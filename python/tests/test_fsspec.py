@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import time
 import tracemalloc
 import uuid
 from collections.abc import Iterator
@@ -136,6 +137,24 @@ def test_every_close_is_a_version_and_old_ones_stay_readable(
     assert fs.cat_file(f"{root}/copy.txt") == contents[0]
     with pytest.raises(tomus.IsADirectory):
         fs.ns.open_version(root.removeprefix("/"))
+
+
+def test_overwrites_keep_the_last_three_versions(fs: TomusFileSystem, root: str) -> None:
+    """A file keeps its newest 3 versions by default (`tomus fs retention` changes it per
+    directory); the older ones go, as after `tomus fs put` over it."""
+    path = f"{root}/kept.txt"
+    versions = []
+    for i in range(5):
+        with fs.open(path, "wb") as f:
+            f.write(f"content {i}".encode())
+        versions.append(fs.info(path)["version"])
+    deadline = time.monotonic() + 20
+    while fs.versions(path) != versions[2:]:
+        assert time.monotonic() < deadline, f"versions kept: {fs.versions(path)}"
+        time.sleep(0.1)
+    with pytest.raises(FileNotFoundError, match="retention"):
+        fs.cat_file(f"{path}?version={versions[0]}")
+    assert fs.cat_file(f"{path}?version={versions[2]}") == b"content 2"
 
 
 def test_locations_name_providers_for_every_byte(fs: TomusFileSystem, root: str) -> None:

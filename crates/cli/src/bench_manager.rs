@@ -21,7 +21,7 @@ pub(crate) async fn manager(addr: &str, dir: &std::path::Path, made: &Made) -> R
         &dir.join("micro-manager"),
     )?);
     let vm = tomus_manager::VersionManager::open(store, &tomus_worker::Workers::default())?;
-    let blob = vm.create_blob(BLOCK, 1)?.id;
+    let blob = vm.create_blob(BLOCK, 1, tomus_wire::Retention::KeepAll)?.id;
     let in_process = drive(256, duration, {
         let vm = vm.clone();
         move || {

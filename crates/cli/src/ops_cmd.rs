@@ -166,12 +166,13 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
         format_size(m.repaired_bytes)
     )?;
     outln!(
-        "garbage collected: {} chunks ({}), {} metadata nodes; waiting: {} unreferenced chunks, \
-         {} deletions",
+        "garbage collected: {} chunks ({}), {} metadata nodes; waiting: {} unreferenced chunks \
+         ({}), {} deletions",
         m.gc_chunks,
         format_size(m.gc_bytes),
         m.gc_nodes,
         m.unreferenced_chunks,
+        format_size(m.unreferenced_bytes),
         m.pending_deletions
     )?;
     outln!(

@@ -304,6 +304,9 @@ fn versions_head_tail_and_get_into_a_directory() {
         .enumerate()
         .map(|(i, &n)| pattern::generate(pattern::seed(3, i as u64), n))
         .collect();
+    // Every version stays (new files keep the last 3 unless their directory says more).
+    ok(tomus(&addr, &["fs", "mkdir", "-p", "/v"]));
+    ok(tomus(&addr, &["fs", "retention", "/v", "--keep-all"]));
     for (i, c) in contents.iter().enumerate() {
         let f = local.join(format!("c{i}"));
         std::fs::write(&f, c).unwrap();

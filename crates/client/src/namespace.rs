@@ -3,11 +3,12 @@
 
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::manager::{
-    FsAbandon, FsCreate, FsDelete, FsList, FsListAttrs, FsMkdir, FsObject, FsRename, FsStat,
+    FsAbandon, FsCreate, FsCreateRetained, FsDelete, FsGetRetention, FsList, FsListAttrs, FsMkdir,
+    FsObject, FsRename, FsSetRetention, FsStat,
 };
 use tomus_wire::{
-    Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Rpc, VersionInfo,
-    DEFAULT_CHUNK_SIZE,
+    Attrs, EntryKind, Error, ErrorKind, FsEntry, FsRetention, ObjectInfo, Result, Retention, Rpc,
+    VersionInfo, DEFAULT_CHUNK_SIZE,
 };
 
 use crate::{Blob, Client, CommitOptions, Extent};
@@ -140,6 +141,52 @@ impl Namespace {
         let entry = self.call(req).await?;
         let blob = self.blob_of(&entry)?;
         Ok((entry, blob))
+    }
+
+    /// [`Namespace::create`] whose new file keeps what `retention` says rather than what
+    /// its directory gives new files (see [`Namespace::retention`]); an existing file keeps
+    /// its own policy.
+    pub async fn create_retained(
+        &self,
+        path: &str,
+        options: CreateOptions,
+        retention: Retention,
+    ) -> Result<(FsEntry, Blob)> {
+        self.check_changeable(path)?;
+        let req = FsCreateRetained {
+            path: path.into(),
+            chunk_size: options.chunk_size,
+            replication: options.replication,
+            exclusive: options.exclusive,
+            retention: Some(retention),
+        };
+        let entry = self.call(req).await?;
+        let blob = self.blob_of(&entry)?;
+        Ok((entry, blob))
+    }
+
+    /// The retention policy of the file `path`, or the one the directory `path` gives the
+    /// files created below it (its own, its nearest ancestor's, or
+    /// [`DEFAULT_FILE_RETENTION`](tomus_wire::DEFAULT_FILE_RETENTION)), and where it comes
+    /// from.
+    pub async fn retention(&self, path: &str) -> Result<FsRetention> {
+        self.call(FsGetRetention { path: path.into() }).await
+    }
+
+    /// Sets the policy of the file `path` (applied at once), or the one the directory `path`
+    /// gives the files created below it from now on (files already there keep theirs);
+    /// `None` makes a directory follow its parent again.
+    pub async fn set_retention(
+        &self,
+        path: &str,
+        retention: Option<Retention>,
+    ) -> Result<FsRetention> {
+        self.check_changeable(path)?;
+        let req = FsSetRetention {
+            path: path.into(),
+            retention,
+        };
+        self.call(req).await
     }
 
     /// Gives up the new file `entry` (as [`Namespace::create`] returned it) when nothing was

@@ -55,6 +55,7 @@ impl Service {
             s.ledger_leaves = stats.leaves;
             s.ledger_chunks = stats.chunks;
             s.unreferenced_chunks = stats.unreferenced_chunks;
+            s.unreferenced_bytes = stats.unreferenced_bytes;
             s.pending_deletions = stats.doomed;
         });
         Ok(())

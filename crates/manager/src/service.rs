@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tomus_wire::maintenance::*;
 use tomus_wire::manager::*;
 use tomus_wire::{
-    check_count, wrong_service, ClusterStatus, Envelope, Error, Handler, Reply, Result,
+    check_count, wrong_service, ClusterStatus, Envelope, Error, Handler, Reply, Result, Retention,
     MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ITEMS, MAX_LISTING,
 };
 
@@ -101,7 +101,24 @@ impl ManagerService {
             M::FsMkdir(r) => {
                 Reply::of::<FsMkdir>(self.namespace(move |ns| ns.mkdir(&r.path, r.parents)).await)
             }
-            M::FsCreate(r) => Reply::of::<FsCreate>(self.fs_create(r).await),
+            M::FsCreate(r) => {
+                let r = FsCreateRetained {
+                    path: r.path,
+                    chunk_size: r.chunk_size,
+                    replication: r.replication,
+                    exclusive: r.exclusive,
+                    retention: None,
+                };
+                Reply::of::<FsCreate>(self.fs_create(r).await)
+            }
+            M::FsCreateRetained(r) => Reply::of::<FsCreateRetained>(self.fs_create(r).await),
+            M::FsGetRetention(r) => {
+                Reply::of::<FsGetRetention>(self.namespace(move |ns| ns.retention(&r.path)).await)
+            }
+            M::FsSetRetention(r) => Reply::of::<FsSetRetention>(
+                self.namespace(move |ns| ns.set_retention(&r.path, r.retention))
+                    .await,
+            ),
             M::FsAbandon(r) => {
                 Reply::of::<FsAbandon>(self.namespace(move |ns| ns.abandon(&r.path, r.blob)).await)
             }
@@ -206,13 +223,22 @@ impl ManagerService {
     async fn create_blob(&self, r: CreateBlob) -> Result<tomus_wire::BlobInfo> {
         self.check_replication(r.replication)?;
         let versions = self.versions.clone();
-        blocking(move || versions.create_blob(r.chunk_size, r.replication)).await
+        blocking(move || versions.create_blob(r.chunk_size, r.replication, Retention::KeepAll))
+            .await
     }
 
-    async fn fs_create(&self, r: FsCreate) -> Result<tomus_wire::FsEntry> {
+    async fn fs_create(&self, r: FsCreateRetained) -> Result<tomus_wire::FsEntry> {
         self.check_replication(r.replication)?;
-        self.namespace(move |ns| ns.create(&r.path, r.chunk_size, r.replication, r.exclusive))
-            .await
+        self.namespace(move |ns| {
+            ns.create(
+                &r.path,
+                r.chunk_size,
+                r.replication,
+                r.exclusive,
+                r.retention,
+            )
+        })
+        .await
     }
 
     fn allocate(&self, r: Allocate) -> Result<Vec<Vec<tomus_wire::ProviderInfo>>> {

@@ -927,7 +927,7 @@ async fn state_of_a_newer_format_is_refused_and_an_older_one_upgraded() {
                 .unwrap()
                 .unwrap()
                 .value(),
-            3
+            4
         );
         txn.open_table(meta).unwrap().insert("schema", 99).unwrap();
         txn.commit().unwrap();

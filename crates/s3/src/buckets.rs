@@ -9,6 +9,7 @@ use tomus_wire::{Attrs, EntryKind, ErrorKind};
 use crate::errors::{from_store, s3_err, Missing};
 use crate::paths;
 use crate::service::Gateway;
+use crate::writes::OBJECTS_KEEP;
 
 const VERSIONING: &str = "s3:versioning";
 
@@ -226,7 +227,7 @@ impl Gateway {
         let settings = paths::bucket_settings(&name);
         let (_, blob) = self
             .ns
-            .create(&settings, self.files)
+            .create_retained(&settings, self.files, OBJECTS_KEEP)
             .await
             .map_err(|e| from_store(e, Missing::Bucket))?;
         let options = CommitOptions {

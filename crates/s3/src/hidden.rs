@@ -18,6 +18,7 @@ use tomus_wire::ErrorKind;
 use crate::errors::object_err;
 use crate::paths;
 use crate::service::Gateway;
+use crate::writes::OBJECTS_KEEP;
 use s3s::S3Result;
 
 /// Parses a log: one version id a line; anything else (never written) is ignored.
@@ -50,7 +51,7 @@ impl Gateway {
     pub(crate) async fn hide_version(&self, blob: BlobId, v: Version) -> S3Result<()> {
         let (entry, log) = self
             .ns
-            .create(&paths::hidden_log(blob), self.files)
+            .create_retained(&paths::hidden_log(blob), self.files, OBJECTS_KEEP)
             .await
             .map_err(object_err)?;
         let mut writer = log.writer();

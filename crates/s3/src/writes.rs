@@ -7,7 +7,7 @@ use md5::{Digest, Md5};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use tomus_client::{Blob, BlobWriter, CommitOptions, CreateOptions, Extent};
-use tomus_wire::{ErrorKind, FsEntry, VersionInfo};
+use tomus_wire::{ErrorKind, FsEntry, Retention, VersionInfo};
 
 use crate::conditional::Expect;
 use crate::errors::{custom, from_store, object_err, path_conflict, s3_err, Missing};
@@ -113,6 +113,11 @@ fn header_is_true(headers: &http::HeaderMap, name: &str) -> bool {
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
 }
 
+/// What the files of objects keep: every version, as S3 does in a bucket with versioning
+/// enabled (its version history is the file's), and as the gateway always did in the others
+/// (where only the latest is shown), rather than the namespace's per-directory policy.
+pub(crate) const OBJECTS_KEEP: Retention = Retention::KeepAll;
+
 impl Gateway {
     /// Opens the file of `path` for a new version, creating it (and its parent directories);
     /// `exclusive` refuses an existing file (If-None-Match: *). An empty directory in the
@@ -129,7 +134,8 @@ impl Gateway {
             ..self.files
         };
         for _ in 0..2 {
-            match self.ns.create(path, options).await {
+            // Every version of an object stays, versioned bucket or not (see [`OBJECTS_KEEP`]).
+            match self.ns.create_retained(path, options, OBJECTS_KEEP).await {
                 Ok((entry, blob)) => return Ok((blob, entry)),
                 Err(e) if e.kind == ErrorKind::AlreadyExists => {
                     return Err(s3_err(

@@ -118,5 +118,22 @@ service! {
         /// (or a new file being written) is refused with `PreconditionFailed` naming the
         /// path: files go with `FsDelete`. An unknown or already deleted blob: `NotFound`.
         DeleteBlob { blob: BlobId } -> (), once;
+        /// [`FsCreate`] whose new file gets `retention` instead of the policy of the
+        /// directory it is created in (`None`: that policy, as `FsCreate`). An existing
+        /// file keeps its own.
+        FsCreateRetained {
+            path: String,
+            chunk_size: u64,
+            replication: u32,
+            exclusive: bool,
+            retention: Option<Retention>,
+        } -> FsEntry, once;
+        /// The retention policy of a file, or the one a directory gives the files created
+        /// below it, and where it comes from.
+        FsGetRetention { path: String } -> FsRetention;
+        /// Sets a file's policy (applied at once), or the one a directory gives the files
+        /// created below it from now on (files already there keep theirs). `None` on a
+        /// directory: it follows its parent again; a file must have a policy.
+        FsSetRetention { path: String, retention: Option<Retention> } -> FsRetention, once;
     }
 }

@@ -47,6 +47,24 @@ pub enum Retention {
     KeepNewerThan(u64),
 }
 
+/// The policy new files of the namespace get when no directory above them has one: the
+/// latest 3 versions (blobs made with the blob API keep all theirs, [`Retention::KeepAll`]).
+pub const DEFAULT_FILE_RETENTION: Retention = Retention::KeepLast(3);
+
+/// A namespace entry's retention policy and where it comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsRetention {
+    /// The entry (normalized path).
+    pub path: String,
+    pub kind: EntryKind,
+    /// For a file, its blob's policy; for a directory, the policy files created below it
+    /// get (its own, the nearest ancestor's, or [`DEFAULT_FILE_RETENTION`]).
+    pub retention: Retention,
+    /// Where `retention` comes from: the file itself; for a directory, the directory that
+    /// set it (`None`: the default).
+    pub from: Option<String>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum VersionState {
     /// Assigned, not yet published.
@@ -356,6 +374,10 @@ pub struct MaintenanceStatus {
     pub last_audit_duration_ms: u64,
     /// The service's workers (gc, repair, audit).
     pub workers: Vec<WorkerStatus>,
+    /// Bytes on the providers of the unreferenced chunks (`unreferenced_chunks`: no
+    /// retained version refers to them; deleted once the reuse grace passed), as of the
+    /// last `gc` or audit round.
+    pub unreferenced_bytes: u64,
     /// When the last complete repair pass started (Unix ms, the manager's clock; 0: none
     /// yet). A pass is complete when it planned from a ledger that had followed every change
     /// logged before it began; the findings above are those of the latest pass (set when it

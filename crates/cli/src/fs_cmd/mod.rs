@@ -8,6 +8,8 @@
 mod info;
 /// Clean paths, `tomus://` URLs and patterns.
 pub mod paths;
+/// `retention`: a file's policy, or the one a directory gives new files below it.
+mod retention;
 /// `put` and `get`, of one file or of a directory tree.
 mod tree;
 
@@ -150,6 +152,12 @@ pub enum FsCommand {
     /// Move (rename) a file or a directory tree; an existing file at DST is replaced. DST
     /// that is a directory (or ends with `/`) receives SRC under its own name.
     Mv { src: String, dst: String },
+    /// Show or set which versions are kept. On a directory: the policy the files created
+    /// below it from now on get (files already there keep theirs; directories below without
+    /// a policy of their own follow it); new files get the nearest one set above them, or
+    /// keep the last 3 versions when none is. On a file: its own policy, applied at once.
+    /// With no policy: prints the one in effect and where it comes from.
+    Retention(retention::RetentionArgs),
 }
 
 pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> {
@@ -237,6 +245,7 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
                 }
             }
         }
+        FsCommand::Retention(a) => retention::run(&ns, json_out, a).await?,
         FsCommand::Mv { src, dst } => {
             let from = clean(&src)?;
             let to = into_dir(&ns, &dst, &from).await?;

@@ -21,6 +21,9 @@
 //! refused), and a directory cannot be made there. Renaming something onto a pending path,
 //! or deleting a directory tree holding one, drops it (its writers are told). A directory
 //! rename leaves pending names where they are: they belong to the path they were created at.
+//!
+//! Retention: a new file's blob gets, when it is created, the policy of the nearest
+//! directory above it that has one, else keep the last 3 versions (`retention.rs`).
 
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
@@ -28,13 +31,15 @@ use std::sync::{Arc, Mutex};
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, Version};
-use tomus_wire::{Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result};
+use tomus_wire::{Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Retention};
 
 use crate::store::{db_err, decode, encode, remove_blobs_in, Store};
 use crate::versions::{now_ms, VersionManager};
 
 /// Deleting a blob made with the blob API, refused for a file's blob.
 mod blob_delete;
+/// Directory retention policies: what files created below a directory keep.
+mod retention;
 
 const NAMESPACE: TableDefinition<&str, &[u8]> = TableDefinition::new("namespace");
 
@@ -232,6 +237,7 @@ impl Namespace {
     pub fn open(store: Arc<Store>, versions: Arc<VersionManager>) -> Result<Self> {
         let txn = store.db().begin_write().map_err(db_err)?;
         txn.open_table(NAMESPACE).map_err(db_err)?;
+        txn.open_table(retention::POLICIES).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
         // New files being written when the manager stopped: named again, so their first
         // publication binds them (or the grace drops them when their writers are gone).
@@ -283,17 +289,22 @@ impl Namespace {
         Ok(out)
     }
 
-    /// [`Namespace::change`] for changes that remove files: `change` also returns the blobs
-    /// of the removed files, which are deleted in the same transaction and then forgotten by
-    /// the version manager.
+    /// [`Namespace::change`] for changes that remove or move entries: `change` also gets
+    /// the directory policies (to move or remove them with their directories) and returns
+    /// the blobs of the removed files, which are deleted in the same transaction and then
+    /// forgotten by the version manager.
     fn change_removing<T>(
         &self,
-        change: impl FnOnce(&mut Table<&'static str, &'static [u8]>) -> Result<(T, Vec<BlobId>)>,
+        change: impl FnOnce(
+            &mut Table<&'static str, &'static [u8]>,
+            &mut retention::Policies<'_>,
+        ) -> Result<(T, Vec<BlobId>)>,
     ) -> Result<T> {
         let txn = self.store.db().begin_write().map_err(db_err)?;
         let (out, blobs) = {
             let mut table = txn.open_table(NAMESPACE).map_err(db_err)?;
-            change(&mut table)?
+            let mut policies = txn.open_table(retention::POLICIES).map_err(db_err)?;
+            change(&mut table, &mut policies)?
         };
         remove_blobs_in(&txn, &blobs)?;
         txn.commit().map_err(db_err)?;
@@ -362,13 +373,15 @@ impl Namespace {
     /// Creates the file `path` on a new blob, pending until its first version is published
     /// (which also makes its missing parent directories). An existing file is returned as it
     /// is unless `exclusive`; so is a new file another writer is creating (this writer
-    /// joins it).
+    /// joins it). A new file's blob keeps what `policy` says, else what the directory it is
+    /// created in gives its files (see `retention.rs`), from its first version on.
     pub fn create(
         &self,
         path: &str,
         chunk_size: u64,
         replication: u32,
         exclusive: bool,
+        policy: Option<Retention>,
     ) -> Result<FsEntry> {
         let path = normalize(path)?;
         if path.is_empty() {
@@ -389,12 +402,15 @@ impl Namespace {
             None => {}
         }
         // Checked before the blob exists, so a refused path leaves no blob behind.
-        {
+        let inherited = {
             let txn = self.store.db().begin_read().map_err(db_err)?;
             let table = txn.open_table(NAMESPACE).map_err(db_err)?;
             check_parents(&table, &path)?;
-        }
-        let blob = self.versions.create_blob(chunk_size, replication)?;
+            retention::effective_in(&txn, &path)?.0
+        };
+        // The policy is recorded with the blob, before any version exists.
+        let policy = policy.unwrap_or(inherited);
+        let blob = self.versions.create_blob(chunk_size, replication, policy)?;
         let record = Record::Pending {
             blob: blob.id,
             created_ms: now_ms(),
@@ -413,7 +429,7 @@ impl Namespace {
         if !self.versions.release_pending(blob) {
             return Ok(());
         }
-        self.change_removing(|t| {
+        self.change_removing(|t, _| {
             if let Some(Record::Pending { blob: b, .. }) = get(t, &path)? {
                 if b == blob {
                     t.remove(path.as_str()).map_err(db_err)?;
@@ -433,7 +449,7 @@ impl Namespace {
             return Ok(0);
         }
         let n = abandoned.len();
-        self.change_removing(|t| {
+        self.change_removing(|t, _| {
             let mut blobs = Vec::new();
             for (blob, path) in abandoned {
                 if let Some(Record::Pending { blob: b, .. }) = get(t, &path)? {
@@ -582,7 +598,7 @@ impl Namespace {
             )));
         }
         let _guard = self.lock();
-        self.change_removing(|t| {
+        self.change_removing(|t, policies| {
             let record = visible(get(t, &from)?).ok_or_else(|| not_found(&from))?;
             let mut replaced = match (get(t, &to)?, record) {
                 (None, _) => Vec::new(),
@@ -601,6 +617,8 @@ impl Namespace {
             make_parents(t, &to, now_ms())?;
             let mut moves = vec![(from.clone(), to.clone())];
             if let Record::Dir { .. } = record {
+                // A directory's policy, and those of the directories below it, go with it.
+                retention::moved(policies, &from, &to)?;
                 for key in subtree_keys(t, &from)? {
                     // Pending files stay at the path they were created at.
                     if let Some(Record::Pending { .. }) = get(t, &key)? {
@@ -633,8 +651,12 @@ impl Namespace {
             return Err(Error::invalid("the root directory cannot be deleted"));
         }
         let _guard = self.lock();
-        self.change_removing(|t| {
+        self.change_removing(|t, policies| {
             let mut blobs = Vec::new();
+            if let Some(Record::Dir { .. }) = get(t, &path)? {
+                // Refused below unless the directory goes, and then its policies go too.
+                retention::removed(policies, &path)?;
+            }
             match visible(get(t, &path)?) {
                 None => return Err(not_found(&path)),
                 Some(Record::File { blob, .. } | Record::Pending { blob, .. }) => blobs.push(blob),

@@ -3,12 +3,12 @@
 
 use redb::{ReadableTable, WriteTransaction};
 use tomus_metadata::BlobId;
-use tomus_wire::{Change, Error, Result};
+use tomus_wire::{Change, Error, Result, Retention};
 
 use super::versions::remove_versions;
 use super::{
-    db_err, decode, encode, log_change, BlobRecord, Store, ABORTED, ATTRS, BLOBS, COUNTERS,
-    DELETED, RESERVED, RETENTION, VERSIONS,
+    db_err, decode, encode, log_change, BlobRecord, RetentionRecord, Store, ABORTED, ATTRS, BLOBS,
+    COUNTERS, DELETED, RESERVED, RETENTION, VERSIONS,
 };
 
 impl Store {
@@ -23,9 +23,14 @@ impl Store {
         Ok(out)
     }
 
-    /// Creates a blob record with the next blob id, in one transaction (one sync, and no id
-    /// is ever handed out without its record).
-    pub fn create_blob(&self, make: impl FnOnce(BlobId) -> BlobRecord) -> Result<BlobRecord> {
+    /// Creates a blob record with the next blob id and its retention `policy`, in one
+    /// transaction (one sync, and no id is ever handed out without its record; the policy is
+    /// there before any version is).
+    pub fn create_blob(
+        &self,
+        policy: Retention,
+        make: impl FnOnce(BlobId) -> BlobRecord,
+    ) -> Result<BlobRecord> {
         let txn = self.db.begin_write().map_err(db_err)?;
         let record = {
             let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
@@ -40,6 +45,16 @@ impl Store {
             blobs
                 .insert(id, encode(&record)?.as_slice())
                 .map_err(db_err)?;
+            if policy != Retention::KeepAll {
+                let r = RetentionRecord {
+                    policy,
+                    retained_from: 0,
+                };
+                let mut retention = txn.open_table(RETENTION).map_err(db_err)?;
+                retention
+                    .insert(id, encode(&r)?.as_slice())
+                    .map_err(db_err)?;
+            }
             record
         };
         txn.commit().map_err(db_err)?;

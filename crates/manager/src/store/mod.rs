@@ -85,11 +85,15 @@ const CHANGES: TableDefinition<u64, &[u8]> = TableDefinition::new("changes");
 const MAX_CHANGES: u64 = 1 << 20;
 /// Format of the manager's state this build writes. 1: the tables up to issue 3 (no META
 /// table); 2: blob tombstones (`DELETED`), the change log and GC cutoffs; 3: namespace
-/// records of new files not published yet (create-on-commit), which format 2 cannot read.
-/// Older formats are upgraded in place at open (new tables are created empty, which is what
-/// they hold for an older store: a maintenance service finds the change log starting late
-/// and rebuilds; a format 2 namespace holds no pending files); newer ones are refused.
-const SCHEMA: u64 = 3;
+/// records of new files not published yet (create-on-commit), which format 2 cannot read;
+/// 4: directory retention policies (the namespace's `dir_retention` table), which format 3
+/// would ignore (its files would keep every version). Older formats are upgraded in place
+/// at open (new tables are created empty, which is what they hold for an older store: a
+/// maintenance service finds the change log starting late and rebuilds; a format 2
+/// namespace holds no pending files; a format 3 one no directory policy, so every directory
+/// follows the default and existing files keep the policies their blobs have); newer ones
+/// are refused.
+const SCHEMA: u64 = 4;
 
 pub struct Store {
     db: Database,

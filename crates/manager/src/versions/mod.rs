@@ -33,6 +33,7 @@ mod retention;
 /// Assignment, completion, publication, leases and aborts.
 mod writes;
 
+pub(crate) use retention::check_retention;
 pub use retention::describe;
 
 /// Version numbers reserved durably at a time; a restarted manager skips the unused rest.
@@ -301,7 +302,15 @@ impl VersionManager {
             .ok_or_else(|| Error::not_found(format!("blob {blob} does not exist")))
     }
 
-    pub fn create_blob(&self, chunk_size: u64, replication: u32) -> Result<BlobInfo> {
+    /// Creates a blob whose versions `retention` keeps (a policy in place before its first
+    /// version).
+    pub fn create_blob(
+        &self,
+        chunk_size: u64,
+        replication: u32,
+        retention: Retention,
+    ) -> Result<BlobInfo> {
+        check_retention(retention)?;
         if !chunk_size.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&chunk_size)
         {
             return Err(Error::invalid(format!(
@@ -313,7 +322,7 @@ impl VersionManager {
                 "replication {replication} must be between 1 and {MAX_REPLICATION}"
             )));
         }
-        let record = self.store.create_blob(|id| BlobRecord {
+        let record = self.store.create_blob(retention, |id| BlobRecord {
             id,
             chunk_size,
             replication,
@@ -324,7 +333,11 @@ impl VersionManager {
         })?;
         let id = record.id;
         let (tx, _) = watch::channel(0);
-        let state = BlobState::new(record, version_zero(id), 1, RetentionRecord::default());
+        let policy = RetentionRecord {
+            policy: retention,
+            retained_from: 0,
+        };
+        let state = BlobState::new(record, version_zero(id), 1, policy);
         let info = blob_info(&state);
         let mut blobs = self.blobs.write().unwrap_or_else(|p| p.into_inner());
         blobs.insert(

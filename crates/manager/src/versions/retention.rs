@@ -12,7 +12,8 @@ pub fn describe(policy: Retention) -> String {
     }
 }
 
-fn check_retention(policy: Retention) -> Result<()> {
+/// Refuses policies that keep nothing.
+pub(crate) fn check_retention(policy: Retention) -> Result<()> {
     match policy {
         Retention::KeepLast(0) => Err(Error::invalid(
             "retention keep-last needs at least 1 version",
