@@ -28,158 +28,24 @@
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
-use redb::{ReadableTable, Table, TableDefinition};
-use serde::{Deserialize, Serialize};
+use redb::{ReadableTable, Table};
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::{Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Retention};
 
-use crate::store::{db_err, decode, encode, remove_blobs_in, Store};
+use crate::store::{db_err, decode, remove_blobs_in, Store};
 use crate::versions::{now_ms, VersionManager};
+use records::{
+    ancestors, being_created, check_parents, get, is_a_dir, make_parents, normalize, not_a_dir,
+    not_found, put, subtree_end, subtree_keys, subtree_prefix, visible, Record, MAX_LIST,
+    NAMESPACE,
+};
 
 /// Deleting a blob made with the blob API, refused for a file's blob.
 mod blob_delete;
+/// The records, their path keys and the checks every change uses.
+mod records;
 /// Directory retention policies: what files created below a directory keep.
 mod retention;
-
-const NAMESPACE: TableDefinition<&str, &[u8]> = TableDefinition::new("namespace");
-
-/// Longest path (bytes): an S3 key (1024) under a bucket name (63) and `/`; longest
-/// component, as most file systems.
-pub const MAX_PATH: usize = 1024 + 64;
-pub const MAX_COMPONENT: usize = 255;
-/// Most entries one listing call returns.
-pub const MAX_LIST: u32 = 10_000;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-enum Record {
-    Dir {
-        created_ms: u64,
-    },
-    File {
-        blob: BlobId,
-        created_ms: u64,
-    },
-    /// A new file whose blob has no published version yet: invisible (new in format 3).
-    Pending {
-        blob: BlobId,
-        created_ms: u64,
-    },
-}
-
-/// `r` as the namespace shows it: a pending file is not there yet.
-fn visible(r: Option<Record>) -> Option<Record> {
-    r.filter(|r| !matches!(r, Record::Pending { .. }))
-}
-
-/// Checks `path` and returns it normalized: empty components (leading, trailing or doubled
-/// `/`) are dropped; `.`, `..` and NUL bytes are refused.
-pub fn normalize(path: &str) -> Result<String> {
-    let mut parts = Vec::new();
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        if part == "." || part == ".." {
-            return Err(Error::invalid(format!(
-                "path {path:?}: '.' and '..' are not allowed"
-            )));
-        }
-        if part.contains('\0') {
-            return Err(Error::invalid(format!("path {path:?} contains a NUL byte")));
-        }
-        if part.len() > MAX_COMPONENT {
-            return Err(Error::invalid(format!(
-                "path {path:?}: a component is longer than {MAX_COMPONENT} bytes"
-            )));
-        }
-        parts.push(part);
-    }
-    let joined = parts.join("/");
-    if joined.len() > MAX_PATH {
-        return Err(Error::invalid(format!(
-            "path is {} bytes long; the limit is {MAX_PATH}",
-            joined.len()
-        )));
-    }
-    Ok(joined)
-}
-
-/// `path`'s directory's key range prefix: `a/b/` for `a/b`, `` for the root.
-fn subtree_prefix(path: &str) -> String {
-    if path.is_empty() {
-        String::new()
-    } else {
-        format!("{path}/")
-    }
-}
-
-/// First key after every key starting with `prefix` (which ends in `/`); `None`: unbounded.
-fn subtree_end(prefix: &str) -> Option<String> {
-    prefix.strip_suffix('/').map(|p| format!("{p}0"))
-}
-
-/// Every proper ancestor of `path`, outermost first, without the root.
-fn ancestors(path: &str) -> impl Iterator<Item = &str> {
-    path.match_indices('/').map(move |(i, _)| &path[..i])
-}
-
-fn get(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-    path: &str,
-) -> Result<Option<Record>> {
-    if path.is_empty() {
-        return Ok(Some(Record::Dir { created_ms: 0 }));
-    }
-    match table.get(path).map_err(db_err)? {
-        Some(v) => Ok(Some(decode(v.value())?)),
-        None => Ok(None),
-    }
-}
-
-fn put(table: &mut Table<&'static str, &'static [u8]>, path: &str, r: &Record) -> Result<()> {
-    table.insert(path, encode(r)?.as_slice()).map_err(db_err)?;
-    Ok(())
-}
-
-/// Keys under the directory `path`, in order.
-fn subtree_keys(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-    path: &str,
-) -> Result<Vec<String>> {
-    let prefix = subtree_prefix(path);
-    let end = subtree_end(&prefix);
-    let upper = match &end {
-        Some(e) => Bound::Excluded(e.as_str()),
-        None => Bound::Unbounded,
-    };
-    let mut keys = Vec::new();
-    for row in table
-        .range::<&str>((Bound::Included(prefix.as_str()), upper))
-        .map_err(db_err)?
-    {
-        let (k, _) = row.map_err(db_err)?;
-        keys.push(k.value().to_string());
-    }
-    Ok(keys)
-}
-
-fn not_found(path: &str) -> Error {
-    Error::not_found(format!("no such file or directory: /{path}"))
-}
-
-fn not_a_dir(path: &str) -> Error {
-    Error::new(
-        ErrorKind::NotADirectory,
-        format!("/{path} is a file, not a directory"),
-    )
-}
-
-fn is_a_dir(path: &str) -> Error {
-    Error::new(ErrorKind::IsADirectory, format!("/{path} is a directory"))
-}
-
-fn being_created(path: &str) -> Error {
-    Error::already_exists(format!(
-        "/{path} is a new file being written by another writer (it appears once published)"
-    ))
-}
 
 /// Binds the pending file `path` to `blob` within `txn` (the transaction publishing the
 /// blob's first version), making its missing parent directories. Returns why it cannot
@@ -687,60 +553,5 @@ impl Namespace {
             t.remove(path.as_str()).map_err(db_err)?;
             Ok(((), blobs))
         })
-    }
-}
-
-/// Fails if an ancestor of `path` is a file (or a new file being written).
-fn check_parents(t: &impl ReadableTable<&'static str, &'static [u8]>, path: &str) -> Result<()> {
-    for a in ancestors(path) {
-        match get(t, a)? {
-            Some(Record::Dir { .. }) | None => {}
-            Some(Record::File { .. } | Record::Pending { .. }) => return Err(not_a_dir(a)),
-        }
-    }
-    Ok(())
-}
-
-/// Creates the missing ancestors of `path` as directories; an ancestor that is a file fails
-/// before anything is changed.
-fn make_parents(t: &mut Table<&'static str, &'static [u8]>, path: &str, now: u64) -> Result<()> {
-    check_parents(t, path)?;
-    for a in ancestors(path) {
-        if get(t, a)?.is_none() {
-            put(t, a, &Record::Dir { created_ms: now })?;
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_are_normalized_and_checked() {
-        assert_eq!(normalize("/a//b/c/").unwrap(), "a/b/c");
-        assert_eq!(normalize("/").unwrap(), "");
-        assert_eq!(normalize("").unwrap(), "");
-        for bad in ["a/../b", "./a", "a\0b"] {
-            assert_eq!(normalize(bad).unwrap_err().kind, ErrorKind::InvalidArgument);
-        }
-        assert!(normalize(&"x".repeat(MAX_COMPONENT + 1)).is_err());
-        let long = vec!["y".repeat(200); 6].join("/");
-        assert!(normalize(&long).is_err());
-    }
-
-    #[test]
-    fn subtree_bounds_cover_exactly_the_subtree() {
-        assert_eq!(subtree_prefix("a/b"), "a/b/");
-        assert_eq!(subtree_end("a/b/").as_deref(), Some("a/b0"));
-        assert_eq!(subtree_end(""), None);
-        // Siblings that sort around the subtree stay outside it.
-        for outside in ["a/b", "a/b-c", "a/b0", "a/ba"] {
-            let p = subtree_prefix("a/b");
-            let inside = outside >= p.as_str() && outside < subtree_end(&p).unwrap().as_str();
-            assert!(!inside, "{outside}");
-        }
-        assert_eq!(ancestors("a/b/c").collect::<Vec<_>>(), ["a", "a/b"]);
     }
 }
