@@ -7,18 +7,10 @@
 mod common;
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{exe, TestCluster};
-
-fn tomus(addr: &str, args: &[&str]) -> Output {
-    Command::new(exe())
-        .env("TOMUS_ADDR", addr)
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::{exe, stderr, tomus, TestCluster};
 
 /// Every path `tomus fs ls -r /` lists.
 fn listed(addr: &str) -> Vec<String> {
@@ -34,10 +26,6 @@ fn listed(addr: &str) -> Vec<String> {
         .iter()
         .map(|e| e["path"].as_str().unwrap().to_string())
         .collect()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::exe;
+use common::{exe, stderr, tomus};
 
 /// A `tomus up` in its own process group (as a shell job would be), with its address and,
 /// when asked for, its S3 gateway's.
@@ -109,18 +109,6 @@ fn up_command(dir: &Path, providers: usize, extra: &[&str]) -> Command {
 fn address(line: &str) -> String {
     assert!(line.contains("listening on"), "{line}");
     line.trim().rsplit(' ').next().unwrap().to_string()
-}
-
-fn tomus(addr: &str, args: &[&str]) -> Output {
-    Command::new(exe())
-        .env("TOMUS_ADDR", addr)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Polls `f` until it holds, for at most a minute.

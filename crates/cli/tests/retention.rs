@@ -16,17 +16,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tomus_cli::pattern;
 
-use common::{chunk_files, exe, TestCluster};
+use common::{chunk_files, exe, tomus, TestCluster};
 
 const CHUNK: usize = 64 << 10;
-
-fn tomus(addr: &str, args: &[&str]) -> Output {
-    Command::new(exe())
-        .env("TOMUS_ADDR", addr)
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn ok(out: Output) -> Vec<u8> {
     assert!(

@@ -12,24 +12,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::{chunk_files, exe, TestCluster};
+use common::{chunk_files, exe, stderr, tomus, TestCluster};
 
 const CHUNK: usize = 64 << 10;
 
-fn tomus(addr: &str, args: &[&str]) -> Output {
-    Command::new(exe())
-        .env("TOMUS_ADDR", addr)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Runs a command that must succeed; returns its stdout.

@@ -98,6 +98,20 @@ pub fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tomus"))
 }
 
+/// Runs the `tomus` command against the manager at `addr`.
+pub fn tomus(addr: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(exe())
+        .env("TOMUS_ADDR", addr)
+        .args(args)
+        .output()
+        .expect("run tomus")
+}
+
+/// A command's stderr, as text.
+pub fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Every file-per-chunk chunk under a provider's directory (not the small-chunk log segments).
 pub fn chunk_files(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
