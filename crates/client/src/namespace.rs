@@ -3,8 +3,8 @@
 
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::manager::{
-    FsAbandon, FsCreate, FsCreateRetained, FsDelete, FsGetRetention, FsList, FsListAttrs, FsMkdir,
-    FsObject, FsRename, FsSetRetention, FsStat,
+    FsAbandon, FsCreateRetained, FsDelete, FsGetRetention, FsList, FsListAttrs, FsMkdir, FsObject,
+    FsRename, FsSetRetention, FsStat,
 };
 use tomus_wire::{
     Attrs, EntryKind, Error, ErrorKind, FsEntry, FsRetention, ObjectInfo, Result, Retention, Rpc,
@@ -131,16 +131,7 @@ impl Namespace {
     /// the garbage-collection grace). Concurrent creators of one new file share its blob,
     /// as writers of an existing file do; an exclusive one is refused (`AlreadyExists`).
     pub async fn create(&self, path: &str, options: CreateOptions) -> Result<(FsEntry, Blob)> {
-        self.check_changeable(path)?;
-        let req = FsCreate {
-            path: path.into(),
-            chunk_size: options.chunk_size,
-            replication: options.replication,
-            exclusive: options.exclusive,
-        };
-        let entry = self.call(req).await?;
-        let blob = self.blob_of(&entry)?;
-        Ok((entry, blob))
+        self.create_with(path, options, None).await
     }
 
     /// [`Namespace::create`] whose new file keeps what `retention` says rather than what
@@ -152,13 +143,24 @@ impl Namespace {
         options: CreateOptions,
         retention: Retention,
     ) -> Result<(FsEntry, Blob)> {
+        self.create_with(path, options, Some(retention)).await
+    }
+
+    /// Creates or opens `path`; a new file keeps what `retention` says (`None`: what its
+    /// directory gives new files).
+    async fn create_with(
+        &self,
+        path: &str,
+        options: CreateOptions,
+        retention: Option<Retention>,
+    ) -> Result<(FsEntry, Blob)> {
         self.check_changeable(path)?;
         let req = FsCreateRetained {
             path: path.into(),
             chunk_size: options.chunk_size,
             replication: options.replication,
             exclusive: options.exclusive,
-            retention: Some(retention),
+            retention,
         };
         let entry = self.call(req).await?;
         let blob = self.blob_of(&entry)?;

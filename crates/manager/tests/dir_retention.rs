@@ -5,7 +5,9 @@
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 
 use tomus_manager::namespace::Namespace;
@@ -13,28 +15,7 @@ use tomus_manager::store::Store;
 use tomus_manager::VersionManager;
 use tomus_wire::{EntryKind, ErrorKind, Retention, DEFAULT_FILE_RETENTION};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "tomus-manager-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::TempDir;
 
 struct Manager {
     versions: Arc<VersionManager>,
@@ -69,7 +50,7 @@ impl Manager {
 #[tokio::test]
 async fn new_files_get_their_directorys_policy_and_blobs_keep_everything() {
     let dir = TempDir::new("dir-retention");
-    let m = open(&dir.0);
+    let m = open(dir.path());
     // Defaults: files keep the last 3, blobs of the blob API everything.
     assert_eq!(DEFAULT_FILE_RETENTION, Retention::KeepLast(3));
     assert_eq!(m.create("plain/f"), Retention::KeepLast(3));
@@ -137,7 +118,7 @@ async fn new_files_get_their_directorys_policy_and_blobs_keep_everything() {
     drop(m);
 
     // Durable; moved with their directories, gone with them.
-    let m = open(&dir.0);
+    let m = open(dir.path());
     assert_eq!(
         m.dir_policy("runs"),
         (Retention::KeepLast(5), Some("runs".into()))
@@ -167,7 +148,7 @@ async fn new_files_get_their_directorys_policy_and_blobs_keep_everything() {
 #[tokio::test]
 async fn a_format_3_store_opens_with_no_directory_policy() {
     let dir = TempDir::new("dir-retention-upgrade");
-    let m = open(&dir.0);
+    let m = open(dir.path());
     m.ns.mkdir("a", false).unwrap();
     let f =
         m.ns.create("a/f", 64 << 10, 1, true, None)
@@ -180,7 +161,7 @@ async fn a_format_3_store_opens_with_no_directory_policy() {
     drop(m);
     {
         // As format 3 left it: no policy table.
-        let db = redb::Database::create(dir.0.join("manager.redb")).unwrap();
+        let db = redb::Database::create(dir.path().join("manager.redb")).unwrap();
         let txn = db.begin_write().unwrap();
         let meta = redb::TableDefinition::<&str, u64>::new("meta");
         txn.open_table(meta).unwrap().insert("schema", 3).unwrap();
@@ -188,7 +169,7 @@ async fn a_format_3_store_opens_with_no_directory_policy() {
         assert!(txn.delete_table(policies).unwrap());
         txn.commit().unwrap();
     }
-    let m = open(&dir.0);
+    let m = open(dir.path());
     assert_eq!(m.dir_policy("a"), (DEFAULT_FILE_RETENTION, None));
     assert_eq!(
         m.versions.blob_info(f).unwrap().retention,

@@ -5,7 +5,9 @@
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,33 +29,7 @@ use tomus_wire::{
     WriteOp,
 };
 
-/// A directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "tomus-manager-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::TempDir;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -495,12 +471,28 @@ async fn keep_newer_than_expires_by_age_and_keeps_the_latest() {
     );
 }
 
-async fn fs_delete(m: &ManagerService, path: &str, recursive: bool) {
+async fn fs_delete(m: &ManagerService, path: &str, recursive: bool) -> Result<()> {
     let req = FsDelete {
         path: path.into(),
         recursive,
     };
-    call(m, req).await.unwrap();
+    call(m, req).await
+}
+
+async fn fs_mkdir(m: &ManagerService, path: &str, parents: bool) -> Result<tomus_wire::FsEntry> {
+    let req = FsMkdir {
+        path: path.into(),
+        parents,
+    };
+    call(m, req).await
+}
+
+async fn fs_rename(m: &ManagerService, from: &str, to: &str) -> Result<()> {
+    let req = FsRename {
+        from: from.into(),
+        to: to.into(),
+    };
+    call(m, req).await
 }
 
 async fn assert_gone(m: &ManagerService, blob: BlobId) {
@@ -539,17 +531,13 @@ async fn removing_files_deletes_their_blobs() {
     let kept = fs_create(&m, "kept").await;
     publish(&m, kept).await;
 
-    fs_delete(&m, "a/f", false).await;
+    fs_delete(&m, "a/f", false).await.unwrap();
     assert_gone(&m, file).await;
-    fs_delete(&m, "d", true).await;
+    fs_delete(&m, "d", true).await.unwrap();
     assert_gone(&m, x).await;
     assert_gone(&m, y).await;
 
-    let rename = FsRename {
-        from: "r/src".into(),
-        to: "r/dst".into(),
-    };
-    call(&m, rename).await.unwrap();
+    fs_rename(&m, "r/src", "r/dst").await.unwrap();
     assert_gone(&m, dst).await;
     blob_info(&m, src).await.unwrap();
     let stat = FsStat {
@@ -599,7 +587,7 @@ async fn writers_of_deleted_blobs_are_told_rather_than_left_waiting() {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished());
-    fs_delete(&m, "f", false).await;
+    fs_delete(&m, "f", false).await.unwrap();
     let e = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .expect("the waiting writer was not told")
@@ -623,7 +611,7 @@ async fn publications_of_deleted_blobs_do_not_bring_them_back() {
         .into_iter()
         .find(|b| b.id == blob)
         .unwrap();
-    fs_delete(&m, "f", false).await;
+    fs_delete(&m, "f", false).await.unwrap();
     // What the committer would write for a version completed just before the deletion.
     record.published = 2;
     let late = Publication {
@@ -726,7 +714,7 @@ async fn fates_say_only_what_the_manager_positively_knows() {
     assert_eq!(listed(&m, blob).await, vec![v3]);
     let removed = fs_create(&m, "gone").await;
     publish(&m, removed).await;
-    fs_delete(&m, "gone", false).await;
+    fs_delete(&m, "gone", false).await.unwrap();
     let never = removed + 100;
     let got = fates(
         &m,
@@ -1155,41 +1143,17 @@ async fn new_files_appear_only_with_their_first_version() {
         ErrorKind::NotFound
     );
     assert!(every_path(&m).await.is_empty());
-    let e = call(
-        &m,
-        FsDelete {
-            path: "d/new".into(),
-            recursive: false,
-        },
-    )
-    .await
-    .unwrap_err();
+    let e = fs_delete(&m, "d/new", false).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
     // Concurrent creators of the new file share it (as writers of an existing file do); an
     // exclusive one, or a directory, is refused.
     assert_eq!(create(&m, "d/new", false).await.unwrap(), blob);
     let e = create(&m, "d/new", true).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::AlreadyExists);
-    let e = call(
-        &m,
-        FsMkdir {
-            path: "d/new".into(),
-            parents: true,
-        },
-    )
-    .await
-    .unwrap_err();
+    let e = fs_mkdir(&m, "d/new", true).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::AlreadyExists);
     // A directory made meanwhile at its parent is fine.
-    call(
-        &m,
-        FsMkdir {
-            path: "d".into(),
-            parents: false,
-        },
-    )
-    .await
-    .unwrap();
+    fs_mkdir(&m, "d", false).await.unwrap();
     // A restart keeps it pending, and its first publication binds it.
     close(m).await;
     let m = open(dir.path(), TIMEOUT);
@@ -1268,30 +1232,14 @@ async fn a_new_file_that_cannot_take_its_name_publishes_nothing() {
     let pending = create(&m, "t", false).await.unwrap();
     let s = create(&m, "s", false).await.unwrap();
     publish(&m, s).await;
-    call(
-        &m,
-        FsRename {
-            from: "s".into(),
-            to: "t".into(),
-        },
-    )
-    .await
-    .unwrap();
+    fs_rename(&m, "s", "t").await.unwrap();
     assert_eq!(stat(&m, "t").await.unwrap().blob.unwrap().id, s);
     assert_gone(&m, pending).await;
     // A directory renamed away leaves new files below it where they were created.
     let kept = create(&m, "dir/new", false).await.unwrap();
     let old = create(&m, "dir/old", false).await.unwrap();
     publish(&m, old).await;
-    call(
-        &m,
-        FsRename {
-            from: "dir".into(),
-            to: "moved".into(),
-        },
-    )
-    .await
-    .unwrap();
+    fs_rename(&m, "dir", "moved").await.unwrap();
     assert_eq!(every_path(&m).await, ["moved", "moved/old", "p", "t"]);
     publish(&m, kept).await;
     assert_eq!(
