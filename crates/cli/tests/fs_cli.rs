@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use tomus_cli::pattern;
 
-use common::{exe, TestCluster};
+use common::{exe, json, ok, TestCluster};
 
 fn tomus_in(addr: &str, cwd: Option<&Path>, args: &[&str]) -> Output {
     let mut cmd = Command::new(exe());
@@ -27,20 +27,6 @@ fn tomus_in(addr: &str, cwd: Option<&Path>, args: &[&str]) -> Output {
 
 fn tomus(addr: &str, args: &[&str]) -> Output {
     tomus_in(addr, None, args)
-}
-
-/// The stdout of a command that must succeed.
-fn ok(out: Output) -> Vec<u8> {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-fn json(out: Output) -> Value {
-    serde_json::from_slice(&ok(out)).unwrap()
 }
 
 fn s(p: &Path) -> &str {

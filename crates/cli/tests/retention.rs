@@ -10,28 +10,15 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tomus_cli::pattern;
 
-use common::{chunk_files, exe, tomus, TestCluster};
+use common::{chunk_files, exe, json, ok, tomus, TestCluster};
 
 const CHUNK: usize = 64 << 10;
-
-fn ok(out: Output) -> Vec<u8> {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-fn json(out: Output) -> Value {
-    serde_json::from_slice(&ok(out)).unwrap()
-}
 
 /// Puts `data` at `path` with `tomus fs put` (64 KiB chunks).
 fn put(addr: &str, dir: &Path, path: &str, data: &[u8]) {

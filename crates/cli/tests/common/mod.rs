@@ -107,6 +107,21 @@ pub fn tomus(addr: &str, args: &[&str]) -> std::process::Output {
         .expect("run tomus")
 }
 
+/// The stdout of a command that must have succeeded.
+pub fn ok(out: std::process::Output) -> Vec<u8> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// The JSON a command that must have succeeded printed.
+pub fn json(out: std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&ok(out)).expect("the command printed JSON")
+}
+
 /// A command's stderr, as text.
 pub fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
