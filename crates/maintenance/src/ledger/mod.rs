@@ -257,8 +257,7 @@ impl Ledger {
         let mut unreferenced_bytes = 0u64;
         for row in zeros.iter().map_err(db_err)? {
             let (k, _) = row.map_err(db_err)?;
-            if let Some(v) = chunks.get(k.value().1).map_err(db_err)? {
-                let track: ChunkTrack = decode(v.value())?;
+            if let Some(track) = chunk_track(&chunks, ChunkId(k.value().1))? {
                 let copies = track.replicas.len().max(1) as u64;
                 unreferenced_bytes = unreferenced_bytes.saturating_add(track.len * copies);
             }
