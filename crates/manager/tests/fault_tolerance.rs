@@ -1160,7 +1160,10 @@ async fn new_files_appear_only_with_their_first_version() {
     assert_eq!(every_path(&m).await, ["d"]);
     let v = publish(&m, blob).await;
     let e = stat(&m, "d/new").await.unwrap();
-    assert_eq!(e.blob.unwrap().latest, v);
+    let info = e.blob.unwrap();
+    assert_eq!(info.latest, v);
+    // Created when its first version was published, not later.
+    assert_eq!(e.created_ms, info.modified_ms);
     assert_eq!(every_path(&m).await, ["d", "d/new"]);
     // Its parents are made with it; later writers just add versions.
     let deep = create(&m, "a/b/c", false).await.unwrap();

@@ -95,7 +95,6 @@ impl Store {
     pub fn publish(&self, batch: &[Publication]) -> Result<Dropped> {
         let txn = self.db.begin_write().map_err(db_err)?;
         let mut dropped = Dropped::default();
-        let now = tomus_wire::now_ms();
         {
             let mut blobs = txn.open_table(BLOBS).map_err(db_err)?;
             let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;
@@ -109,7 +108,9 @@ impl Store {
                     continue;
                 }
                 if let Some(path) = &p.name {
-                    if let Some(why) = bind_in(&txn, path, p.blob.id, now)? {
+                    // The file is created when its first version is published: the same
+                    // instant, not the later one this group commit runs at.
+                    if let Some(why) = bind_in(&txn, path, p.blob.id, p.blob.modified_ms)? {
                         dropped.unnamed.push((p.blob.id, why));
                         continue;
                     }
