@@ -28,14 +28,25 @@ const MIN_FAULTS: u32 = 4;
 
 #[derive(Default)]
 struct History {
-    /// Blobs made by the creators: (blob, latest acknowledged content's hash and length).
-    created: Vec<(u64, u64, u64)>,
+    /// Blobs made by the creators.
+    created: Vec<Created>,
     /// Acknowledged appends: (version, offset, data).
     appends: Vec<(u64, u64, Vec<u8>)>,
     /// Hash of the whole content of each version of the overwritten blob a reader saw.
     seen: HashMap<u64, u64>,
     /// Reads that returned bytes different from what was acknowledged or seen before.
     violations: Vec<String>,
+}
+
+/// A blob a creator wrote whole contents into, each longer than the one before.
+struct Created {
+    blob: u64,
+    /// Hash and length of the last acknowledged content, then of every later attempt whose
+    /// write failed: a failed write's outcome is unknown (the manager may have published it
+    /// before a crash or a timeout cut the answer), so the blob may hold any of these.
+    candidates: Vec<(u64, u64)>,
+    /// The errors of those failed writes, shown if the blob holds none of the candidates.
+    errors: Vec<String>,
 }
 
 fn hash(data: &[u8]) -> u64 {
@@ -182,11 +193,18 @@ async fn creator(client: Client, seed: u64, stop: Arc<AtomicBool>, history: Arc<
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let mut last = None;
+        let mut candidates = Vec::new();
+        let mut errors = Vec::new();
         for round in 0..3u64 {
             let data = pattern::generate(seed ^ (n << 8) ^ round, 1000 + (round as usize) * 70_000);
-            if blob.write(0, &data).await.is_ok() {
-                last = Some(data);
+            let outcome = blob.write(0, &data).await;
+            if outcome.is_ok() {
+                candidates.clear();
+                errors.clear();
+            }
+            candidates.push((hash(&data), data.len() as u64));
+            if let Err(e) = outcome {
+                errors.push(format!("round {round}: {e}"));
             }
             if round == 0 {
                 let keep = tomus_wire::manager::SetRetention {
@@ -196,12 +214,14 @@ async fn creator(client: Client, seed: u64, stop: Arc<AtomicBool>, history: Arc<
                 let _ = client.manager_call(keep).await;
             }
         }
-        if let Some(data) = last {
-            history
-                .lock()
-                .unwrap()
-                .created
-                .push((blob.id(), hash(&data), data.len() as u64));
+        // Only blobs with an acknowledged write are checked: the first candidate is then
+        // acknowledged, the rest are later attempts that failed.
+        if errors.len() < candidates.len() {
+            history.lock().unwrap().created.push(Created {
+                blob: blob.id(),
+                candidates,
+                errors,
+            });
         }
         // A file made and deleted: its blob's data goes while the others' stays.
         let path = format!("nemesis/{seed}/{n}");
@@ -391,10 +411,22 @@ async fn nemesis() {
         );
         checked += 1;
     }
-    for (id, h, len) in &hist.created {
-        let blob = client.open_blob(*id).await.unwrap();
-        let data = blob.read(0, *len, None).await.unwrap();
-        assert_eq!(hash(&data), *h, "created blob {id}");
+    for c in &hist.created {
+        let blob = client.open_blob(c.blob).await.unwrap();
+        let info = blob.stat(None).await.unwrap();
+        let h = hash(&blob.read(0, info.size, None).await.unwrap());
+        assert!(
+            c.candidates.contains(&(h, info.size)),
+            "created blob {} holds {} bytes at version {} that match neither its last \
+             acknowledged write nor a later failed one: candidates (hash, len) {:?}, \
+             failed writes {:?}, versions {:?}",
+            c.blob,
+            info.size,
+            info.version,
+            c.candidates,
+            c.errors,
+            blob.versions().await.map(|l| l.versions)
+        );
         checked += 1;
     }
     let injected: u32 = faults.values().sum();
