@@ -99,7 +99,8 @@ impl Blob {
                 chunk_offset: 0,
             });
         }
-        if let Err(e) = self.store_metadata(&assignment, &chunks).await {
+        let replaces = matches!(c.op, WriteOp::Replace { .. });
+        if let Err(e) = self.store_metadata(&assignment, &chunks, replaces).await {
             self.abort(assignment.version).await;
             return Err(e);
         }
@@ -129,7 +130,12 @@ impl Blob {
         }
     }
 
-    async fn store_metadata(&self, a: &Assignment, chunks: &[StoredChunk]) -> Result<()> {
+    async fn store_metadata(
+        &self,
+        a: &Assignment,
+        chunks: &[StoredChunk],
+        replaces: bool,
+    ) -> Result<()> {
         let in_flight: Vec<InFlight> = a
             .in_flight
             .iter()
@@ -149,6 +155,7 @@ impl Blob {
                 .published
                 .map(|(version, capacity)| PublishedTree { version, capacity }),
             in_flight: &in_flight,
+            replaces,
         };
         let source = DhtSource {
             cluster: self.cluster(),

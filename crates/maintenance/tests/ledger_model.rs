@@ -251,6 +251,7 @@ fn action_strategy() -> impl Strategy<Value = Action> {
         4 => (0u64..400, 1u64..120)
             .prop_map(|(offset, len)| Action::Write(Op::Write { offset, len })),
         4 => (1u64..90).prop_map(|len| Action::Write(Op::Append { len })),
+        2 => (0u64..300).prop_map(|len| Action::Write(Op::Replace { len })),
         1 => Just(Action::Write(Op::Write { offset: 0, len: 0 })),
         2 => (0u64..4, 0u64..1000, 1u64..300, 0u64..500).prop_map(|(back, from, len, offset)| {
             Action::Write(Op::Copy {

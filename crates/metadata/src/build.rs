@@ -50,6 +50,12 @@ pub struct WritePlan<'a> {
     pub published: Option<PublishedTree>,
     /// Lower in-flight versions (any order).
     pub in_flight: &'a [InFlight],
+    /// The write is the blob's whole new content (`WriteOp::Replace`): its span covers
+    /// everything every lower version holds, published or in flight (zeros past the new
+    /// size), so its leaves show none of theirs. They refer to no older leaf, which lets
+    /// garbage collection reclaim an overwritten version's data even where the new content
+    /// ends inside a chunk.
+    pub replaces: bool,
 }
 
 impl WritePlan<'_> {
@@ -290,7 +296,7 @@ async fn build_leaf<S: NodeSource>(
 ) -> Result<Node, S::Error> {
     let own = plan.pieces_in(slot);
     let covered: u64 = own.iter().map(|p| p.len).sum();
-    if covered == slot.size {
+    if covered == slot.size || plan.replaces {
         return Ok(Node::Leaf {
             pieces: own,
             layers: Vec::new(),

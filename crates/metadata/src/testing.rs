@@ -56,6 +56,11 @@ pub enum Op {
     Append {
         len: u64,
     },
+    /// New whole content of `len` bytes (zeros over the rest of the previous content, which
+    /// its span covers, as the manager assigns it).
+    Replace {
+        len: u64,
+    },
     /// Writes, at `offset`, a range of a published version as pieces of its chunks (a composed
     /// version: no data stored). The source is `back` versions before the latest published,
     /// but not below [`Writers::copyable_from`]; `from` and `len` are cut to its size.
@@ -78,6 +83,8 @@ pub struct Assigned<T = ()> {
     pub data: Vec<u8>,
     /// For a copy: the pieces of its source range, resolved when the version was assigned.
     pub reused: Option<Vec<StoredChunk>>,
+    /// Whether the version is a replacement ([`Op::Replace`]).
+    pub replaces: bool,
     /// What the test attached to the version when it was assigned.
     pub tag: T,
 }
@@ -140,6 +147,7 @@ impl<T> Writers<T> {
         let (offset, len) = match *op {
             Op::Write { offset, len } => (offset, len),
             Op::Append { len } => (self.size, len),
+            Op::Replace { len } => (0, len.max(self.size)),
             Op::Copy {
                 back,
                 from,
@@ -168,7 +176,7 @@ impl<T> Writers<T> {
                 (offset, len)
             }
         };
-        let data: Vec<u8> = match reused {
+        let mut data: Vec<u8> = match reused {
             Some((_, v, from)) => {
                 self.model[v as usize][from as usize..(from + len) as usize].to_vec()
             }
@@ -176,14 +184,23 @@ impl<T> Writers<T> {
                 .map(|i| fill.wrapping_add((i % 251) as u8) | 1)
                 .collect(),
         };
+        let replaces = matches!(op, Op::Replace { .. });
+        let new_size = match *op {
+            Op::Replace { len: size } => {
+                data[size as usize..].fill(0);
+                size
+            }
+            _ => self.size.max(offset + len),
+        };
         let version = self.next_version;
         self.next_version += 1;
         let end = offset + len;
-        self.size = self.size.max(end);
-        self.capacity = self.capacity.max(capacity_for(self.cs, self.size));
+        self.capacity = self.capacity.max(capacity_for(self.cs, self.size.max(end)));
+        self.size = new_size;
         let mut content = self.model.last().cloned().unwrap_or_default();
-        content.resize(self.size as usize, 0);
+        content.resize(end.max(content.len() as u64) as usize, 0);
         content[offset as usize..end as usize].copy_from_slice(&data);
+        content.truncate(new_size as usize);
         self.model.push(content);
         self.sizes.push(self.size);
         self.caps.push(self.capacity);
@@ -204,6 +221,7 @@ impl<T> Writers<T> {
             in_flight,
             data,
             reused: reused.map(|(pieces, _, _)| pieces),
+            replaces,
             tag,
         };
         self.pending.insert(version, (a, false));
@@ -255,6 +273,7 @@ impl<T> Writers<T> {
             chunks: &stored,
             published: a.published,
             in_flight: &a.in_flight,
+            replaces: a.replaces,
         };
         let nodes = block_on(build_version(&plan, &self.source)).expect("build");
         {

@@ -18,6 +18,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0u64..400, 1u64..120).prop_map(|(offset, len)| Op::Write { offset, len }),
         (1u64..90).prop_map(|len| Op::Append { len }),
+        (0u64..300).prop_map(|len| Op::Replace { len }),
         // A version that changes no byte (it only carries attributes).
         Just(Op::Write { offset: 0, len: 0 }),
         (0u64..4, 0u64..1000, 1u64..300, 0u64..500).prop_map(|(back, from, len, offset)| {
