@@ -4,7 +4,7 @@
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use tomus_client::CommitOptions;
-use tomus_wire::{Attrs, EntryKind, ErrorKind};
+use tomus_wire::{Attrs, EntryKind, ErrorKind, Retention};
 
 use crate::errors::{from_store, s3_err, Missing};
 use crate::paths;
@@ -12,6 +12,8 @@ use crate::service::Gateway;
 use crate::writes::OBJECTS_KEEP;
 
 const VERSIONING: &str = "s3:versioning";
+/// What the objects of a bucket without versioning keep: the current version.
+const UNVERSIONED_KEEP: Retention = Retention::KeepLast(1);
 
 /// What the gateway knows of an existing bucket.
 #[derive(Clone, Debug, Default)]
@@ -24,6 +26,18 @@ impl BucketState {
     /// Whether deletes leave delete markers and responses name versions.
     pub fn versioned(&self) -> bool {
         self.versioning.as_deref() == Some(BucketVersioningStatus::ENABLED)
+    }
+
+    /// What the file of a new object keeps. A bucket that never had versioning keeps only
+    /// the current object, as S3 does: an overwritten version is collected after the GC
+    /// grace. Once versioning has been enabled (even if suspended since) every version
+    /// stays, as the version history S3 would keep.
+    pub fn object_retention(&self) -> Retention {
+        if self.versioning.is_some() {
+            OBJECTS_KEEP
+        } else {
+            UNVERSIONED_KEEP
+        }
     }
 }
 
@@ -80,6 +94,30 @@ impl Gateway {
             }
             if page.len() < 1000 {
                 return Ok(false);
+            }
+            after = page.last().map(|e| e.path.clone());
+        }
+    }
+
+    /// Gives every file below `dir` the policy of keeping all its versions.
+    async fn keep_every_version(&self, dir: &str) -> S3Result<()> {
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .ns
+                .list_page(dir, true, after.as_deref(), 1000)
+                .await
+                .map_err(|e| from_store(e, Missing::Bucket))?;
+            for file in page.iter().filter(|e| e.kind == EntryKind::File) {
+                match self.ns.set_retention(&file.path, Some(OBJECTS_KEEP)).await {
+                    Ok(_) => {}
+                    // Deleted meanwhile: nothing to keep.
+                    Err(e) if e.kind == ErrorKind::NotFound => {}
+                    Err(e) => return Err(from_store(e, Missing::Bucket)),
+                }
+            }
+            if page.len() < 1000 {
+                return Ok(());
             }
             after = page.last().map(|e| e.path.clone());
         }
@@ -212,7 +250,7 @@ impl Gateway {
         req: S3Request<PutBucketVersioningInput>,
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
         let name = req.input.bucket;
-        self.bucket(&name).await?;
+        let before = self.bucket(&name).await?;
         let status = match req.input.versioning_configuration.status {
             Some(s) => s.as_str().to_string(),
             None => return Ok(S3Response::new(PutBucketVersioningOutput::default())),
@@ -239,6 +277,11 @@ impl Gateway {
             .await
             .map_err(|e| from_store(e, Missing::Bucket))?;
         self.cache_bucket(&name, None);
+        if before.versioning.is_none() {
+            // The objects written before keep only their current version: from now on they
+            // keep their history (the current one is S3's "null" version).
+            self.keep_every_version(&name).await?;
+        }
         Ok(S3Response::new(PutBucketVersioningOutput::default()))
     }
 }

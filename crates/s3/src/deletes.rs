@@ -57,7 +57,9 @@ impl Gateway {
             return Ok(out);
         }
         if state.versioned() {
-            let (blob, entry) = self.open_for_write(&path, false).await?;
+            let (blob, entry) = self
+                .open_for_write(&path, false, state.object_retention())
+                .await?;
             let marker = ObjectMeta {
                 delete_marker: true,
                 ..ObjectMeta::default()

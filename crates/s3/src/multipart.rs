@@ -18,6 +18,7 @@ use crate::paths;
 use crate::service::Gateway;
 use crate::unsupported;
 use crate::version_ids;
+use crate::writes::OBJECTS_KEEP;
 
 /// Smallest part but the last (S3's limit).
 pub const MIN_PART_SIZE: u64 = 5 << 20;
@@ -143,7 +144,7 @@ impl Gateway {
         let mut attrs: Attrs = described.to_attrs();
         attrs.insert(UPLOAD_KEY.into(), i.key.clone());
         let file = format!("{}/{UPLOAD_FILE}", paths::upload_dir(&i.bucket, &id));
-        let (blob, entry) = self.open_for_write(&file, true).await?;
+        let (blob, entry) = self.open_for_write(&file, true, OBJECTS_KEEP).await?;
         let options = CommitOptions {
             attrs,
             expect_size: None,
@@ -182,7 +183,7 @@ impl Gateway {
             paths::upload_dir(&i.bucket, &i.upload_id),
             part_name(i.part_number)
         );
-        let (blob, entry) = self.open_for_write(&path, false).await?;
+        let (blob, entry) = self.open_for_write(&path, false, OBJECTS_KEEP).await?;
         let etag = match self
             .store_body(&blob, i.body, i.content_md5.as_deref())
             .await
@@ -438,7 +439,9 @@ impl Gateway {
             .expect_current(&path, &i.key, &Expect::etag(i.if_match.as_ref()))
             .await?;
         let exclusive = matches!(&i.if_none_match, Some(ETagCondition::Any));
-        let (blob, entry) = self.open_for_write(&path, exclusive).await?;
+        let (blob, entry) = self
+            .open_for_write(&path, exclusive, state.object_retention())
+            .await?;
         let options = CommitOptions {
             attrs: object.to_attrs(),
             expect_size,

@@ -113,9 +113,10 @@ fn header_is_true(headers: &http::HeaderMap, name: &str) -> bool {
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
 }
 
-/// What the files of objects keep: every version, as S3 does in a bucket with versioning
-/// enabled (its version history is the file's), and as the gateway always did in the others
-/// (where only the latest is shown), rather than the namespace's per-directory policy.
+/// What the gateway's own files keep (bucket settings, multipart uploads and parts, logs of
+/// hidden versions), and the objects of buckets that have had versioning (see
+/// [`BucketState::object_retention`](crate::buckets::BucketState::object_retention)):
+/// every version, rather than the namespace's per-directory policy.
 pub(crate) const OBJECTS_KEEP: Retention = Retention::KeepAll;
 
 impl Gateway {
@@ -124,18 +125,19 @@ impl Gateway {
     /// way (left by a deleted "folder") is removed; anything else in the way is a conflict.
     /// Returns the blob and the file's entry: a new file appears only with its first
     /// version, so a request that fails before should give it up (`ns.abandon(&entry)`).
+    /// A new file keeps what `retention` says; an existing one keeps its own policy.
     pub(crate) async fn open_for_write(
         &self,
         path: &str,
         exclusive: bool,
+        retention: Retention,
     ) -> S3Result<(Blob, FsEntry)> {
         let options = CreateOptions {
             exclusive,
             ..self.files
         };
         for _ in 0..2 {
-            // Every version of an object stays, versioned bucket or not (see [`OBJECTS_KEEP`]).
-            match self.ns.create_retained(path, options, OBJECTS_KEEP).await {
+            match self.ns.create_retained(path, options, retention).await {
                 Ok((entry, blob)) => return Ok((blob, entry)),
                 Err(e) if e.kind == ErrorKind::AlreadyExists => {
                     return Err(s3_err(
@@ -222,7 +224,9 @@ impl Gateway {
         };
         // If-Match on a missing key is 404 and on another ETag 412, before the body is read.
         self.expect_current(&path, &i.key, &guard.expect).await?;
-        let (blob, entry) = self.open_for_write(&path, exclusive).await?;
+        let (blob, entry) = self
+            .open_for_write(&path, exclusive, state.object_retention())
+            .await?;
         let content_md5 = i.content_md5.as_deref();
         let written = self
             .write(&blob, mode, &mut described, i.body, content_md5, &guard)
@@ -404,7 +408,9 @@ impl Gateway {
         described.etag = Some(src.etag.clone());
         described.parts = src.meta.parts;
         described.part_sizes = src.meta.part_sizes.clone();
-        let (blob, entry) = self.open_for_write(&dst_path, false).await?;
+        let (blob, entry) = self
+            .open_for_write(&dst_path, false, dst.object_retention())
+            .await?;
         let source = Extent {
             blob: src.blob.clone(),
             version: src.obj.version.version,

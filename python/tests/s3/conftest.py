@@ -87,9 +87,9 @@ def _read_lines(stream, out: queue.Queue) -> None:
         out.put(line.decode(errors="replace").strip())
 
 
-@pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    data = tmp_path_factory.mktemp("s3-cluster")
+def start_gateway(data: Path, *extra: str) -> Iterator[Gateway]:
+    """Runs `tomus up --s3` with its data in `data` (and `extra` arguments) for the life of
+    the generator."""
     keys = data / "keys"
     keys.write_text(f"# extra users\n{OTHER_KEY[0]} {OTHER_KEY[1]}\n")
     env = {**os.environ, "TOMUS_S3_ACCESS_KEY": ACCESS_KEY, "TOMUS_S3_SECRET_KEY": SECRET_KEY}
@@ -107,6 +107,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         "127.0.0.1:0",
         "--s3-keys",
         str(keys),
+        *extra,
     ]
     log = open(data / "up.log", "wb")  # noqa: SIM115 - open for the life of the process
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
@@ -132,6 +133,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         proc.kill()
         proc.wait()
     log.close()
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    yield from start_gateway(tmp_path_factory.mktemp("s3-cluster"))
 
 
 @pytest.fixture(scope="session")
