@@ -130,11 +130,13 @@ impl Gateway {
         let name = req.input.bucket;
         match self.ns.mkdir(&name, false).await {
             Ok(_) => {}
+            // Every bucket is the caller's (tomus has no accounts), and this gateway is in
+            // us-east-1, where S3 answers re-creating your own bucket with 200 and leaves it
+            // (and its settings) as it is.
             Err(e) if e.kind == ErrorKind::AlreadyExists => {
-                return Err(s3_err(
-                    S3ErrorCode::BucketAlreadyOwnedByYou,
-                    format!("bucket {name} already exists"),
-                ))
+                return Ok(S3Response::new(CreateBucketOutput {
+                    location: Some(format!("/{name}")),
+                }))
             }
             Err(e) if e.kind == ErrorKind::NotADirectory => {
                 return Err(s3_err(

@@ -16,6 +16,7 @@ mod listing;
 mod meta;
 mod multipart;
 mod objects;
+mod part_copy;
 mod paths;
 mod server;
 mod service;

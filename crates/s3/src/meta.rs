@@ -12,6 +12,10 @@ const CONTENT_ENCODING: &str = "s3:content-encoding";
 const CONTENT_DISPOSITION: &str = "s3:content-disposition";
 const CONTENT_LANGUAGE: &str = "s3:content-language";
 const CACHE_CONTROL: &str = "s3:cache-control";
+const EXPIRES: &str = "s3:expires";
+/// On the version a CompleteMultipartUpload made: the upload's id, so that completing the
+/// same upload again with the same parts answers as the first completion did.
+const UPLOAD_ID: &str = "s3:upload-id";
 const USER_PREFIX: &str = "s3:meta:";
 const DELETE_MARKER: &str = "s3:delete-marker";
 const PARTS: &str = "s3:parts";
@@ -36,12 +40,16 @@ pub struct ObjectMeta {
     pub content_disposition: Option<String>,
     pub content_language: Option<String>,
     pub cache_control: Option<String>,
+    /// The `Expires` header, in Unix seconds.
+    pub expires: Option<i64>,
     pub user: Metadata,
     pub delete_marker: bool,
     /// Parts of a multipart upload.
     pub parts: Option<i32>,
     /// Their sizes, in order (for GET/HEAD with `partNumber`).
     pub part_sizes: Option<Vec<u64>>,
+    /// The multipart upload that made this version.
+    pub upload_id: Option<String>,
 }
 
 /// Part sizes as runs, `SIZE*COUNT` joined by `,` (all parts but the last usually have one
@@ -85,6 +93,7 @@ impl ObjectMeta {
             content_disposition: get(CONTENT_DISPOSITION),
             content_language: get(CONTENT_LANGUAGE),
             cache_control: get(CACHE_CONTROL),
+            expires: attrs.get(EXPIRES).and_then(|e| e.parse().ok()),
             user: attrs
                 .iter()
                 .filter_map(|(k, v)| Some((k.strip_prefix(USER_PREFIX)?.to_string(), v.clone())))
@@ -92,6 +101,7 @@ impl ObjectMeta {
             delete_marker: attrs.contains_key(DELETE_MARKER),
             parts: attrs.get(PARTS).and_then(|p| p.parse().ok()),
             part_sizes: attrs.get(PART_SIZES).and_then(|p| decode_part_sizes(p)),
+            upload_id: get(UPLOAD_ID),
         }
     }
 
@@ -108,6 +118,8 @@ impl ObjectMeta {
         put(CONTENT_DISPOSITION, &self.content_disposition);
         put(CONTENT_LANGUAGE, &self.content_language);
         put(CACHE_CONTROL, &self.cache_control);
+        put(EXPIRES, &self.expires.map(|e| e.to_string()));
+        put(UPLOAD_ID, &self.upload_id);
         put(PARTS, &self.parts.map(|p| p.to_string()));
         put(
             PART_SIZES,
@@ -131,6 +143,7 @@ impl ObjectMeta {
             etag: None,
             parts: None,
             part_sizes: None,
+            upload_id: None,
             delete_marker: false,
             ..self.clone()
         }
@@ -140,6 +153,12 @@ impl ObjectMeta {
         self.content_type
             .clone()
             .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_string())
+    }
+
+    /// The `Expires` header to answer with.
+    pub fn expires_header(&self) -> Option<Timestamp> {
+        self.expires
+            .map(|s| timestamp(u64::try_from(s).unwrap_or(0).saturating_mul(1000)))
     }
 
     pub fn user_metadata(&self) -> Option<Metadata> {

@@ -31,6 +31,21 @@ fn part_name(n: i32) -> String {
     format!("{PART_PREFIX}{n:05}")
 }
 
+/// The file of part `n` of upload `id` in `bucket`.
+pub(crate) fn part_path(bucket: &str, id: &str, n: i32) -> String {
+    format!("{}/{}", paths::upload_dir(bucket, id), part_name(n))
+}
+
+pub(crate) fn check_part_number(n: i32) -> S3Result<()> {
+    if !(1..=MAX_PART_NUMBER).contains(&n) {
+        return Err(s3_err(
+            S3ErrorCode::InvalidArgument,
+            format!("Part number must be an integer between 1 and {MAX_PART_NUMBER}"),
+        ));
+    }
+    Ok(())
+}
+
 fn part_number(name: &str) -> Option<i32> {
     name.strip_prefix(PART_PREFIX)?.parse().ok()
 }
@@ -82,7 +97,7 @@ struct StoredPart {
 impl Gateway {
     /// The metadata recorded when upload `id` of `key` was created; `NoSuchUpload` if there
     /// is no such upload (or it is for another key).
-    async fn upload(&self, bucket: &str, key: &str, id: &str) -> S3Result<ObjectMeta> {
+    pub(crate) async fn upload(&self, bucket: &str, key: &str, id: &str) -> S3Result<ObjectMeta> {
         self.bucket(bucket).await?;
         if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(no_such_upload(id));
@@ -138,6 +153,7 @@ impl Gateway {
             content_disposition: i.content_disposition,
             content_language: i.content_language,
             cache_control: i.cache_control,
+            expires: i.expires.as_ref().map(meta::unix_seconds),
             user: i.metadata.unwrap_or_default(),
             ..ObjectMeta::default()
         };
@@ -171,18 +187,9 @@ impl Gateway {
             i.sse_customer_key.as_ref(),
             i.sse_customer_key_md5.as_ref(),
         )?;
-        if !(1..=MAX_PART_NUMBER).contains(&i.part_number) {
-            return Err(s3_err(
-                S3ErrorCode::InvalidArgument,
-                format!("Part number must be an integer between 1 and {MAX_PART_NUMBER}"),
-            ));
-        }
+        check_part_number(i.part_number)?;
         self.upload(&i.bucket, &i.key, &i.upload_id).await?;
-        let path = format!(
-            "{}/{}",
-            paths::upload_dir(&i.bucket, &i.upload_id),
-            part_name(i.part_number)
-        );
+        let path = part_path(&i.bucket, &i.upload_id, i.part_number);
         let (blob, entry) = self.open_for_write(&path, false, OBJECTS_KEEP).await?;
         let etag = match self
             .store_body(&blob, i.body, i.content_md5.as_deref())
@@ -362,11 +369,10 @@ impl Gateway {
             i.sse_customer_key.as_ref(),
             i.sse_customer_key_md5.as_ref(),
         )?;
-        let described = self.upload(&i.bucket, &i.key, &i.upload_id).await?;
-        let state = self.bucket(&i.bucket).await?;
         let wanted = i
             .multipart_upload
-            .and_then(|m| m.parts)
+            .as_ref()
+            .and_then(|m| m.parts.clone())
             .filter(|p| !p.is_empty())
             .ok_or_else(|| {
                 s3_err(
@@ -374,6 +380,18 @@ impl Gateway {
                     "You must specify at least one part",
                 )
             })?;
+        let described = match self.upload(&i.bucket, &i.key, &i.upload_id).await {
+            Ok(d) => d,
+            // A retried completion (its first answer lost) finds the object it made.
+            Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
+                return match self.completed(&i, &wanted).await? {
+                    Some(out) => Ok(S3Response::new(out)),
+                    None => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        let state = self.bucket(&i.bucket).await?;
         let dir = paths::upload_dir(&i.bucket, &i.upload_id);
         let stored = self.stored_parts(&dir).await?;
         let numbers: Vec<i32> = wanted.iter().map(|w| w.part_number.unwrap_or(0)).collect();
@@ -432,6 +450,7 @@ impl Gateway {
         object.etag = Some(etag.clone());
         object.parts = Some(chosen.len() as i32);
         object.part_sizes = Some(chosen.iter().map(|p| p.blob.size).collect());
+        object.upload_id = Some(i.upload_id.clone());
         let path = paths::file_path(&i.bucket, &i.key)?;
         // If-Match: 404 on a missing key, 412 on another ETag; the composition then commits
         // only if the object still has the checked version's size (see `conditional.rs`).
@@ -465,6 +484,41 @@ impl Gateway {
             version_id: state
                 .versioned()
                 .then(|| version_ids::format(blob.id(), info.version)),
+            ..CompleteMultipartUploadOutput::default()
+        }))
+    }
+}
+
+impl Gateway {
+    /// The answer to completing upload `i` again with the parts `wanted`, if it was completed
+    /// with those parts and its object is still current (S3 answers such a retry with 200).
+    async fn completed(
+        &self,
+        i: &CompleteMultipartUploadInput,
+        wanted: &[CompletedPart],
+    ) -> S3Result<Option<CompleteMultipartUploadOutput>> {
+        let found = match self.find(&i.bucket, &i.key, None).await {
+            Ok(f) => f,
+            Err(e) if matches!(e.code(), S3ErrorCode::NoSuchKey) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if found.meta.upload_id.as_deref() != Some(i.upload_id.as_str()) {
+            return Ok(None);
+        }
+        let etags: Option<Vec<String>> = wanted
+            .iter()
+            .map(|w| w.e_tag.as_ref().map(|e| e.value().to_string()))
+            .collect();
+        // The multipart ETag digests the parts' ETags in order: the same list gives it back.
+        if etags.and_then(|e| multipart_etag(&e)).as_deref() != Some(found.etag.as_str()) {
+            return Ok(None);
+        }
+        Ok(Some(CompleteMultipartUploadOutput {
+            bucket: Some(i.bucket.clone()),
+            key: Some(i.key.clone()),
+            e_tag: Some(ETag::Strong(found.etag.clone())),
+            location: Some(format!("/{}/{}", i.bucket, i.key)),
+            version_id: found.version_id(),
             ..CompleteMultipartUploadOutput::default()
         }))
     }

@@ -91,7 +91,14 @@ impl Conditions<'_> {
             (None, None) => false,
         };
         if unchanged {
-            return Err(S3Error::with_message(not_modified, "Not Modified"));
+            let mut e = S3Error::with_message(not_modified, "Not Modified");
+            // A 304 names the representation the client already has (RFC 9110 15.4.5).
+            if let Ok(v) = http::HeaderValue::from_str(&format!("\"{etag}\"")) {
+                let mut headers = http::HeaderMap::new();
+                headers.insert(http::header::ETAG, v);
+                e.set_headers(headers);
+            }
+            return Err(e);
         }
         Ok(())
     }
@@ -355,6 +362,7 @@ impl Gateway {
             content_disposition: m.content_disposition.clone(),
             content_language: m.content_language.clone(),
             cache_control: m.cache_control.clone(),
+            expires: m.expires_header(),
             e_tag: Some(ETag::Strong(f.etag.clone())),
             last_modified: Some(meta::timestamp(f.modified_ms())),
             metadata: m.user_metadata(),
@@ -409,6 +417,7 @@ impl Gateway {
             content_disposition: m.content_disposition.clone(),
             content_language: m.content_language.clone(),
             cache_control: m.cache_control.clone(),
+            expires: m.expires_header(),
             e_tag: Some(ETag::Strong(f.etag.clone())),
             last_modified: Some(meta::timestamp(f.modified_ms())),
             metadata: m.user_metadata(),

@@ -141,7 +141,7 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
 /// bucket name (`/py`) is not a bucket.
 fn invalid_bucket(path: &str) -> Option<String> {
     let bucket = path.strip_prefix('/')?.split('/').next()?;
-    if bucket.is_empty() || s3s::path::check_bucket_name(bucket) {
+    if bucket.is_empty() || (s3s::path::check_bucket_name(bucket) && !reserved_by_aws(bucket)) {
         return None;
     }
     let shown: String = bucket.chars().take(80).collect();
@@ -152,6 +152,17 @@ fn invalid_bucket(path: &str) -> Option<String> {
          bucket names; other directories are reachable with tomus fs and fsspec only.",
         xml_escape(&shown)
     ))
+}
+
+/// Names that pass the character rules but AWS refuses all the same: a period next to a
+/// dash, and the prefixes and suffixes it reserves for its own naming schemes.
+fn reserved_by_aws(bucket: &str) -> bool {
+    const PREFIXES: [&str; 3] = ["xn--", "sthree-", "amzn-s3-demo-"];
+    const SUFFIXES: [&str; 5] = ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"];
+    bucket.contains("-.")
+        || bucket.contains(".-")
+        || PREFIXES.iter().any(|p| bucket.starts_with(p))
+        || SUFFIXES.iter().any(|s| bucket.ends_with(s))
 }
 
 /// `text` with the characters XML gives meaning to escaped.
@@ -251,6 +262,15 @@ mod tests {
         let why = invalid_bucket("/py/data.csv").unwrap();
         assert!(why.contains("py is not a valid S3 bucket name"), "{why}");
         assert!(invalid_bucket("/.tomus-uploads").is_some());
+        for reserved in [
+            "/foo-.bar",
+            "/foo.-bar",
+            "/xn--abc",
+            "/data-s3alias",
+            "/d--x-s3",
+        ] {
+            assert!(invalid_bucket(reserved).is_some(), "{reserved}");
+        }
         assert!(invalid_bucket("/A<b").unwrap().contains("A&lt;b"));
         for fine in ["/", "/my-bucket", "/my-bucket/any/Key.CSV", ""] {
             assert_eq!(invalid_bucket(fine), None, "{fine}");

@@ -140,6 +140,13 @@ impl S3 for Gateway {
         self.delete_objects_op(req).await
     }
 
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        self.upload_part_copy_op(req).await
+    }
+
     async fn copy_object(
         &self,
         req: S3Request<CopyObjectInput>,

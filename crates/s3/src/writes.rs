@@ -202,6 +202,7 @@ impl Gateway {
             i.cache_control,
             i.metadata,
         );
+        described.expires = i.expires.as_ref().map(meta::unix_seconds);
         if !matches!(mode, Mode::Replace) {
             let latest = self.latest_meta(&path).await?;
             if let (Mode::AppendAt(o), None) = (&mode, &latest) {
@@ -393,14 +394,16 @@ impl Gateway {
             ));
         }
         let mut described = if replace {
-            meta_from_input(
+            let mut m = meta_from_input(
                 i.content_type,
                 i.content_encoding,
                 i.content_disposition,
                 i.content_language,
                 i.cache_control,
                 i.metadata,
-            )
+            );
+            m.expires = i.expires.as_ref().map(meta::unix_seconds);
+            m
         } else {
             src.meta.descriptive()
         };

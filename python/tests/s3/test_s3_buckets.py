@@ -17,9 +17,19 @@ def test_create_list_head_locate_delete(s3) -> None:
     assert "lifecycle-bucket" in names
     assert s3.head_bucket(Bucket="lifecycle-bucket")["ResponseMetadata"]["HTTPStatusCode"] == 200
     assert s3.get_bucket_location(Bucket="lifecycle-bucket").get("LocationConstraint") is None
-    with pytest.raises(ClientError) as e:
-        s3.create_bucket(Bucket="lifecycle-bucket")
-    assert error_code(e) == "BucketAlreadyOwnedByYou"
+    # Re-creating your own bucket in us-east-1 succeeds and leaves it as it is.
+    s3.put_bucket_versioning(
+        Bucket="lifecycle-bucket", VersioningConfiguration={"Status": "Enabled"}
+    )
+    s3.put_object(Bucket="lifecycle-bucket", Key="stays", Body=b"x")
+    assert s3.create_bucket(Bucket="lifecycle-bucket")["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert s3.get_bucket_versioning(Bucket="lifecycle-bucket")["Status"] == "Enabled"
+    assert s3.get_object(Bucket="lifecycle-bucket", Key="stays")["Body"].read() == b"x"
+    s3.delete_object(Bucket="lifecycle-bucket", Key="stays")
+    for v in s3.list_object_versions(Bucket="lifecycle-bucket").get("Versions", []):
+        s3.delete_object(Bucket="lifecycle-bucket", Key=v["Key"], VersionId=v["VersionId"])
+    for m in s3.list_object_versions(Bucket="lifecycle-bucket").get("DeleteMarkers", []):
+        s3.delete_object(Bucket="lifecycle-bucket", Key=m["Key"], VersionId=m["VersionId"])
     s3.delete_bucket(Bucket="lifecycle-bucket")
     assert "lifecycle-bucket" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
     with pytest.raises(ClientError) as e:
@@ -42,7 +52,22 @@ def test_a_bucket_with_objects_is_not_deleted(s3, bucket) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["ab", "UpperCase", "under_score", "-leading-dash", "a" * 64, "192.168.1.1"]
+    "name",
+    [
+        "ab",
+        "UpperCase",
+        "under_score",
+        "-leading-dash",
+        "a" * 64,
+        "192.168.1.1",
+        "foo-.bar",
+        "foo.-bar",
+        "foo..bar",
+        "xn--punycode",
+        "sthree-bucket",
+        "name-s3alias",
+        "name--ol-s3",
+    ],
 )
 def test_invalid_bucket_names_are_refused(s3, name: str) -> None:
     with pytest.raises(ClientError) as e:

@@ -246,3 +246,115 @@ def test_copy_metadata_directives(s3, bucket) -> None:
             Bucket=bucket, Key="x", CopySource=f"{bucket}/src", CopySourceIfMatch='"nope"'
         )
     assert status(e) == 412
+
+
+def test_upload_part_copy_composes_ranges_of_other_objects(gateway, s3, bucket) -> None:
+    source = os.urandom(12 * MiB + 5)
+    s3.put_object(Bucket=bucket, Key="src", Body=source)
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="assembled")["UploadId"]
+    bytes_before = gateway.chunk_bytes()
+    cut = 5 * MiB + 3
+    copied = []
+    for n, rng in ((1, (0, cut - 1)), (2, (cut, len(source) - 1))):
+        r = s3.upload_part_copy(
+            Bucket=bucket,
+            Key="assembled",
+            UploadId=uid,
+            PartNumber=n,
+            CopySource={"Bucket": bucket, "Key": "src"},
+            CopySourceRange=f"bytes={rng[0]}-{rng[1]}",
+        )
+        part = source[rng[0] : rng[1] + 1]
+        assert r["CopyPartResult"]["ETag"] == f'"{hashlib.md5(part).hexdigest()}"'
+        copied.append((part, r["CopyPartResult"]["ETag"]))
+    # The copied parts refer to the source's chunks: no chunk data was stored for them.
+    assert gateway.chunk_bytes() == bytes_before
+    tail = b"tail written as an ordinary part"
+    etag3 = s3.upload_part(Bucket=bucket, Key="assembled", UploadId=uid, PartNumber=3, Body=tail)[
+        "ETag"
+    ]
+    # A whole single-part object copied as a part keeps its ETag.
+    whole = s3.upload_part_copy(
+        Bucket=bucket,
+        Key="assembled",
+        UploadId=uid,
+        PartNumber=4,
+        CopySource={"Bucket": bucket, "Key": "src"},
+    )
+    assert whole["CopyPartResult"]["ETag"] == f'"{hashlib.md5(source).hexdigest()}"'
+    parts = [{"PartNumber": n + 1, "ETag": e} for n, (_, e) in enumerate(copied)]
+    parts.append({"PartNumber": 3, "ETag": etag3})
+    done = s3.complete_multipart_upload(
+        Bucket=bucket, Key="assembled", UploadId=uid, MultipartUpload={"Parts": parts}
+    )
+    expected = copied[0][0] + copied[1][0] + tail
+    assert done["ETag"] == multipart_etag([copied[0][0], copied[1][0], tail])
+    assert s3.get_object(Bucket=bucket, Key="assembled")["Body"].read() == expected
+    # Overwriting the source leaves the assembled object as it was.
+    s3.put_object(Bucket=bucket, Key="src", Body=b"gone")
+    assert s3.get_object(Bucket=bucket, Key="assembled")["Body"].read() == expected
+
+
+def test_upload_part_copy_errors(s3, bucket) -> None:
+    s3.put_object(Bucket=bucket, Key="small", Body=b"0123456789")
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="dst")["UploadId"]
+
+    def copy(**extra) -> None:
+        args = {
+            "Bucket": bucket,
+            "Key": "dst",
+            "UploadId": uid,
+            "PartNumber": 1,
+            "CopySource": {"Bucket": bucket, "Key": "small"},
+            **extra,
+        }
+        s3.upload_part_copy(**args)
+
+    for rng, code in (
+        ("bytes=0-", "InvalidArgument"),
+        ("bytes=5-2", "InvalidArgument"),
+        ("bytes=5-10", "InvalidRange"),
+    ):
+        with pytest.raises(ClientError) as e:
+            copy(CopySourceRange=rng)
+        assert error_code(e) == code, rng
+    with pytest.raises(ClientError) as e:
+        copy(CopySource={"Bucket": bucket, "Key": "missing"})
+    assert error_code(e) == "NoSuchKey"
+    with pytest.raises(ClientError) as e:
+        copy(CopySourceIfMatch='"0000"')
+    assert status(e) == 412
+    with pytest.raises(ClientError) as e:
+        copy(PartNumber=10_001)
+    assert error_code(e) == "InvalidArgument"
+    copy(CopySourceRange="bytes=2-4")
+    parts = s3.list_parts(Bucket=bucket, Key="dst", UploadId=uid)["Parts"]
+    assert [(p["PartNumber"], p["Size"]) for p in parts] == [(1, 3)]
+
+
+def test_completing_a_completed_upload_again_answers_as_the_first_time(s3, bucket) -> None:
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="twice")["UploadId"]
+    bodies = [os.urandom(5 * MiB), b"last part"]
+    parts = [
+        {
+            "PartNumber": n + 1,
+            "ETag": s3.upload_part(
+                Bucket=bucket, Key="twice", UploadId=uid, PartNumber=n + 1, Body=b
+            )["ETag"],
+        }
+        for n, b in enumerate(bodies)
+    ]
+    first = s3.complete_multipart_upload(
+        Bucket=bucket, Key="twice", UploadId=uid, MultipartUpload={"Parts": parts}
+    )
+    again = s3.complete_multipart_upload(
+        Bucket=bucket, Key="twice", UploadId=uid, MultipartUpload={"Parts": parts}
+    )
+    assert again["ETag"] == first["ETag"] == multipart_etag(bodies)
+    assert s3.get_object(Bucket=bucket, Key="twice")["Body"].read() == b"".join(bodies)
+    # Other parts than the completion used: the upload is gone.
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(
+            Bucket=bucket, Key="twice", UploadId=uid, MultipartUpload={"Parts": parts[:1]}
+        )
+    assert error_code(e) == "NoSuchUpload"

@@ -92,6 +92,8 @@ def test_conditional_requests(s3, bucket) -> None:
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=bucket, Key="c", IfNoneMatch=etag)
     assert status(e) == 304
+    # A 304 names the representation the client has.
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["etag"] == etag
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=bucket, Key="c", IfModifiedSince=after)
     assert status(e) == 304
@@ -281,3 +283,18 @@ def test_puts_in_progress_or_cut_off_leave_no_object(gateway, s3, bucket) -> Non
     # The key is free: the object is written as if nothing happened.
     s3.put_object(Bucket=bucket, Key="slow/obj", Body=b"whole", IfNoneMatch="*")
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["slow/obj"]
+
+
+def test_expires_is_kept(s3, bucket) -> None:
+    when = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+    s3.put_object(Bucket=bucket, Key="exp", Body=b"x", Expires=when)
+    assert s3.head_object(Bucket=bucket, Key="exp")["Expires"] == when
+    assert s3.get_object(Bucket=bucket, Key="exp")["Expires"] == when
+
+
+def test_empty_delimiter_and_continuation_token_are_absent_ones(s3, bucket) -> None:
+    for key in ("a/1", "a/2", "b"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    listed = s3.list_objects_v2(Bucket=bucket, Delimiter="", ContinuationToken="")
+    assert [o["Key"] for o in listed["Contents"]] == ["a/1", "a/2", "b"]
+    assert not listed.get("CommonPrefixes")

@@ -63,8 +63,9 @@ impl Gateway {
         let i = req.input;
         let enc = urlenc::requested(i.encoding_type.as_ref())?;
         let mut q = Query::from_request(&i.prefix, &i.delimiter, i.max_keys)?;
+        // An empty token is no token, as S3 treats it (the listing starts over).
         let resume = match (&i.continuation_token, &i.start_after) {
-            (Some(t), _) => Some(Item::from_token(t)?),
+            (Some(t), _) if !t.is_empty() => Some(Item::from_token(t)?),
             (None, Some(s)) if !s.is_empty() => Some(Item::Key(s.clone())),
             _ => None,
         };
