@@ -8,6 +8,7 @@
 
 mod auth;
 mod buckets;
+mod checksums;
 mod conditional;
 mod deletes;
 mod errors;

@@ -6,6 +6,8 @@ use s3s::dto::{ETag, Metadata, Timestamp};
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::Attrs;
 
+use crate::checksums::Checksums;
+
 const ETAG: &str = "s3:etag";
 const CONTENT_TYPE: &str = "s3:content-type";
 const CONTENT_ENCODING: &str = "s3:content-encoding";
@@ -16,6 +18,7 @@ const EXPIRES: &str = "s3:expires";
 /// On the version a CompleteMultipartUpload made: the upload's id, so that completing the
 /// same upload again with the same parts answers as the first completion did.
 const UPLOAD_ID: &str = "s3:upload-id";
+const FULL_OBJECT_CHECKSUM: &str = "s3:full-object-checksum";
 const USER_PREFIX: &str = "s3:meta:";
 const DELETE_MARKER: &str = "s3:delete-marker";
 const PARTS: &str = "s3:parts";
@@ -50,6 +53,10 @@ pub struct ObjectMeta {
     pub part_sizes: Option<Vec<u64>>,
     /// The multipart upload that made this version.
     pub upload_id: Option<String>,
+    /// Its flexible checksums (`x-amz-checksum-*`).
+    pub checksums: Checksums,
+    /// On a multipart upload's record: the client asked for a full-object checksum.
+    pub full_object_checksum: bool,
 }
 
 /// Part sizes as runs, `SIZE*COUNT` joined by `,` (all parts but the last usually have one
@@ -102,6 +109,8 @@ impl ObjectMeta {
             parts: attrs.get(PARTS).and_then(|p| p.parse().ok()),
             part_sizes: attrs.get(PART_SIZES).and_then(|p| decode_part_sizes(p)),
             upload_id: get(UPLOAD_ID),
+            checksums: Checksums::from_attrs(attrs),
+            full_object_checksum: attrs.contains_key(FULL_OBJECT_CHECKSUM),
         }
     }
 
@@ -134,6 +143,10 @@ impl ObjectMeta {
         if self.delete_marker {
             a.insert(DELETE_MARKER.into(), "1".into());
         }
+        self.checksums.add_to(&mut a);
+        if self.full_object_checksum {
+            a.insert(FULL_OBJECT_CHECKSUM.into(), "1".into());
+        }
         a
     }
 
@@ -144,6 +157,8 @@ impl ObjectMeta {
             parts: None,
             part_sizes: None,
             upload_id: None,
+            checksums: Checksums::default(),
+            full_object_checksum: false,
             delete_marker: false,
             ..self.clone()
         }

@@ -6,11 +6,12 @@
 use md5::{Digest, Md5};
 use rand::Rng;
 use s3s::dto::*;
-use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders};
 use tomus_client::{CommitOptions, Extent};
 use tomus_wire::{Attrs, BlobInfo, EntryKind, ErrorKind};
 
 use crate::buckets::owner;
+use crate::checksums::{Checksums, Verifier};
 use crate::conditional::Expect;
 use crate::errors::{from_store, object_err, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
@@ -29,6 +30,19 @@ const UPLOAD_KEY: &str = "s3:upload-key";
 
 fn part_name(n: i32) -> String {
     format!("{PART_PREFIX}{n:05}")
+}
+
+/// Whether the checksums a completion lists for a part are those the part was stored with.
+fn checksums_agree(listed: &CompletedPart, stored: &Checksums) -> bool {
+    let given = Checksum {
+        checksum_crc32: listed.checksum_crc32.clone(),
+        checksum_crc32c: listed.checksum_crc32c.clone(),
+        checksum_crc64nvme: listed.checksum_crc64nvme.clone(),
+        checksum_sha1: listed.checksum_sha1.clone(),
+        checksum_sha256: listed.checksum_sha256.clone(),
+        ..Checksum::default()
+    };
+    stored.matches(&given)
 }
 
 /// The file of part `n` of upload `id` in `bucket`.
@@ -92,6 +106,7 @@ struct StoredPart {
     number: i32,
     blob: BlobInfo,
     etag: String,
+    checksums: Checksums,
 }
 
 impl Gateway {
@@ -128,8 +143,14 @@ impl Gateway {
             for (e, attrs) in page {
                 let name = e.path.rsplit('/').next().unwrap_or_default();
                 if let (Some(number), Some(blob)) = (part_number(name), e.blob) {
-                    let etag = meta::etag(&ObjectMeta::from_attrs(&attrs), blob.id, blob.latest);
-                    out.push(StoredPart { number, blob, etag });
+                    let described = ObjectMeta::from_attrs(&attrs);
+                    let etag = meta::etag(&described, blob.id, blob.latest);
+                    out.push(StoredPart {
+                        number,
+                        blob,
+                        etag,
+                        checksums: described.checksums,
+                    });
                 }
             }
             if !full {
@@ -154,6 +175,10 @@ impl Gateway {
             content_language: i.content_language,
             cache_control: i.cache_control,
             expires: i.expires.as_ref().map(meta::unix_seconds),
+            full_object_checksum: i
+                .checksum_type
+                .as_ref()
+                .is_some_and(|t| t.as_str() == ChecksumType::FULL_OBJECT),
             user: i.metadata.unwrap_or_default(),
             ..ObjectMeta::default()
         };
@@ -181,6 +206,8 @@ impl Gateway {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
+        let trailers = req.trailing_headers;
+        let headers = req.headers;
         let i = req.input;
         unsupported::customer_key(
             i.sse_customer_algorithm.as_ref(),
@@ -190,35 +217,56 @@ impl Gateway {
         check_part_number(i.part_number)?;
         self.upload(&i.bucket, &i.key, &i.upload_id).await?;
         let path = part_path(&i.bucket, &i.upload_id, i.part_number);
+        let declared = Checksum {
+            checksum_crc32: i.checksum_crc32,
+            checksum_crc32c: i.checksum_crc32c,
+            checksum_crc64nvme: i.checksum_crc64nvme,
+            checksum_sha1: i.checksum_sha1,
+            checksum_sha256: i.checksum_sha256,
+            ..Checksum::default()
+        };
+        let sums = Verifier::new(declared, i.checksum_algorithm.as_ref(), &headers)?;
         let (blob, entry) = self.open_for_write(&path, false, OBJECTS_KEEP).await?;
-        let etag = match self
-            .store_body(&blob, i.body, i.content_md5.as_deref())
+        let (etag, sums) = match self
+            .store_body(&blob, i.body, i.content_md5.as_deref(), sums, trailers)
             .await
         {
-            Ok(etag) => etag,
+            Ok(stored) => stored,
             Err(e) => {
                 self.ns.abandon(&entry).await;
                 return Err(e);
             }
         };
+        let dto = sums.dto();
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(etag)),
+            checksum_crc32: dto.checksum_crc32,
+            checksum_crc32c: dto.checksum_crc32c,
+            checksum_crc64nvme: dto.checksum_crc64nvme,
+            checksum_sha1: dto.checksum_sha1,
+            checksum_sha256: dto.checksum_sha256,
             ..UploadPartOutput::default()
         }))
     }
 
-    /// Streams a body into one new version of `blob` recording its MD5 as the ETag.
+    /// Streams a body into one new version of `blob` recording its MD5 as the ETag and its
+    /// flexible checksums once they match what the request declared (in `trailers` too).
     pub(crate) async fn store_body(
         &self,
         blob: &tomus_client::Blob,
         body: Option<StreamingBlob>,
         content_md5: Option<&str>,
-    ) -> S3Result<String> {
+        mut sums: Verifier,
+        trailers: Option<TrailingHeaders>,
+    ) -> S3Result<(String, Checksums)> {
         let mut writer = blob.writer();
-        let (md5, _) = crate::writes::drain(body, &mut writer, content_md5).await?;
+        let (md5, _) = crate::writes::drain(body, &mut writer, content_md5, &mut sums).await?;
+        let trailers = trailers.and_then(|t| t.take());
+        let sums = sums.finish(trailers.as_ref())?;
         let etag = meta::hex(&md5);
         let described = ObjectMeta {
             etag: Some(etag.clone()),
+            checksums: sums.clone(),
             ..ObjectMeta::default()
         };
         let options = CommitOptions {
@@ -229,7 +277,7 @@ impl Gateway {
             .commit_replace_with(&options)
             .await
             .map_err(object_err)?;
-        Ok(etag)
+        Ok((etag, sums))
     }
 
     pub(crate) async fn list_parts_op(
@@ -405,7 +453,10 @@ impl Gateway {
         let mut chosen: Vec<&StoredPart> = Vec::with_capacity(wanted.len());
         for (n, (w, &number)) in wanted.iter().zip(&numbers).enumerate() {
             let part = stored.iter().find(|p| p.number == number);
-            let etag_ok = |p: &StoredPart| w.e_tag.as_ref().is_none_or(|e| e.value() == p.etag);
+            let etag_ok = |p: &StoredPart| {
+                w.e_tag.as_ref().is_none_or(|e| e.value() == p.etag)
+                    && checksums_agree(w, &p.checksums)
+            };
             let part = match part {
                 Some(p) if etag_ok(p) => p,
                 _ => {
@@ -451,6 +502,11 @@ impl Gateway {
         object.parts = Some(chosen.len() as i32);
         object.part_sizes = Some(chosen.iter().map(|p| p.blob.size).collect());
         object.upload_id = Some(i.upload_id.clone());
+        let parts_sums: Vec<(Checksums, u64)> = chosen
+            .iter()
+            .map(|p| (p.checksums.clone(), p.blob.size))
+            .collect();
+        object.checksums = Checksums::of_parts(&parts_sums, described.full_object_checksum);
         let path = paths::file_path(&i.bucket, &i.key)?;
         // If-Match: 404 on a missing key, 412 on another ETag; the composition then commits
         // only if the object still has the checked version's size (see `conditional.rs`).
@@ -476,10 +532,17 @@ impl Gateway {
         if let Err(e) = self.ns.delete(&dir, true).await {
             tracing::warn!("removing the parts of upload {}: {e}", i.upload_id);
         }
+        let sums = object.checksums.dto();
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(i.bucket.clone()),
             key: Some(i.key.clone()),
             e_tag: Some(ETag::Strong(etag)),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
+            checksum_type: object.checksums.kind(),
             location: Some(format!("/{}/{}", i.bucket, i.key)),
             version_id: state
                 .versioned()

@@ -104,6 +104,17 @@ impl Conditions<'_> {
     }
 }
 
+/// The checksums a GET or HEAD answers with: those of the version, when the client asked
+/// (`x-amz-checksum-mode: ENABLED`) and reads the whole object (they describe only that).
+fn shown_checksums(mode: Option<&ChecksumMode>, whole: bool, f: &Found) -> Checksum {
+    let asked = mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
+    if asked && whole {
+        f.meta.checksums.dto()
+    } else {
+        Checksum::default()
+    }
+}
+
 /// The bytes `[start, end)` a Range asks for, or `InvalidRange`.
 pub(crate) fn byte_range(range: Option<&Range>, size: u64) -> S3Result<Option<(u64, u64)>> {
     let Some(r) = range else { return Ok(None) };
@@ -344,6 +355,7 @@ impl Gateway {
         let size = f.size();
         let range = read_range(i.range.as_ref(), i.part_number, &f)?;
         let (start, end) = range.unwrap_or((0, size));
+        let sums = shown_checksums(i.checksum_mode.as_ref(), range.is_none(), &f);
         let body = if start == end {
             StreamingBlob::from(Body::empty())
         } else {
@@ -363,6 +375,14 @@ impl Gateway {
             content_language: m.content_language.clone(),
             cache_control: m.cache_control.clone(),
             expires: m.expires_header(),
+            checksum_crc32: sums.checksum_crc32.clone(),
+            checksum_crc32c: sums.checksum_crc32c.clone(),
+            checksum_crc64nvme: sums.checksum_crc64nvme.clone(),
+            checksum_sha1: sums.checksum_sha1.clone(),
+            checksum_sha256: sums.checksum_sha256.clone(),
+            checksum_type: (sums != Checksum::default())
+                .then(|| f.meta.checksums.kind())
+                .flatten(),
             e_tag: Some(ETag::Strong(f.etag.clone())),
             last_modified: Some(meta::timestamp(f.modified_ms())),
             metadata: m.user_metadata(),
@@ -405,6 +425,7 @@ impl Gateway {
         let size = f.size();
         let range = read_range(i.range.as_ref(), i.part_number, &f)?;
         let (start, end) = range.unwrap_or((0, size));
+        let sums = shown_checksums(i.checksum_mode.as_ref(), range.is_none(), &f);
         let m = &f.meta;
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some((end - start) as i64),
@@ -418,6 +439,14 @@ impl Gateway {
             content_language: m.content_language.clone(),
             cache_control: m.cache_control.clone(),
             expires: m.expires_header(),
+            checksum_crc32: sums.checksum_crc32.clone(),
+            checksum_crc32c: sums.checksum_crc32c.clone(),
+            checksum_crc64nvme: sums.checksum_crc64nvme.clone(),
+            checksum_sha1: sums.checksum_sha1.clone(),
+            checksum_sha256: sums.checksum_sha256.clone(),
+            checksum_type: (sums != Checksum::default())
+                .then(|| f.meta.checksums.kind())
+                .flatten(),
             e_tag: Some(ETag::Strong(f.etag.clone())),
             last_modified: Some(meta::timestamp(f.modified_ms())),
             metadata: m.user_metadata(),

@@ -5,10 +5,11 @@
 use futures::StreamExt;
 use md5::{Digest, Md5};
 use s3s::dto::*;
-use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders};
 use tomus_client::{Blob, BlobWriter, CommitOptions, CreateOptions, Extent};
 use tomus_wire::{ErrorKind, FsEntry, Retention, VersionInfo};
 
+use crate::checksums::Verifier;
 use crate::conditional::Expect;
 use crate::errors::{custom, from_store, object_err, path_conflict, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
@@ -43,6 +44,14 @@ struct Guard<'a> {
     expect: Expect,
 }
 
+/// What a PUT's body is checked against: its Content-MD5 and flexible checksums, the latter
+/// declared in headers or in the trailer of an `aws-chunked` body.
+struct Checks<'a> {
+    content_md5: Option<&'a str>,
+    sums: Verifier,
+    trailers: Option<TrailingHeaders>,
+}
+
 /// What a PUT does with its body.
 enum Mode {
     Replace,
@@ -72,13 +81,14 @@ fn meta_from_input(
     }
 }
 
-/// Streams `body` into `writer`, returning its MD5 and length; with `content_md5` (the
-/// base64 Content-MD5 header), a body whose MD5 differs is refused (`BadDigest`) before
-/// anything is committed.
+/// Streams `body` into `writer`, returning its MD5 and length, and feeding `sums` (the
+/// flexible checksums, checked by the caller); with `content_md5` (the base64 Content-MD5
+/// header), a body whose MD5 differs is refused (`BadDigest`) before anything is committed.
 pub(crate) async fn drain(
     body: Option<StreamingBlob>,
     writer: &mut BlobWriter,
     content_md5: Option<&str>,
+    sums: &mut Verifier,
 ) -> S3Result<([u8; 16], u64)> {
     let mut md5 = Md5::new();
     let mut n = 0u64;
@@ -91,6 +101,7 @@ pub(crate) async fn drain(
                 )
             })?;
             md5.update(&part);
+            sums.update(&part);
             n += part.len() as u64;
             writer.write(&part).await.map_err(object_err)?;
         }
@@ -177,6 +188,8 @@ impl Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let tomus_append = header_is_true(&req.headers, APPEND_HEADER);
+        let trailers = req.trailing_headers;
+        let headers = req.headers;
         let i = req.input;
         unsupported::put_object(&i)?;
         let state = self.bucket(&i.bucket).await?;
@@ -225,12 +238,24 @@ impl Gateway {
         };
         // If-Match on a missing key is 404 and on another ETag 412, before the body is read.
         self.expect_current(&path, &i.key, &guard.expect).await?;
+        let declared = Checksum {
+            checksum_crc32: i.checksum_crc32,
+            checksum_crc32c: i.checksum_crc32c,
+            checksum_crc64nvme: i.checksum_crc64nvme,
+            checksum_sha1: i.checksum_sha1,
+            checksum_sha256: i.checksum_sha256,
+            ..Checksum::default()
+        };
+        let checks = Checks {
+            content_md5: i.content_md5.as_deref(),
+            sums: Verifier::new(declared, i.checksum_algorithm.as_ref(), &headers)?,
+            trailers,
+        };
         let (blob, entry) = self
             .open_for_write(&path, exclusive, state.object_retention())
             .await?;
-        let content_md5 = i.content_md5.as_deref();
         let written = self
-            .write(&blob, mode, &mut described, i.body, content_md5, &guard)
+            .write(&blob, mode, &mut described, i.body, checks, &guard)
             .await;
         let (info, headers) = match written {
             Ok(x) => x,
@@ -239,8 +264,15 @@ impl Gateway {
                 return Err(e);
             }
         };
+        let sums = described.checksums.dto();
         let out = PutObjectOutput {
             e_tag: Some(meta::etag_header(&described, blob.id(), info.version)),
+            checksum_crc32: sums.checksum_crc32,
+            checksum_crc32c: sums.checksum_crc32c,
+            checksum_crc64nvme: sums.checksum_crc64nvme,
+            checksum_sha1: sums.checksum_sha1,
+            checksum_sha256: sums.checksum_sha256,
+            checksum_type: described.checksums.kind(),
             version_id: state
                 .versioned()
                 .then(|| version_ids::format(blob.id(), info.version)),
@@ -259,11 +291,13 @@ impl Gateway {
         mode: Mode,
         described: &mut ObjectMeta,
         body: Option<StreamingBlob>,
-        content_md5: Option<&str>,
+        mut checks: Checks<'_>,
         guard: &Guard<'_>,
     ) -> S3Result<(VersionInfo, http::HeaderMap)> {
         let mut writer = blob.writer();
-        let (md5, len) = drain(body, &mut writer, content_md5).await?;
+        let (md5, len) = drain(body, &mut writer, checks.content_md5, &mut checks.sums).await?;
+        let trailers = checks.trailers.and_then(|t| t.take());
+        let sums = checks.sums.finish(trailers.as_ref())?;
         // The commit publishes only if the blob still has the checked version's size.
         let guarded = self
             .expect_current(guard.path, guard.key, &guard.expect)
@@ -272,6 +306,7 @@ impl Gateway {
         let expect_size = match mode {
             Mode::Replace => {
                 described.etag = Some(meta::hex(&md5));
+                described.checksums = sums;
                 let options = CommitOptions {
                     attrs: described.to_attrs(),
                     expect_size: guarded,
@@ -285,6 +320,9 @@ impl Gateway {
             Mode::AppendAt(o) => Some(o),
             Mode::Append => guarded,
         };
+        // The checksums checked the appended bytes; the object's whole-content ones no
+        // longer hold.
+        described.checksums = Default::default();
         if len == 0 {
             return Err(s3_err(S3ErrorCode::InvalidArgument, "empty append"));
         }
@@ -407,8 +445,9 @@ impl Gateway {
         } else {
             src.meta.descriptive()
         };
-        // The content is the source's: so are its ETag and part count.
+        // The content is the source's: so are its ETag, checksums and part count.
         described.etag = Some(src.etag.clone());
+        described.checksums = src.meta.checksums.clone();
         described.parts = src.meta.parts;
         described.part_sizes = src.meta.part_sizes.clone();
         let (blob, entry) = self
