@@ -51,6 +51,16 @@ impl Gateway {
             Target::File(p) => p,
         };
         let expect_size = self.expect_current(&path, key, expect).await?;
+        let version_id = match version_id {
+            // The "null" version of a bucket without versioning is its current object: the
+            // plain delete below. A bucket that has had versioning keeps none: nothing to do.
+            Some(version_ids::NULL) if state.versioning.is_none() => None,
+            Some(version_ids::NULL) => {
+                out.version_id = Some(version_ids::NULL.into());
+                return Ok(out);
+            }
+            other => other,
+        };
         if let Some(v) = version_ids::parse(version_id)? {
             out.version_id = version_id.map(str::to_string);
             out.delete_marker = self.delete_version(&path, v).await?.then_some(true);

@@ -181,6 +181,18 @@ impl ObjectMeta {
     }
 }
 
+/// The Content-Encoding to keep for an object: the request's without `aws-chunked`, which
+/// describes how the body was sent (SigV4 chunks), not the object (as S3 strips it).
+pub fn object_encoding(header: Option<String>) -> Option<String> {
+    let kept: Vec<&str> = header
+        .as_deref()?
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(","))
+}
+
 /// The version a version is a restored copy of (see `deletes.rs`).
 pub fn restored_from(attrs: &Attrs) -> Option<Version> {
     attrs.get(RESTORED_FROM).and_then(|v| v.parse().ok())
@@ -225,6 +237,16 @@ pub fn unix_seconds(t: &Timestamp) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aws_chunked_is_not_an_object_encoding() {
+        let enc = |s: &str| object_encoding(Some(s.to_string()));
+        assert_eq!(enc("aws-chunked"), None);
+        assert_eq!(enc("aws-chunked,gzip"), Some("gzip".into()));
+        assert_eq!(enc("gzip, aws-chunked"), Some("gzip".into()));
+        assert_eq!(enc("br"), Some("br".into()));
+        assert_eq!(object_encoding(None), None);
+    }
 
     #[test]
     fn attributes_round_trip() {

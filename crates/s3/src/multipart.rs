@@ -170,7 +170,7 @@ impl Gateway {
         let id = new_upload_id();
         let described = ObjectMeta {
             content_type: i.content_type,
-            content_encoding: i.content_encoding,
+            content_encoding: meta::object_encoding(i.content_encoding),
             content_disposition: i.content_disposition,
             content_language: i.content_language,
             cache_control: i.cache_control,

@@ -246,6 +246,17 @@ impl Gateway {
     ) -> S3Result<Found> {
         let state = self.bucket(bucket).await?;
         let path = paths::file_path(bucket, key)?;
+        let version_id = match version_id {
+            // The current object of a bucket that never had versioning.
+            Some(version_ids::NULL) if state.versioning.is_none() => None,
+            Some(version_ids::NULL) => return Err(s3_err(
+                S3ErrorCode::NoSuchVersion,
+                format!(
+                    "{key}: tomus keeps no \"null\" version in a bucket that has had versioning"
+                ),
+            )),
+            other => other,
+        };
         let wanted = version_ids::parse(version_id)?;
         let version = wanted.map(|w| w.version);
         let (obj, blob) = match self.ns.object(&path, version).await {

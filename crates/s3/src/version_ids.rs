@@ -30,6 +30,10 @@ impl VersionRef {
     }
 }
 
+/// The version id S3 gives objects of a bucket without versioning: here, the current
+/// version of such an object (the only one such a bucket keeps).
+pub(crate) const NULL: &str = "null";
+
 /// The S3 version id of version `version` of blob `blob`.
 pub(crate) fn format(blob: BlobId, version: Version) -> String {
     format!("{blob}.{version}")

@@ -48,6 +48,9 @@ impl Gateway {
         let enc = urlenc::requested(i.encoding_type.as_ref())?;
         let mut q = Query::from_request(&i.prefix, &i.delimiter, i.max_keys)?;
         q.resume_after_marker(i.key_marker.as_ref());
+        // A bucket that never had versioning shows each object once, as its "null" version
+        // (the older versions waiting for collection are not S3 versions).
+        let unversioned = self.bucket(&i.bucket).await?.versioning.is_none();
         let page = self.scan(&i.bucket, &q, true).await?;
         // Futures built eagerly: a stream closure over borrowed entries would not be Send.
         let fetches: Vec<_> = page
@@ -66,9 +69,14 @@ impl Gateway {
             let key = urlenc::name(enc, key.clone());
             let blob = entry.blob.as_ref().map(|b| b.id).unwrap_or_default();
             let latest = history.last().map(|(v, _)| v.version);
-            for (v, attrs) in history.iter().rev() {
+            let shown = if unversioned { 1 } else { history.len() };
+            for (v, attrs) in history.iter().rev().take(shown) {
                 let m = ObjectMeta::from_attrs(attrs);
-                let id = version_ids::format(blob, v.version);
+                let id = if unversioned {
+                    version_ids::NULL.to_string()
+                } else {
+                    version_ids::format(blob, v.version)
+                };
                 let is_latest = Some(v.version) == latest;
                 let modified = meta::timestamp(v.published_ms);
                 last_version = Some(id.clone());

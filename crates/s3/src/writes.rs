@@ -72,7 +72,7 @@ fn meta_from_input(
 ) -> ObjectMeta {
     ObjectMeta {
         content_type,
-        content_encoding,
+        content_encoding: meta::object_encoding(content_encoding),
         content_disposition,
         content_language,
         cache_control,

@@ -163,3 +163,23 @@ def test_deleting_the_latest_version_above_a_delete_marker_leaves_the_key_delete
     listed = s3.list_object_versions(Bucket=bucket)
     assert [v["VersionId"] for v in listed["Versions"]] == [v1]
     assert [m["IsLatest"] for m in listed["DeleteMarkers"]] == [True, False]
+
+
+def test_objects_of_an_unversioned_bucket_have_the_null_version(s3, bucket) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"one")
+    s3.put_object(Bucket=bucket, Key="k", Body=b"two")
+    listed = s3.list_object_versions(Bucket=bucket)["Versions"]
+    assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in listed] == [("k", "null", True)]
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId="null")["Body"].read() == b"two"
+    assert s3.head_object(Bucket=bucket, Key="k", VersionId="null")["ContentLength"] == 3
+    s3.delete_object(Bucket=bucket, Key="k", VersionId="null")
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k")
+    assert error_code(e) == "NoSuchKey"
+    # Once versioning is on, versions have ids of their own and "null" names none.
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    vid = s3.put_object(Bucket=bucket, Key="k", Body=b"three")["VersionId"]
+    assert vid != "null"
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k", VersionId="null")
+    assert error_code(e) == "NoSuchVersion"
