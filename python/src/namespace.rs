@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tomus_client::CreateOptions;
-use tomus_wire::{EntryKind, FsEntry};
+use tomus_wire::{EntryKind, FsEntry, FsRetention, Retention};
 
 use crate::blob::Blob;
 use crate::client::Conn;
@@ -42,6 +43,67 @@ fn entry_dict<'py>(py: Python<'py>, e: &FsEntry) -> PyResult<Bound<'py, PyDict>>
         }
     }
     Ok(d)
+}
+
+/// A retention policy as a dict: `keep_all`, `keep_last` (versions) and `keep_newer_than`
+/// (seconds), one of them set, and `path`, `type` and `from` (where the policy comes from:
+/// the file itself, the directory that set it, or `None` for the default).
+fn retention_dict<'py>(py: Python<'py>, r: &FsRetention) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("path", &r.path)?;
+    let kind = match r.kind {
+        EntryKind::File => "file",
+        EntryKind::Dir => "directory",
+    };
+    d.set_item("type", kind)?;
+    d.set_item("keep_all", r.retention == Retention::KeepAll)?;
+    let (last, newer) = match r.retention {
+        Retention::KeepAll => (None, None),
+        Retention::KeepLast(n) => (Some(n), None),
+        Retention::KeepNewerThan(ms) => (None, Some(ms as f64 / 1000.0)),
+    };
+    d.set_item("keep_last", last)?;
+    d.set_item("keep_newer_than", newer)?;
+    d.set_item("from", &r.from)?;
+    Ok(d)
+}
+
+/// The policy `set_retention`'s keywords name (exactly one of them; `inherit`: none).
+fn policy_arg(
+    keep_last: Option<i64>,
+    keep_newer_than: Option<f64>,
+    keep_all: bool,
+    inherit: bool,
+) -> PyResult<Option<Retention>> {
+    let given = [
+        keep_last.is_some(),
+        keep_newer_than.is_some(),
+        keep_all,
+        inherit,
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(PyValueError::new_err(
+            "give exactly one of keep_last=N, keep_newer_than=SECONDS, keep_all=True, \
+             inherit=True",
+        ));
+    }
+    if let Some(n) = keep_last {
+        return match u32::try_from(n) {
+            Ok(n) if n >= 1 => Ok(Some(Retention::KeepLast(n))),
+            _ => Err(PyValueError::new_err(format!(
+                "keep_last must be at least 1 (the latest version always stays), got {n}"
+            ))),
+        };
+    }
+    if let Some(s) = keep_newer_than {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(PyValueError::new_err(format!(
+                "keep_newer_than must be a positive number of seconds, got {s}"
+            )));
+        }
+        return Ok(Some(Retention::KeepNewerThan((s * 1000.0).ceil() as u64)));
+    }
+    Ok(keep_all.then_some(Retention::KeepAll))
 }
 
 impl Namespace {
@@ -161,6 +223,34 @@ impl Namespace {
     #[pyo3(signature = (path, recursive=false))]
     fn delete(&self, py: Python<'_>, path: String, recursive: bool) -> PyResult<()> {
         self.run(py, |ns| async move { ns.delete(&path, recursive).await })
+    }
+
+    /// The retention policy of the file `path`, or the one the directory `path` gives the
+    /// files created below it, and where it comes from.
+    fn retention<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyDict>> {
+        let r = self.run(py, |ns| async move { ns.retention(&path).await })?;
+        retention_dict(py, &r)
+    }
+
+    /// Sets the policy of the file `path` (applied at once), or the one the directory
+    /// `path` gives the files created below it from now on; `inherit=True` makes a
+    /// directory follow its parent again. Returns the policy now in effect.
+    #[pyo3(signature = (path, *, keep_last=None, keep_newer_than=None, keep_all=false, inherit=false))]
+    fn set_retention<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        keep_last: Option<i64>,
+        keep_newer_than: Option<f64>,
+        keep_all: bool,
+        inherit: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let policy = policy_arg(keep_last, keep_newer_than, keep_all, inherit)?;
+        let r = self.run(
+            py,
+            |ns| async move { ns.set_retention(&path, policy).await },
+        )?;
+        retention_dict(py, &r)
     }
 
     fn __repr__(&self) -> String {

@@ -308,3 +308,26 @@ def test_fsspec_registry_pandas_pyarrow_and_dask(root: str, env_addr: None) -> N
     ddf = dd.read_parquet(f"tomus://{root}/p")
     # In this process: the test must not depend on which Dask client other tests left around.
     assert int(ddf["id"].sum().compute(scheduler="sync")) == sum(range(1000)) + sum(range(10))
+
+
+def test_retention_policies_from_python(fs: TomusFileSystem, root: str) -> None:
+    # New files keep the last 3 versions unless a directory above says otherwise.
+    default = fs.retention(root)
+    assert (default["type"], default["keep_last"], default["from"]) == ("directory", 3, None)
+    fs.makedirs(f"{root}/runs")
+    set_dir = fs.set_retention(f"{root}/runs", keep_last=5)
+    # Paths come back as entry names do: without the leading "/".
+    assert (set_dir["keep_last"], set_dir["from"]) == (5, f"{root}/runs".lstrip("/"))
+    fs.pipe(f"{root}/runs/out.bin", b"first")
+    got = fs.retention(f"{root}/runs/out.bin")
+    assert (got["type"], got["keep_last"], got["keep_all"]) == ("file", 5, False)
+    got = fs.set_retention(f"{root}/runs/out.bin", keep_all=True)
+    assert got["keep_all"] and got["keep_last"] is None
+    got = fs.set_retention(f"{root}/runs/out.bin", keep_newer_than=90.5)
+    assert got["keep_newer_than"] == 90.5
+    assert fs.set_retention(f"{root}/runs", inherit=True)["keep_last"] == 3
+    for bad in ({}, {"keep_last": 2, "keep_all": True}, {"keep_last": 0}, {"keep_newer_than": -1}):
+        with pytest.raises(ValueError):
+            fs.set_retention(f"{root}/runs", **bad)  # type: ignore[arg-type]
+    with pytest.raises(tomus.NotFound):
+        fs.retention(f"{root}/missing")

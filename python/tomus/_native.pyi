@@ -9,7 +9,7 @@ from typing import ClassVar, Literal, final
 
 from typing_extensions import Buffer
 
-from tomus.fs import Entry, TomusFileSystem
+from tomus.fs import Entry, Retention, TomusFileSystem
 
 __all__ = [
     "BUILD_PROFILE",
@@ -122,6 +122,18 @@ class Namespace:
     ) -> tuple[Entry, Blob, VersionInfo]: ...
     def rename(self, src: str, dst: str) -> None: ...
     def delete(self, path: str, recursive: bool = False) -> None: ...
+    def retention(self, path: str) -> Retention:
+        """The policy of a file, or the one a directory gives new files below it."""
+    def set_retention(
+        self,
+        path: str,
+        *,
+        keep_last: int | None = None,
+        keep_newer_than: float | None = None,
+        keep_all: bool = False,
+        inherit: bool = False,
+    ) -> Retention:
+        """Sets one of the policies (exactly one keyword); returns the policy in effect."""
 
 @final
 class VersionInfo:

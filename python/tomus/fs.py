@@ -29,7 +29,7 @@ from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 from tomus._native import Blob, BlobWriter, Client, VersionInfo
 from tomus.errors import InvalidArgument, NotFound, PreconditionFailed
 
-__all__ = ["Entry", "TomusFile", "TomusFileSystem"]
+__all__ = ["Entry", "Retention", "TomusFile", "TomusFileSystem"]
 
 
 class _EntryFields(TypedDict):  # what every entry has; Entry adds what only files have
@@ -51,6 +51,22 @@ class Entry(_EntryFields, total=False):
     chunk_size: int
     replication: int
 
+
+# A retention policy (``Namespace.retention``, ``TomusFileSystem.retention``): one of
+# ``keep_all``, ``keep_last`` (versions) and ``keep_newer_than`` (seconds) is set; ``from`` is
+# where it comes from (the file, the directory that set it, or None for the default). The
+# functional form because ``from`` is a keyword.
+Retention = TypedDict(
+    "Retention",
+    {
+        "path": str,
+        "type": Literal["file", "directory"],
+        "keep_all": bool,
+        "keep_last": "int | None",
+        "keep_newer_than": "float | None",
+        "from": "str | None",
+    },
+)
 
 DEFAULT_CHUNK_SIZE = 4 << 20
 #: Ranges fetched at once by ``cat_ranges``.
@@ -220,6 +236,30 @@ class TomusFileSystem(AbstractFileSystem):
                 self.ns.delete(self._strip_protocol(p), recursive)
             else:
                 super().rm(p, recursive=recursive, maxdepth=maxdepth)
+
+    def retention(self, path: str) -> Retention:
+        """The versions a file keeps, or those a directory gives the files created below it
+        (new files keep the last 3 unless a directory above says otherwise)."""
+        return self.ns.retention(self._strip_protocol(path))
+
+    def set_retention(
+        self,
+        path: str,
+        *,
+        keep_last: int | None = None,
+        keep_newer_than: float | None = None,
+        keep_all: bool = False,
+        inherit: bool = False,
+    ) -> Retention:
+        """Sets what a file keeps (at once), or what a directory gives the files created
+        below it from now on (files already there keep theirs); exactly one keyword."""
+        return self.ns.set_retention(
+            self._strip_protocol(path),
+            keep_last=keep_last,
+            keep_newer_than=keep_newer_than,
+            keep_all=keep_all,
+            inherit=inherit,
+        )
 
     def mv(self, path1: str, path2: str, recursive: bool = False, **kwargs: Any) -> None:
         """Renames in the namespace: no data moves, versions stay with the file."""
