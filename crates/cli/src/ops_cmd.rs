@@ -175,6 +175,13 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
         format_size(m.unreferenced_bytes),
         m.pending_deletions
     )?;
+    if m.audits > 0 {
+        outln!(
+            "old versions: {} held only by versions older than their blob's latest (as of \
+             the last audit; retention policies decide how long)",
+            format_size(m.old_version_bytes)
+        )?;
+    }
     outln!(
         "ledger: {} leaves, {} chunks; {} changes applied, {} versions counted, {} rebuilds; \
          last repair round {} ms; {} audits{}",

@@ -89,6 +89,11 @@ fn overwrites_keep_the_last_three_versions_and_the_rest_is_collected() {
         seen_waiting, expired,
         "the bytes waiting for GC were never shown"
     );
+    // Versions 3 and 4 stay for the history: their chunks are held by old versions only.
+    let held = 2 * 4 * CHUNK as u64;
+    eventually("an audit counting the old versions' bytes", || {
+        maintenance(&addr)["old_version_bytes"].as_u64() == Some(held)
+    });
     let old = tomus(&addr, &["fs", "cat", "/runs/r1/out.bin", "--version", "2"]);
     assert!(!old.status.success());
     let why = String::from_utf8_lossy(&old.stderr);

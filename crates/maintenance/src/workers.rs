@@ -377,6 +377,8 @@ impl Worker for AuditWorker {
             format!("{found}; the ledger agrees with the cluster")
         };
         s.refresh_ledger_stats().await?;
+        let old = on_ledger(&s.ledger, |l| l.old_version_bytes()).await?;
+        update(&s.progress, |p| p.old_version_bytes = old);
         let again = s.audit_wanted.load(Ordering::SeqCst);
         Ok(if again { Round::Busy } else { Round::Idle })
     }

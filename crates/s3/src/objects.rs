@@ -249,12 +249,14 @@ impl Gateway {
         let version_id = match version_id {
             // The current object of a bucket that never had versioning.
             Some(version_ids::NULL) if state.versioning.is_none() => None,
-            Some(version_ids::NULL) => return Err(s3_err(
-                S3ErrorCode::NoSuchVersion,
-                format!(
+            Some(version_ids::NULL) => {
+                return Err(s3_err(
+                    S3ErrorCode::NoSuchVersion,
+                    format!(
                     "{key}: tomus keeps no \"null\" version in a bucket that has had versioning"
                 ),
-            )),
+                ))
+            }
             other => other,
         };
         let wanted = version_ids::parse(version_id)?;

@@ -378,6 +378,9 @@ pub struct MaintenanceStatus {
     /// retained version refers to them; deleted once the reuse grace passed), as of the
     /// last `gc` or audit round.
     pub unreferenced_bytes: u64,
+    /// Bytes on the providers of the chunks only versions older than their blob's latest
+    /// refer to (what retention keeps for the history), as of the last audit.
+    pub old_version_bytes: u64,
     /// When the last complete repair pass started (Unix ms, the manager's clock; 0: none
     /// yet). A pass is complete when it planned from a ledger that had followed every change
     /// logged before it began; the findings above are those of the latest pass (set when it

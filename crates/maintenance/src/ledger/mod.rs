@@ -40,6 +40,7 @@ mod tracks;
 /// The model's transitions, in one write transaction.
 mod transitions;
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -246,6 +247,44 @@ impl Ledger {
             tracing::error!("maintenance ledger: {i}");
         }
         Ok(applied)
+    }
+
+    /// Bytes on the providers (length times copies) of the chunks that only versions older
+    /// than their blob's latest refer to: what retention keeps for the history, and what
+    /// dropping it would give back. One walk of every tracked leaf (the audit's pace, not
+    /// every round); memory in proportion to the old versions' chunks.
+    pub fn old_version_bytes(&self) -> Result<u64> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let leaves = txn.open_table(LEAVES).map_err(db_err)?;
+        let mut old: HashSet<ChunkId> = HashSet::new();
+        for row in leaves.iter().map_err(db_err)? {
+            let (_, v) = row.map_err(db_err)?;
+            let leaf: LeafTrack = decode(v.value())?;
+            if leaf.superseded_at.is_some() {
+                old.extend(leaf.chunks);
+            }
+        }
+        if old.is_empty() {
+            return Ok(0);
+        }
+        for row in leaves.iter().map_err(db_err)? {
+            let (_, v) = row.map_err(db_err)?;
+            let leaf: LeafTrack = decode(v.value())?;
+            if leaf.superseded_at.is_none() {
+                for c in &leaf.chunks {
+                    old.remove(c);
+                }
+            }
+        }
+        let chunks = txn.open_table(CHUNKS).map_err(db_err)?;
+        let mut bytes = 0u64;
+        for id in old {
+            if let Some(track) = chunk_track(&chunks, id)? {
+                let copies = track.replicas.len().max(1) as u64;
+                bytes = bytes.saturating_add(track.len * copies);
+            }
+        }
+        Ok(bytes)
     }
 
     pub fn stats(&self) -> Result<LedgerStats> {
