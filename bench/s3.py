@@ -1,21 +1,28 @@
-"""S3 gateway throughput next to the native Rust client, on one cluster, in one run.
+"""S3 gateway throughput next to the native Rust client and next to MinIO, in one run.
 
-Starts ``tomus up --s3`` (release build), then measures from P processes (default 8):
-  s3.put_mib_s / s3.get_mib_s      boto3 PutObject / GetObject of one large object each
-                                   (default 128 MiB), aggregate MiB/s
-  s3.put_4k_ops_s / s3.get_4k_ops_s  boto3 4 KiB PutObject / GetObject, aggregate ops/s
-  s3.head_bucket_ops_s             boto3 HeadBucket (answered from the gateway's cache): what
-                                   boto3 and HTTP alone allow here, the ceiling of the above
-and, on the same cluster in the same run, the native client doing the same operations
-through the namespace (``tomus bench --cluster ADDR --scenarios objects --clients P``: one
-process, P concurrent tasks). Prints JSON with both and the S3/native ratios.
+Starts ``tomus up --s3`` (release build) and, when a ``minio`` binary is found (``--minio``,
+``$PATH`` or ``~/go/bin``; build it with ``go install github.com/minio/minio@latest``), a
+single-drive MinIO server (it syncs every object, as tomus does with fsync on), then measures
+each from P processes (default 8), the servers alternating round by round (``--rounds``,
+default 3) so that the machine's noise hits both alike; medians per server:
+  put_mib_s / get_mib_s        boto3 PutObject / GetObject of one large object each
+                               (default 128 MiB), aggregate MiB/s
+  range_get_mib_s              boto3 ranged GETs (1 MiB at random offsets) of one shared
+                               object (default 1 GiB), aggregate MiB/s
+  put_4k_ops_s / get_4k_ops_s  boto3 4 KiB PutObject / GetObject, aggregate ops/s
+  head_bucket_ops_s            boto3 HeadBucket: what boto3 and HTTP alone allow here
+and, on the tomus cluster, the native client doing the same operations through the namespace
+(``tomus bench --cluster ADDR --scenarios objects --clients P``: one process, P concurrent
+tasks). Prints JSON with the medians, the tomus/MinIO and S3/native ratios. Without MinIO it
+says so and measures tomus alone.
 
     cargo build --release -p tomus-cli
     python3 -m venv bench/.venv && bench/.venv/bin/pip install boto3
     bench/.venv/bin/python bench/s3.py [--processes 8] [--object-mib 128] [--small-ops 250]
+        [--range-object-mib 1024] [--range-ops 64] [--rounds 3] [--minio PATH] [--no-minio]
         [--providers 4] [--no-fsync] [--out bench/results/s3.json]
 
-Not a test: it takes a minute or two and wants the machine to itself.
+Not a test: it takes minutes and wants the machine to itself; what it writes is removed.
 """
 
 from __future__ import annotations
@@ -26,7 +33,11 @@ import multiprocessing as mp
 import os
 import platform
 import queue
+import random
+import shutil
 import signal
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,6 +79,8 @@ def worker(phase: str, index: int, endpoint: str, args, barrier, results) -> Non
     small = f"small/{index}"
     payload = os.urandom(args.object_mib * MIB) if phase == "put_big" else None
     tiny = os.urandom(4096)
+    rng = random.Random(index)
+    range_size = args.range_object_mib * MIB
     s3.head_bucket(Bucket=BUCKET)  # connect before the clock starts
     barrier.wait()
     start = time.monotonic()
@@ -79,6 +92,15 @@ def worker(phase: str, index: int, endpoint: str, args, barrier, results) -> Non
         body = s3.get_object(Bucket=BUCKET, Key=big)["Body"]
         while chunk := body.read(4 * MIB):
             moved += len(chunk)
+    elif phase == "get_ranges":
+        for _ in range(args.range_ops):
+            at = rng.randrange(0, range_size - MIB)
+            rng_header = f"bytes={at}-{at + MIB - 1}"
+            moved += len(
+                s3.get_object(Bucket=BUCKET, Key="shared", Range=rng_header)[
+                    "Body"
+                ].read()
+            )
     elif phase == "put_small":
         for k in range(args.small_ops):
             s3.put_object(Bucket=BUCKET, Key=f"{small}/{k}", Body=tiny)
@@ -115,6 +137,92 @@ def run_phase(phase: str, endpoint: str, args) -> float:
     seconds = max(e for _, e, _ in got) - min(s for s, _, _ in got)
     moved = sum(m for _, _, m in got)
     return moved / seconds
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_minio(args) -> str | None:
+    if args.no_minio:
+        return None
+    for candidate in (
+        args.minio,
+        shutil.which("minio"),
+        str(Path.home() / "go/bin/minio"),
+    ):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def start_minio(minio: str, data: Path) -> tuple[subprocess.Popen, str]:
+    """A single-drive MinIO server on `data` (it syncs each object, as tomus with fsync)."""
+    data.mkdir(parents=True)
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "MINIO_ROOT_USER": ACCESS,
+        "MINIO_ROOT_PASSWORD": SECRET,
+        "MINIO_BROWSER": "off",
+        "MINIO_UPDATE": "off",
+    }
+    log = open(data.parent / "minio.log", "wb")  # noqa: SIM115 - lives as long as the server
+    cmd = [
+        minio,
+        "server",
+        str(data),
+        "--address",
+        endpoint,
+        "--console-address",
+        "127.0.0.1:0",
+    ]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client(endpoint).list_buckets()
+            return proc, endpoint
+        except Exception:  # noqa: BLE001 - not up yet
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(
+                    f"minio did not start: {(data.parent / 'minio.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.5)
+
+
+def prepare(endpoint: str, args) -> None:
+    """The bucket and the shared object the ranged GETs read."""
+    s3 = client(endpoint)
+    s3.create_bucket(Bucket=BUCKET)
+    with tempfile.TemporaryFile() as f:
+        block = os.urandom(MIB)
+        for i in range(args.range_object_mib):
+            f.write(i.to_bytes(8, "little") + block[8:])
+        f.seek(0)
+        s3.upload_fileobj(f, BUCKET, "shared")
+
+
+def measure(endpoint: str, args) -> dict:
+    return {
+        "put_mib_s": run_phase("put_big", endpoint, args) / MIB,
+        "get_mib_s": run_phase("get_big", endpoint, args) / MIB,
+        "range_get_mib_s": run_phase("get_ranges", endpoint, args) / MIB,
+        "put_4k_ops_s": run_phase("put_small", endpoint, args),
+        "get_4k_ops_s": run_phase("get_small", endpoint, args),
+        "head_bucket_ops_s": run_phase("head_bucket", endpoint, args),
+    }
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def start_cluster(tomus: str, data: Path, args) -> tuple[subprocess.Popen, str, str]:
@@ -161,45 +269,80 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=8)
     ap.add_argument("--object-mib", type=int, default=128)
     ap.add_argument("--small-ops", type=int, default=250, help="4 KiB ops per process")
+    ap.add_argument("--range-object-mib", type=int, default=1024)
+    ap.add_argument(
+        "--range-ops", type=int, default=64, help="1 MiB ranged GETs per process"
+    )
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--minio", help="the minio binary (default: $PATH, then ~/go/bin)")
+    ap.add_argument("--no-minio", action="store_true", help="measure tomus alone")
     ap.add_argument("--providers", type=int, default=4)
     ap.add_argument("--no-fsync", action="store_true")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if not Path(args.tomus).exists():
         sys.exit(f"{args.tomus} missing: cargo build --release -p tomus-cli")
+    minio = find_minio(args)
+    if minio is None and not args.no_minio:
+        print(
+            "MinIO not found (--minio PATH, or `go install github.com/minio/minio@latest`): "
+            "measuring tomus alone",
+            file=sys.stderr,
+        )
+    rounds: dict[str, list[dict]] = {"tomus": []}
     with tempfile.TemporaryDirectory(prefix="tomus-s3-bench-") as tmp:
-        proc, manager, endpoint = start_cluster(args.tomus, Path(tmp) / "data", args)
+        servers: list[tuple[str, subprocess.Popen, str]] = []
         try:
-            client(endpoint).create_bucket(Bucket=BUCKET)
-            s3 = {
-                "put_mib_s": run_phase("put_big", endpoint, args) / MIB,
-                "get_mib_s": run_phase("get_big", endpoint, args) / MIB,
-                "put_4k_ops_s": run_phase("put_small", endpoint, args),
-                "get_4k_ops_s": run_phase("get_small", endpoint, args),
-                "head_bucket_ops_s": run_phase("head_bucket", endpoint, args),
-            }
+            proc, manager, endpoint = start_cluster(
+                args.tomus, Path(tmp) / "data", args
+            )
+            servers.append(("tomus", proc, endpoint))
+            if minio:
+                mproc, mendpoint = start_minio(minio, Path(tmp) / "minio" / "data")
+                servers.append(("minio", mproc, mendpoint))
+                rounds["minio"] = []
+            for _, _, ep in servers:
+                prepare(ep, args)
+            for r in range(args.rounds):
+                # Alternate which server goes first, so neither always runs on a warmer machine.
+                order = servers if r % 2 == 0 else servers[::-1]
+                for name, _, ep in order:
+                    rounds[name].append(measure(ep, args))
+                    print(f"round {r + 1} {name}: {rounds[name][-1]}", file=sys.stderr)
             rust = native(args.tomus, manager, args)
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            for _, p, _ in servers:
+                stop(p)
+    metrics = list(rounds["tomus"][0])
+    medians = {
+        name: {k: statistics.median(x[k] for x in runs) for k in metrics}
+        for name, runs in rounds.items()
+    }
     keys = ["put_mib_s", "get_mib_s", "put_4k_ops_s", "get_4k_ops_s"]
     report = {
         "config": {
             "processes": args.processes,
             "object_mib": args.object_mib,
             "small_ops_per_process": args.small_ops,
+            "range_object_mib": args.range_object_mib,
+            "range_ops_per_process": args.range_ops,
+            "rounds": args.rounds,
             "providers": args.providers,
             "fsync": not args.no_fsync,
+            "minio": minio,
             "cores": os.cpu_count(),
             "python": platform.python_version(),
         },
-        "s3_boto3": s3,
+        "rounds": rounds,
+        "median": medians,
+        "s3_boto3": medians["tomus"],
         "native_rust": {k: rust[k] for k in keys},
-        "ratio_s3_to_native": {k: s3[k] / rust[k] for k in keys},
+        "ratio_s3_to_native": {k: medians["tomus"][k] / rust[k] for k in keys},
     }
+    if "minio" in medians:
+        report["ratio_tomus_to_minio"] = {
+            k: medians["tomus"][k] / medians["minio"][k] for k in metrics
+        }
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text + "\n")
