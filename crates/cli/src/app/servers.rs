@@ -143,6 +143,7 @@ pub(super) fn run_manager(
         new_file_grace: Duration::from_millis(a.gc_grace_ms),
         limits: a.limits.limits(),
     };
+    let backup_secret = secret.clone();
     let maintenance = (!a.no_maintenance).then(|| tomus_maintenance::MaintenanceConfig {
         secret,
         interval: Duration::from_millis(a.maintenance_interval_ms.max(10)),
@@ -154,7 +155,7 @@ pub(super) fn run_manager(
         ..tomus_maintenance::MaintenanceConfig::new(String::new(), a.data.clone())
     });
     serve("manager", |ready, stop| {
-        manager_with_maintenance(config, maintenance, ready, stop)
+        manager_with_maintenance(config, maintenance, backup_secret, ready, stop)
     })
 }
 
@@ -206,6 +207,7 @@ pub(super) fn run_provider(
 async fn manager_with_maintenance(
     config: tomus_manager::ManagerConfig,
     maintenance: Option<tomus_maintenance::MaintenanceConfig>,
+    backup_secret: Option<ClusterSecret>,
     ready: tokio::sync::oneshot::Sender<String>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> tomus_wire::Result<()> {
@@ -225,6 +227,17 @@ async fn manager_with_maintenance(
                 }
             }));
         }
+        // The backup service (idle until `tomus backup enable`): a point it leaves
+        // unfinished at shutdown resumes at the next start.
+        let backup_stop = stop.clone();
+        let backup_addr = addr.clone();
+        tokio::spawn(async move {
+            if let Err(e) =
+                tomus_backup::service::run(backup_addr, backup_secret, backup_stop).await
+            {
+                tracing::error!("the backup service stopped: {e}");
+            }
+        });
         let _ = ready.send(addr);
     }
     tokio::select! {
