@@ -326,3 +326,56 @@ fn ok_enable_slow(addr: &str, url: &str) {
 fn ok_now(addr: &str) {
     common::ok(tomus(addr, &["backup", "now"]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn old_points_go_and_one_file_restores_into_a_running_cluster() {
+    let tc = TestCluster::start(2);
+    let addr = tc.addr();
+    let (dir, url) = target_dir(&tc);
+    let client = tc.client().await;
+    let ns = client.namespace();
+    enable(&addr, &url, &["--keep", "2"]);
+    let (_, f) = ns.create("/f", options()).await.unwrap();
+    f.replace(&data(1, 600_000)).await.unwrap();
+    let first = point_now(&addr);
+    let with_f = bytes_at(&dir).1;
+    ns.delete("/f", false).await.unwrap();
+    let (_, g) = ns.create("/g", options()).await.unwrap();
+    g.replace(&data(2, 1000)).await.unwrap();
+    g.append(&data(3, 2000)).await.unwrap();
+    point_now(&addr);
+    let want = held(&client).await;
+    let last = point_now(&addr);
+    // Two points kept; /f's chunks were needed by the first only.
+    let listed = points(&addr, &url);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(!listed.contains(&first));
+    assert!(
+        bytes_at(&dir).1 < with_f,
+        "the first point's chunks are still there"
+    );
+    common::ok(tomus(&addr, &["backup", "verify"]));
+
+    // One file back into the running cluster, under a new name, every version.
+    common::ok(tomus(
+        &addr,
+        &[
+            "backup", "restore", "--target", &url, "--at", &last, "--path", "/g", "--to", "/g2",
+        ],
+    ));
+    let (_, g2) = ns.open("/g2").await.unwrap();
+    let (old, new) = (g.versions().await.unwrap(), g2.versions().await.unwrap());
+    assert_eq!(old.versions.len(), new.versions.len());
+    for (a, b) in old.versions.iter().zip(&new.versions) {
+        assert_eq!(
+            g.read(0, a.size, Some(a.version)).await.unwrap(),
+            g2.read(0, b.size, Some(b.version)).await.unwrap()
+        );
+    }
+    drop(client);
+    drop(tc);
+    let restored = tomus_cli::scratch_dir("restored-keep");
+    assert_eq!(restore_and_read(&url, &last, &restored).await, want);
+    let _ = std::fs::remove_dir_all(&restored);
+    let _ = std::fs::remove_dir_all(&dir);
+}
