@@ -73,12 +73,23 @@ class Bench:
 
     def up(self, name: str, providers: int, extra: list[str]) -> str:
         addr = free_addr()
-        log = open(self.scratch / f"{name}.log", "wb")
-        p = subprocess.Popen(
-            [self.tomus, "up", "--addr", addr, "--providers", str(providers),
-             "--data", str(self.scratch / name), *extra],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT,
-        )
+        with open(self.scratch / f"{name}.log", "wb") as log:
+            p = subprocess.Popen(
+                [
+                    self.tomus,
+                    "up",
+                    "--addr",
+                    addr,
+                    "--providers",
+                    str(providers),
+                    "--data",
+                    str(self.scratch / name),
+                    *extra,
+                ],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.procs.append(p)
         wait_for(addr)
         time.sleep(1.0)
@@ -116,43 +127,27 @@ def points(b: Bench, addr: str) -> list[dict]:
 def s3_write(b: Bench, addr: str, clients: int) -> float:
     """S3 write MiB/s of `tomus bench` (N writers, each its own blob) on the cluster."""
     out = json.loads(
-        b.run(addr, "bench", "--cluster", addr, "--scenarios", "s3s4", "--clients",
-              str(clients), "--runs", "1", "--per-client", "64MiB")
+        b.run(
+            addr,
+            "bench",
+            "--cluster",
+            addr,
+            "--scenarios",
+            "s3s4",
+            "--clients",
+            str(clients),
+            "--runs",
+            "1",
+            "--per-client",
+            "64MiB",
+        )
     )
     return find_s3(out)
 
 
-def find_s3(doc: object) -> float:
-    """The S3 write throughput in `tomus bench` JSON (its layout: scenario, then points)."""
-    if isinstance(doc, dict):
-        s3 = doc.get("s3") or doc.get("scenarios", {}).get("s3")
-        if s3 is not None:
-            return first_mib_s(s3)
-        for v in doc.values():
-            try:
-                return find_s3(v)
-            except LookupError:
-                pass
-    raise LookupError("no s3 result in tomus bench output")
-
-
-def first_mib_s(node: object) -> float:
-    if isinstance(node, dict):
-        for k in ("write_mib_s", "write", "mib_s"):
-            if isinstance(node.get(k), (int, float)):
-                return float(node[k])
-        for v in node.values():
-            try:
-                return first_mib_s(v)
-            except LookupError:
-                pass
-    if isinstance(node, list):
-        for v in node:
-            try:
-                return first_mib_s(v)
-            except LookupError:
-                pass
-    raise LookupError("no throughput")
+def find_s3(doc: dict) -> float:
+    """The S3 write throughput in `tomus bench` JSON: {"s3": {"write": [{"median": ...}]}}."""
+    return float(doc["s3"]["write"][0]["median"])
 
 
 def main() -> None:
@@ -173,8 +168,13 @@ def main() -> None:
         target = b.up("target", 2, ["--s3", s3])
         wait_for(s3)
         b.run(target, "fs", "mkdir", "/backup")
-        b.env = dict(env, AWS_ACCESS_KEY_ID=ACCESS, AWS_SECRET_ACCESS_KEY=SECRET,
-                     AWS_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://{s3}")
+        b.env = dict(
+            env,
+            AWS_ACCESS_KEY_ID=ACCESS,
+            AWS_SECRET_ACCESS_KEY=SECRET,
+            AWS_REGION="us-east-1",
+            AWS_ENDPOINT_URL=f"http://{s3}",
+        )
         url = "s3://backup/bench"
         src = b.up("source", 4, [])
         fill(b, src, "/data", a.data_mib)
@@ -204,14 +204,26 @@ def main() -> None:
 
         start = time.perf_counter()
         subprocess.run(
-            [a.tomus, "backup", "restore", "--target", url, "--at", first["point"],
-             "--data", str(scratch / "restored"), "--providers", "4"],
-            env=b.env, check=True, capture_output=True,
+            [
+                a.tomus,
+                "backup",
+                "restore",
+                "--target",
+                url,
+                "--at",
+                first["point"],
+                "--data",
+                str(scratch / "restored"),
+                "--providers",
+                "4",
+            ],
+            env=b.env,
+            check=True,
+            capture_output=True,
         )
         restore_secs = time.perf_counter() - start
         result = {
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                        "binary": a.tomus},
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "binary": a.tomus},
             "dataset_mib": a.data_mib,
             "backup": {
                 "full_seconds": secs,
