@@ -52,6 +52,7 @@ pub enum BackupCommand {
 
 #[derive(Args)]
 pub struct EnableArgs {
+    /// Where points go: s3://bucket/prefix or file:///absolute/dir.
     #[arg(long)]
     target: String,
     /// Pause between points (e.g. 1h, 30m, 10s, 500ms).
@@ -78,6 +79,7 @@ pub struct TargetArg {
 
 #[derive(Args)]
 pub struct RestoreArgs {
+    /// Where the points are: s3://bucket/prefix (AWS_* variables) or file:///absolute/dir.
     #[arg(long)]
     target: String,
     /// The point: its id, or a time (Unix ms or RFC 3339: the newest point taken at or
