@@ -266,7 +266,8 @@ async fn a_manager_killed_mid_point_resumes_it() {
     let content = data(5, 24 << 20);
     f.replace(&content).await.unwrap();
     let want = held(&client).await;
-    // 8 MiB/s: the point takes about 3 s, time enough to kill the manager in it.
+    // 4 MiB/s: the point takes about 5 s (status every 2 s), time enough to kill the
+    // manager in it.
     ok_enable_slow(&addr, &url);
     ok_now(&addr);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -319,7 +320,7 @@ async fn a_manager_killed_mid_point_resumes_it() {
 fn ok_enable_slow(addr: &str, url: &str) {
     common::ok(tomus(
         addr,
-        &["backup", "enable", "--target", url, "--rate", "8MiB/s"],
+        &["backup", "enable", "--target", url, "--rate", "4MiB/s"],
     ));
 }
 
