@@ -380,3 +380,40 @@ async fn old_points_go_and_one_file_restores_into_a_running_cluster() {
     let _ = std::fs::remove_dir_all(&restored);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_scheduled_point_waits_for_a_quiet_moment() {
+    let tc = TestCluster::start(2);
+    let addr = tc.addr();
+    let (dir, url) = target_dir(&tc);
+    let client = tc.client().await;
+    let (_, busy) = client.namespace().create("/busy", options()).await.unwrap();
+    enable(&addr, &url, &["--interval", "3s"]);
+    let started = Instant::now();
+    // Writes every 100 ms for 6 s: the point due at 3 s waits while they go on.
+    let writer = tokio::spawn(async move {
+        while started.elapsed() < Duration::from_secs(6) {
+            busy.append(&data(1, 4096)).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut waited = false;
+    while started.elapsed() < Duration::from_secs(6) {
+        let st = json(tomus(&addr, &["backup", "status", "--json"]));
+        if st["status"]["state"] == "waiting for a quiet moment" {
+            waited = true;
+            assert!(points(&addr, &url).is_empty(), "a point taken while busy");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(waited, "the service never waited for a quiet moment");
+    writer.await.unwrap();
+    // It waits one interval at most, then goes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while points(&addr, &url).is_empty() {
+        assert!(Instant::now() < deadline, "no scheduled point");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
