@@ -16,7 +16,7 @@ pub mod target;
 /// Checking a point's objects against their checksums.
 pub mod verify;
 
-pub use point::{list_points, prune, read_point, take_point, Progress};
+pub use point::{list_points, prune, read_point, take_point, Known, Progress};
 pub use target::Target;
 
 /// Upload throttling: the token bucket maintenance uses for repair.

@@ -74,12 +74,31 @@ impl Needed {
     }
 }
 
+/// The chunks each version record at a target names, remembered between points so a point
+/// need not read back the records of versions an earlier point recorded (records never
+/// change). One per target.
+#[derive(Default)]
+pub struct Known {
+    chunks_of: HashMap<String, Vec<String>>,
+}
+
+fn chunks_of(pieces: &[Piece]) -> Vec<String> {
+    pieces
+        .iter()
+        .filter_map(|p| match p {
+            Piece::Data { chunk, .. } => Some(chunk.clone()),
+            Piece::Zeros { .. } => None,
+        })
+        .collect()
+}
+
 /// Takes one point of the cluster behind `client` on `target`; returns its manifest.
 pub async fn take_point(
     client: &Client,
     target: &Target,
     paths: &[String],
     progress: &Progress,
+    known: &mut Known,
 ) -> Result<PointManifest> {
     let taken_ms = now_ms();
     // Blobs first, then the namespace: a file published between the two listings is in the
@@ -170,12 +189,18 @@ pub async fn take_point(
             let key = format::version_key(*id, v.version);
             if recorded.contains(&key) {
                 // Recorded by an earlier point: its chunks are there; name them again.
-                let old: VersionRecord = decode(&target.get(&key).await?, &key)?;
-                for p in &old.pieces {
-                    if let Piece::Data { chunk, .. } = p {
-                        if let Some((_, name)) = index.get(chunk) {
-                            point_chunks.insert(chunk.clone(), name.clone());
-                        }
+                let chunks = match known.chunks_of.get(&key) {
+                    Some(c) => c.clone(),
+                    None => {
+                        let old: VersionRecord = decode(&target.get(&key).await?, &key)?;
+                        let c = chunks_of(&old.pieces);
+                        known.chunks_of.insert(key.clone(), c.clone());
+                        c
+                    }
+                };
+                for chunk in chunks {
+                    if let Some((_, name)) = index.get(&chunk) {
+                        point_chunks.insert(chunk, name.clone());
                     }
                 }
                 logical += v.size;
@@ -273,6 +298,7 @@ pub async fn take_point(
             .bytes_uploaded
             .fetch_add(body.len() as u64, Ordering::Relaxed);
         target.put(&key, Bytes::from(body)).await?;
+        known.chunks_of.insert(key.clone(), chunks_of(&r.pieces));
         recorded.insert(key);
     }
 

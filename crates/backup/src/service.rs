@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tomus_client::{Client, ClientOptions, CreateOptions};
 use tomus_wire::{ClusterSecret, ErrorKind, Result, Retention};
 
-use crate::point::{list_points, now_ms, prune, take_point, Progress, STATE_DIR};
+use crate::point::{list_points, now_ms, prune, take_point, Known, Progress, STATE_DIR};
 use crate::target::{transient, Target};
 
 /// What `tomus backup enable` sets.
@@ -161,6 +161,7 @@ pub async fn run(
     let mut st = status(&client).await.unwrap_or_default();
     let mut backoff = Duration::from_secs(1);
     let mut quiet_since_wait: Option<u64> = None;
+    let mut known = Known::default();
     loop {
         if pause(&mut stop, POLL).await {
             return Ok(());
@@ -191,6 +192,7 @@ pub async fn run(
         if st.target.as_deref() != Some(cfg.target.as_str()) {
             // A new target: its newest point, if any, is the last one.
             st.target = Some(cfg.target.clone());
+            known = Known::default();
             st.last_point = None;
             st.last_point_ms = None;
             if let Ok(t) = Target::open(&cfg.target, 0) {
@@ -226,7 +228,7 @@ pub async fn run(
         quiet_since_wait = None;
         st.state = "running".into();
         save(&client, &mut st).await;
-        match run_point(&client, &cfg, &mut st, &mut stop).await {
+        match run_point(&client, &cfg, &mut st, &mut stop, &mut known).await {
             Ok(Some(())) => {
                 st.requests_done = st.requests_done.max(requested);
                 st.error = None;
@@ -274,10 +276,11 @@ async fn run_point(
     cfg: &Config,
     st: &mut Status,
     stop: &mut watch::Receiver<bool>,
+    known: &mut Known,
 ) -> Result<Option<()>> {
     let target = Target::open(&cfg.target, cfg.rate)?;
     let progress = Progress::default();
-    let point = take_point(client, &target, &cfg.paths, &progress);
+    let point = take_point(client, &target, &cfg.paths, &progress, known);
     tokio::pin!(point);
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     loop {
