@@ -373,3 +373,44 @@ pub async fn describe(target: &Target) -> Result<Vec<PointManifest>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn at_names_a_point_or_a_time() {
+        let dir = std::env::temp_dir().join(format!("tomus-backup-at-{}", std::process::id()));
+        let target = Target::open(&format!("file://{}", dir.display()), 0).unwrap();
+        assert_eq!(
+            choose_point(&target, None).await.unwrap_err().kind,
+            tomus_wire::ErrorKind::NotFound
+        );
+        // 2026-01-01T00:00:00Z and one hour later.
+        let (p1, p2) = ("001767225600000", "001767229200000");
+        for p in [p1, p2] {
+            target
+                .put(
+                    &crate::format::point_key(p),
+                    bytes::Bytes::from_static(b"{}"),
+                )
+                .await
+                .unwrap();
+        }
+        assert_eq!(choose_point(&target, None).await.unwrap(), p2);
+        assert_eq!(choose_point(&target, Some(p1)).await.unwrap(), p1);
+        assert_eq!(
+            choose_point(&target, Some("1767225600500")).await.unwrap(),
+            p1
+        );
+        let at = Some("2026-01-01T00:30:00Z");
+        assert_eq!(choose_point(&target, at).await.unwrap(), p1);
+        let at = Some("2026-01-01T02:00:00+01:00");
+        assert_eq!(choose_point(&target, at).await.unwrap(), p2);
+        assert!(choose_point(&target, Some("1000")).await.is_err());
+        assert!(choose_point(&target, Some("yesterday")).await.is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
