@@ -6,6 +6,7 @@
 pub mod out;
 
 pub mod app;
+pub mod backup_cmd;
 pub mod bench;
 pub mod bench_ceiling;
 pub mod bench_cleanup;

@@ -129,6 +129,16 @@ impl Client {
         self.cluster.pool.call(addr, req).await
     }
 
+    /// Reads `piece` (a range of one chunk, as [`Blob::segments_of`] names it) from the
+    /// first of its replicas that serves it intact.
+    pub async fn read_piece(&self, piece: &tomus_metadata::ChunkPiece) -> Result<Vec<u8>> {
+        let len =
+            usize::try_from(piece.len).map_err(|_| Error::invalid("piece too large for memory"))?;
+        let mut out = vec![0u8; len];
+        chunks::read_piece(&self.cluster, piece, &mut out).await?;
+        Ok(out)
+    }
+
     pub async fn create_blob(&self, chunk_size: u64, replication: u32) -> Result<Blob> {
         let req = CreateBlob {
             chunk_size,

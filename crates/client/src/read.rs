@@ -147,6 +147,12 @@ impl Blob {
             .await
     }
 
+    /// Where every byte of the published version `info` describes lives: its chunk pieces
+    /// and holes in data order (what a backup copies, chunk by chunk).
+    pub async fn segments_of(&self, info: &VersionInfo) -> Result<Vec<Segment>> {
+        self.segments_at(info, 0, info.size).await
+    }
+
     /// Which providers hold each part of `[offset, offset + size)` at `version`.
     pub async fn locations(
         &self,

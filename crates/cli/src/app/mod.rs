@@ -93,6 +93,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Benchmarks (BlobSeer scenarios S1-S5, manager micro-benchmark, loopback TCP limit).
     Bench(bench::BenchArgs),
+    /// Backup to object storage (S3, a directory) and restore: enable, now, status, list,
+    /// verify, restore.
+    #[command(subcommand)]
+    Backup(crate::backup_cmd::BackupCommand),
 }
 
 /// Runs the command line `args` (the program name first) and returns the process exit code.
@@ -233,6 +237,9 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
             ..a
         }),
         Command::Bench(a) => bench::run(a),
+        Command::Backup(cmd) => {
+            runtime()?.block_on(crate::backup_cmd::run(&cli.addr, secret, cli.json, cmd))
+        }
     }
 }
 

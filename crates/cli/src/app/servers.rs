@@ -27,7 +27,7 @@ pub(super) struct ManagerArgs {
     #[arg(long, default_value_t = 10_000)]
     writer_lease_ms: u64,
     /// Do not run the maintenance service (repair, draining, garbage collection) in this
-    /// process.
+    /// process, nor the backup service (`tomus backup`).
     #[arg(long)]
     no_maintenance: bool,
     /// Pause between maintenance passes, in milliseconds. A pass costs what changed since
@@ -143,6 +143,8 @@ pub(super) fn run_manager(
         new_file_grace: Duration::from_millis(a.gc_grace_ms),
         limits: a.limits.limits(),
     };
+    // The backup service runs with maintenance (both are the manager's background clients).
+    let backup = (!a.no_maintenance).then(|| secret.clone());
     let maintenance = (!a.no_maintenance).then(|| tomus_maintenance::MaintenanceConfig {
         secret,
         interval: Duration::from_millis(a.maintenance_interval_ms.max(10)),
@@ -154,7 +156,7 @@ pub(super) fn run_manager(
         ..tomus_maintenance::MaintenanceConfig::new(String::new(), a.data.clone())
     });
     serve("manager", |ready, stop| {
-        manager_with_maintenance(config, maintenance, ready, stop)
+        manager_with_maintenance(config, maintenance, backup, ready, stop)
     })
 }
 
@@ -206,6 +208,8 @@ pub(super) fn run_provider(
 async fn manager_with_maintenance(
     config: tomus_manager::ManagerConfig,
     maintenance: Option<tomus_maintenance::MaintenanceConfig>,
+    // `Some(secret)`: run the backup service too.
+    backup: Option<Option<ClusterSecret>>,
     ready: tokio::sync::oneshot::Sender<String>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> tomus_wire::Result<()> {
@@ -224,6 +228,19 @@ async fn manager_with_maintenance(
                     tracing::error!("the maintenance service stopped: {e}");
                 }
             }));
+        }
+        // The backup service (idle until `tomus backup enable`): a point it leaves
+        // unfinished at shutdown resumes at the next start.
+        if let Some(backup_secret) = backup {
+            let backup_stop = stop.clone();
+            let backup_addr = addr.clone();
+            tokio::spawn(async move {
+                if let Err(e) =
+                    tomus_backup::service::run(backup_addr, backup_secret, backup_stop).await
+                {
+                    tracing::error!("the backup service stopped: {e}");
+                }
+            });
         }
         let _ = ready.send(addr);
     }

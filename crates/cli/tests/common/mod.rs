@@ -1,6 +1,7 @@
 //! Test harness: an embedded cluster of real `tomus` processes on loopback in a scratch dir.
 #![allow(dead_code)]
 
+pub mod backup;
 pub mod hosts;
 
 use std::path::PathBuf;

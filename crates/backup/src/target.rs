@@ -1,0 +1,184 @@
+//! A backup target: an object store named by a URL, through the `object_store` crate.
+//!
+//! - `s3://bucket/prefix`: any S3-compatible endpoint. Credentials, region and endpoint come
+//!   from the usual AWS environment variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+//!   `AWS_REGION`, `AWS_ENDPOINT_URL`; an `http://` endpoint is allowed, for a local server).
+//!   Requests are path-style unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true`.
+//! - `file:///absolute/dir`: a local (or mounted) directory.
+//!
+//! Uploads wait on a token bucket (`--rate`), and count what they send so tests and the
+//! status can say how many bytes a point cost.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, PutPayload};
+use tomus_wire::{Error, ErrorKind, Result};
+
+use crate::throttle::Throttle;
+
+pub struct Target {
+    pub url: String,
+    store: Arc<dyn ObjectStore>,
+    /// The prefix every object name goes under (no leading or trailing `/`).
+    prefix: String,
+    throttle: Throttle,
+    uploaded: AtomicU64,
+}
+
+/// An object store failure as a tomus error: unreachable or refused targets are
+/// `Unavailable` (the service retries), a missing object `NotFound`.
+fn store_err(what: &str, e: object_store::Error) -> Error {
+    match e {
+        object_store::Error::NotFound { .. } => Error::not_found(format!("{what}: {e}")),
+        _ => Error::unavailable(format!("backup target: {what}: {e}")),
+    }
+}
+
+impl Target {
+    /// Opens the target `url`; uploads go at most `rate` bytes per second (0: unlimited).
+    pub fn open(url: &str, rate: u64) -> Result<Self> {
+        let (store, prefix): (Arc<dyn ObjectStore>, String) =
+            if let Some(rest) = url.strip_prefix("s3://") {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                if bucket.is_empty() {
+                    return Err(Error::invalid(format!("{url}: no bucket named")));
+                }
+                // A few quick retries: the service retries whole points with its own back-off
+                // and says so in its status, instead of one request retrying for minutes.
+                let retry = object_store::RetryConfig {
+                    max_retries: 3,
+                    retry_timeout: Duration::from_secs(15),
+                    ..Default::default()
+                };
+                let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_retry(retry);
+                let endpoint = std::env::var("AWS_ENDPOINT_URL")
+                    .or_else(|_| std::env::var("AWS_ENDPOINT"))
+                    .ok();
+                if let Some(endpoint) = endpoint {
+                    // A local S3 server is plain HTTP; the endpoint says so explicitly.
+                    builder = builder
+                        .with_allow_http(endpoint.starts_with("http://"))
+                        .with_endpoint(endpoint);
+                }
+                let s3 = builder
+                    .build()
+                    .map_err(|e| Error::invalid(format!("{url}: {e}")))?;
+                (Arc::new(s3), prefix.trim_matches('/').to_string())
+            } else if let Some(dir) = url.strip_prefix("file://") {
+                if !dir.starts_with('/') {
+                    return Err(Error::invalid(format!(
+                        "{url}: a file:// target names an absolute directory (file:///dir)"
+                    )));
+                }
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| Error::invalid(format!("{url}: cannot create {dir}: {e}")))?;
+                let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
+                    .map_err(|e| Error::invalid(format!("{url}: {e}")))?;
+                (Arc::new(fs), String::new())
+            } else {
+                return Err(Error::invalid(format!(
+                    "{url}: unsupported target (use s3://bucket/prefix or file:///absolute/dir)"
+                )));
+            };
+        Ok(Target {
+            url: url.to_string(),
+            store,
+            prefix,
+            throttle: Throttle::new(rate),
+            uploaded: AtomicU64::new(0),
+        })
+    }
+
+    fn path(&self, name: &str) -> Path {
+        if self.prefix.is_empty() {
+            Path::from(name)
+        } else {
+            Path::from(format!("{}/{name}", self.prefix))
+        }
+    }
+
+    /// `name` relative to the prefix, from a full object path.
+    fn relative(&self, path: &Path) -> String {
+        let full = path.as_ref();
+        if self.prefix.is_empty() {
+            full.to_string()
+        } else {
+            full.strip_prefix(&self.prefix)
+                .map(|s| s.trim_start_matches('/'))
+                .unwrap_or(full)
+                .to_string()
+        }
+    }
+
+    /// Bytes uploaded through this handle so far.
+    pub fn uploaded(&self) -> u64 {
+        self.uploaded.load(Ordering::Relaxed)
+    }
+
+    /// Stores `data` as `name` (replacing any object there), at the throttled rate.
+    pub async fn put(&self, name: &str, data: Bytes) -> Result<()> {
+        self.throttle.take(data.len() as u64).await;
+        let len = data.len() as u64;
+        self.store
+            .put(&self.path(name), PutPayload::from(data))
+            .await
+            .map_err(|e| store_err(&format!("put {name}"), e))?;
+        self.uploaded.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub async fn get(&self, name: &str) -> Result<Bytes> {
+        let r = self
+            .store
+            .get(&self.path(name))
+            .await
+            .map_err(|e| store_err(&format!("get {name}"), e))?;
+        r.bytes()
+            .await
+            .map_err(|e| store_err(&format!("get {name}"), e))
+    }
+
+    /// Bytes `[start, end)` of object `name`.
+    pub async fn get_range(&self, name: &str, start: u64, end: u64) -> Result<Bytes> {
+        self.store
+            .get_range(&self.path(name), start..end)
+            .await
+            .map_err(|e| store_err(&format!("get {name} [{start}, {end})"), e))
+    }
+
+    /// Names (relative to the prefix) and sizes of the objects under `dir`.
+    pub async fn list(&self, dir: &str) -> Result<Vec<(String, u64)>> {
+        let under = self.path(dir);
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&under))
+            .try_collect()
+            .await
+            .map_err(|e| store_err(&format!("list {dir}"), e))?;
+        Ok(metas
+            .into_iter()
+            .map(|m| (self.relative(&m.location), m.size))
+            .collect())
+    }
+
+    pub async fn delete(&self, name: &str) -> Result<()> {
+        match self.store.delete(&self.path(name)).await {
+            Ok(()) => Ok(()),
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_err(&format!("delete {name}"), e)),
+        }
+    }
+}
+
+/// Whether `e` may pass with time (the target or the cluster unreachable): the service
+/// retries these, and says so in its status.
+pub fn transient(e: &Error) -> bool {
+    matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Retry)
+}

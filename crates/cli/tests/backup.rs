@@ -1,0 +1,419 @@
+//! Backup and restore to a local directory (issue 14): points taken by the manager's backup
+//! service across writes, overwrites, appends and deletes restore into fresh clusters exactly
+//! (same blob ids, version numbers, bytes, policies; nothing later); a second point uploads
+//! only what changed; a manager killed mid-point resumes it; `verify` names damaged objects.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tomus_client::CreateOptions;
+use tomus_wire::Retention;
+
+use common::backup::{enable, held, point_now, points, restore_and_read};
+use common::{json, stderr, tomus, TestCluster};
+
+const CHUNK: u64 = 256 << 10;
+
+fn options() -> CreateOptions {
+    CreateOptions {
+        chunk_size: CHUNK,
+        ..CreateOptions::default()
+    }
+}
+
+fn target_dir(tc: &TestCluster) -> (PathBuf, String) {
+    let dir = tc.dir.with_extension("target");
+    let url = format!("file://{}", dir.display());
+    (dir, url)
+}
+
+/// Bytes of every file under `dir`, and of those under `dir/chunks`.
+fn bytes_at(dir: &Path) -> (u64, u64) {
+    fn walk(d: &Path, total: &mut u64, chunks: &mut u64, in_chunks: bool) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if p.is_dir() {
+                let c = in_chunks || p.file_name().is_some_and(|n| n == "chunks");
+                walk(&p, total, chunks, c);
+            } else {
+                let len = e.metadata().unwrap().len();
+                *total += len;
+                if in_chunks {
+                    *chunks += len;
+                }
+            }
+        }
+    }
+    let (mut t, mut c) = (0, 0);
+    walk(dir, &mut t, &mut c, false);
+    (t, c)
+}
+
+fn data(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_point_restores_exactly_and_nothing_later_leaks() {
+    let tc = TestCluster::start(2);
+    let addr = tc.addr();
+    let (dir, url) = target_dir(&tc);
+    let client = tc.client().await;
+    let ns = client.namespace();
+    enable(&addr, &url, &[]);
+
+    // Point 1: two files, a blob of the blob API, a directory with a policy of its own.
+    ns.mkdir("/docs", true).await.unwrap();
+    ns.set_retention("/docs", Some(Retention::KeepLast(10)))
+        .await
+        .unwrap();
+    let (_, a) = ns.create("/docs/a", options()).await.unwrap();
+    a.replace(&data(1, 700_000)).await.unwrap();
+    let (_, b) = ns.create("/b", options()).await.unwrap();
+    b.replace(&data(2, 1000)).await.unwrap();
+    let raw = client.create_blob(CHUNK, 1).await.unwrap();
+    raw.append(&data(3, 300_000)).await.unwrap();
+    let mut expected = vec![held(&client).await];
+    let mut ids = vec![point_now(&addr)];
+
+    // Point 2: an overwrite inside /docs/a, appends, a new file, a deleted file.
+    a.write(100_000, &data(4, 50_000)).await.unwrap();
+    b.append(&data(5, 400_000)).await.unwrap();
+    b.append(&data(6, 10)).await.unwrap();
+    raw.write(0, &data(7, 5)).await.unwrap();
+    let (_, c) = ns.create("/c", options()).await.unwrap();
+    c.replace(b"short lived").await.unwrap();
+    let (_, d) = ns.create("/d", options()).await.unwrap();
+    d.replace(b"deleted before point 2").await.unwrap();
+    ns.delete("/d", false).await.unwrap();
+    expected.push(held(&client).await);
+    ids.push(point_now(&addr));
+
+    // Point 3: /b keeps 3 versions (the default), so its oldest go; /c is deleted; /docs/a
+    // is replaced by a shorter content; a rename.
+    b.append(&data(8, 1)).await.unwrap();
+    b.append(&data(9, 2)).await.unwrap();
+    ns.delete("/c", false).await.unwrap();
+    a.replace(&data(10, 1000)).await.unwrap();
+    ns.rename("/b", "/docs/b").await.unwrap();
+    ns.create("/e", options())
+        .await
+        .unwrap()
+        .1
+        .replace(&[])
+        .await
+        .unwrap();
+    // The manager expires versions past a policy within a second: let it, so the point and
+    // the restored cluster (which applies the policy at once) agree.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while b.versions().await.unwrap().versions.len() > 3 {
+        assert!(Instant::now() < deadline, "/b keeps more than 3 versions");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    expected.push(held(&client).await);
+    ids.push(point_now(&addr));
+
+    // Later writes are in no point.
+    a.append(b"after the last point").await.unwrap();
+    let listed = points(&addr, &url);
+    for id in &ids {
+        assert!(listed.contains(id), "{id} not in {listed:?}");
+    }
+    assert!(
+        expected[2].contains_key("file:/docs/b"),
+        "{:?}",
+        expected[2].keys()
+    );
+    assert!(!expected[2].contains_key("file:/c"));
+    drop(client);
+    drop(tc); // the cluster is gone; only the target is left
+
+    for (i, (id, want)) in ids.iter().zip(&expected).enumerate() {
+        let restored = tomus_cli::scratch_dir(&format!("restored-{i}"));
+        let got = restore_and_read(&url, id, &restored).await;
+        assert_eq!(&got, want, "point {i} ({id}) restored differently");
+        let _ = std::fs::remove_dir_all(&restored);
+    }
+
+    // Verify: intact, then one chunk object damaged and one gone, both named.
+    let ok_report = json(tomus(
+        "127.0.0.1:1",
+        &["backup", "verify", "--target", &url, "--json"],
+    ));
+    assert_eq!(
+        ok_report["missing"].as_array().unwrap().len(),
+        0,
+        "{ok_report}"
+    );
+    assert_eq!(
+        ok_report["corrupt"].as_array().unwrap().len(),
+        0,
+        "{ok_report}"
+    );
+    // Two chunk objects the first point needs (its manifest names them).
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("points").join(format!("{}.json", ids[0]))).unwrap(),
+    )
+    .unwrap();
+    let chunks: Vec<PathBuf> = manifest["chunks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| dir.join(n.as_str().unwrap()))
+        .collect();
+    assert!(chunks.len() >= 2);
+    let mut damaged = std::fs::read(&chunks[0]).unwrap();
+    damaged[0] ^= 0xff;
+    std::fs::write(&chunks[0], &damaged).unwrap();
+    std::fs::remove_file(&chunks[1]).unwrap();
+    let out = tomus(
+        "127.0.0.1:1",
+        &[
+            "backup",
+            "verify",
+            ids[0].as_str(),
+            "--target",
+            &url,
+            "--json",
+        ],
+    );
+    assert!(!out.status.success(), "verify passed a damaged point");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().to_string();
+    let text = report.to_string();
+    assert!(text.contains(&name(&chunks[0])), "{report}");
+    assert!(text.contains(&name(&chunks[1])), "{report}");
+    assert!(stderr(&out).contains("corrupt"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_point_uploads_only_what_changed() {
+    let tc = TestCluster::start(2);
+    let addr = tc.addr();
+    let (dir, url) = target_dir(&tc);
+    let client = tc.client().await;
+    let (_, big) = client
+        .namespace()
+        .create(
+            "/big",
+            CreateOptions {
+                chunk_size: 4 << 20,
+                ..CreateOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut w = big.writer();
+    for i in 0..16u8 {
+        w.write(&data(i, 4 << 20)).await.unwrap();
+    }
+    w.commit_replace().await.unwrap();
+    enable(&addr, &url, &[]);
+    point_now(&addr);
+    let (total1, chunks1) = bytes_at(&dir);
+    assert!(
+        chunks1 >= 64 << 20,
+        "first point holds {chunks1} chunk bytes"
+    );
+
+    big.append(&data(99, 1 << 20)).await.unwrap();
+    let second = point_now(&addr);
+    let (total2, chunks2) = bytes_at(&dir);
+    let new_chunks = chunks2 - chunks1;
+    let new_total = total2 - total1;
+    assert_eq!(
+        new_chunks,
+        1 << 20,
+        "chunk bytes the append added at the target"
+    );
+    assert!(
+        new_total < (1 << 20) + (256 << 10),
+        "{new_total} bytes added in all"
+    );
+    let listed = json(tomus(&addr, &["backup", "list", "--json"]));
+    let row = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["point"] == second.as_str())
+        .unwrap();
+    assert!(
+        row["uploaded_bytes"].as_u64().unwrap() < (1 << 20) + (256 << 10),
+        "{row}"
+    );
+    assert_eq!(
+        row["logical_bytes"].as_u64().unwrap(),
+        (64 << 20) + (64 << 20) + (1 << 20)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manager_killed_mid_point_resumes_it() {
+    let mut tc = TestCluster::start(2);
+    let addr = tc.addr();
+    let (dir, url) = target_dir(&tc);
+    let client = tc.client().await;
+    let (_, f) = client.namespace().create("/f", options()).await.unwrap();
+    let content = data(5, 24 << 20);
+    f.replace(&content).await.unwrap();
+    let want = held(&client).await;
+    // 4 MiB/s: the point takes about 5 s (status every 2 s), time enough to kill the
+    // manager in it.
+    ok_enable_slow(&addr, &url);
+    ok_now(&addr);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = json(tomus(&addr, &["backup", "status", "--json"]));
+        if st["status"]["state"] == "running" && st["status"]["chunks_done"].as_u64().unwrap() >= 2
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the point never ran: {st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tc.cluster.kill_manager();
+    assert!(points(&addr, &url).is_empty(), "a partial point is listed");
+    let partial = bytes_at(&dir).1;
+    assert!(
+        partial > 0 && partial < 24 << 20,
+        "{partial} bytes before the kill"
+    );
+    tc.cluster.start_manager().unwrap();
+    let addr = tc.addr();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let listed = loop {
+        let listed = points(&addr, &url);
+        if !listed.is_empty() {
+            break listed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the point never completed after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(listed.len(), 1);
+    // Resumed: the chunks uploaded before the kill were not uploaded again.
+    let m = json(tomus(&addr, &["backup", "list", "--json"]));
+    let uploaded = m[0]["uploaded_bytes"].as_u64().unwrap();
+    assert!(
+        uploaded < (24 << 20) - partial + (1 << 20),
+        "{uploaded} uploaded after {partial}"
+    );
+    drop(client);
+    drop(tc);
+    let restored = tomus_cli::scratch_dir("restored-kill");
+    assert_eq!(restore_and_read(&url, &listed[0], &restored).await, want);
+    let _ = std::fs::remove_dir_all(&restored);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn ok_enable_slow(addr: &str, url: &str) {
+    common::ok(tomus(
+        addr,
+        &["backup", "enable", "--target", url, "--rate", "4MiB/s"],
+    ));
+}
+
+fn ok_now(addr: &str) {
+    common::ok(tomus(addr, &["backup", "now"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn old_points_go_and_one_file_restores_into_a_running_cluster() {
+    let tc = TestCluster::start(2);
+    let addr = tc.addr();
+    let (dir, url) = target_dir(&tc);
+    let client = tc.client().await;
+    let ns = client.namespace();
+    enable(&addr, &url, &["--keep", "2"]);
+    let (_, f) = ns.create("/f", options()).await.unwrap();
+    f.replace(&data(1, 600_000)).await.unwrap();
+    let first = point_now(&addr);
+    let with_f = bytes_at(&dir).1;
+    ns.delete("/f", false).await.unwrap();
+    let (_, g) = ns.create("/g", options()).await.unwrap();
+    g.replace(&data(2, 1000)).await.unwrap();
+    g.append(&data(3, 2000)).await.unwrap();
+    point_now(&addr);
+    let want = held(&client).await;
+    let last = point_now(&addr);
+    // Two points kept; /f's chunks were needed by the first only.
+    let listed = points(&addr, &url);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(!listed.contains(&first));
+    assert!(
+        bytes_at(&dir).1 < with_f,
+        "the first point's chunks are still there"
+    );
+    common::ok(tomus(&addr, &["backup", "verify"]));
+
+    // One file back into the running cluster, under a new name, every version.
+    common::ok(tomus(
+        &addr,
+        &[
+            "backup", "restore", "--target", &url, "--at", &last, "--path", "/g", "--to", "/g2",
+        ],
+    ));
+    let (_, g2) = ns.open("/g2").await.unwrap();
+    let (old, new) = (g.versions().await.unwrap(), g2.versions().await.unwrap());
+    assert_eq!(old.versions.len(), new.versions.len());
+    for (a, b) in old.versions.iter().zip(&new.versions) {
+        assert_eq!(
+            g.read(0, a.size, Some(a.version)).await.unwrap(),
+            g2.read(0, b.size, Some(b.version)).await.unwrap()
+        );
+    }
+    drop(client);
+    drop(tc);
+    let restored = tomus_cli::scratch_dir("restored-keep");
+    assert_eq!(restore_and_read(&url, &last, &restored).await, want);
+    let _ = std::fs::remove_dir_all(&restored);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_scheduled_point_waits_for_a_quiet_moment() {
+    let tc = TestCluster::start(2);
+    let addr = tc.addr();
+    let (dir, url) = target_dir(&tc);
+    let client = tc.client().await;
+    let (_, busy) = client.namespace().create("/busy", options()).await.unwrap();
+    enable(&addr, &url, &["--interval", "3s"]);
+    let started = Instant::now();
+    // Writes every 100 ms for 6 s: the point due at 3 s waits while they go on.
+    let writer = tokio::spawn(async move {
+        while started.elapsed() < Duration::from_secs(6) {
+            busy.append(&data(1, 4096)).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut waited = false;
+    while started.elapsed() < Duration::from_secs(6) {
+        let st = json(tomus(&addr, &["backup", "status", "--json"]));
+        if st["status"]["state"] == "waiting for a quiet moment" {
+            waited = true;
+            assert!(points(&addr, &url).is_empty(), "a point taken while busy");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(waited, "the service never waited for a quiet moment");
+    writer.await.unwrap();
+    // It waits one interval at most, then goes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while points(&addr, &url).is_empty() {
+        assert!(Instant::now() < deadline, "no scheduled point");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,126 @@
+//! Backup test helpers: what a cluster holds (every file and blob with every retained version
+//! and its bytes, retention policies), `tomus backup` runs, and restored clusters.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+use std::time::Duration;
+
+use tomus_cli::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
+use tomus_client::{Client, ClientOptions};
+use tomus_wire::EntryKind;
+
+use super::{exe, json, ok, tomus};
+
+/// One file or blob: its id, policy, and each retained version's number, size and a hash of
+/// its bytes.
+pub type Held = BTreeMap<String, (u64, String, Vec<(u64, u64, u64)>)>;
+
+fn digest(data: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    data.hash(&mut h);
+    h.finish()
+}
+
+/// Everything the cluster behind `client` holds that a user sees (the backup service's own
+/// files left out): `file:/path` and `blob:<id>` entries and `dir:/path` policies.
+pub async fn held(client: &Client) -> Held {
+    let mut out = Held::new();
+    let internal = client.internal_namespace().walk("").await.unwrap();
+    let files: Vec<u64> = internal
+        .iter()
+        .filter_map(|e| e.blob.as_ref().map(|b| b.id))
+        .collect();
+    let ns = client.namespace();
+    let mut blobs: Vec<(String, tomus_wire::BlobInfo)> = Vec::new();
+    for e in ns.walk("").await.unwrap() {
+        match (&e.kind, &e.blob) {
+            (EntryKind::File, Some(b)) => blobs.push((format!("file:/{}", e.path), b.clone())),
+            _ => {
+                let r = ns.retention(&e.path).await.unwrap();
+                if r.from.as_deref() == Some(e.path.as_str()) {
+                    out.insert(
+                        format!("dir:/{}", e.path),
+                        (0, format!("{:?}", r.retention), vec![]),
+                    );
+                }
+            }
+        }
+    }
+    for b in client.list_blobs().await.unwrap() {
+        if !files.contains(&b.id) {
+            blobs.push((format!("blob:{}", b.id), b));
+        }
+    }
+    for (key, info) in blobs {
+        let blob = client.blob(&info);
+        let mut versions = Vec::new();
+        for v in blob.versions().await.unwrap().versions {
+            if v.version == 0 {
+                continue;
+            }
+            let data = blob.read(0, v.size, Some(v.version)).await.unwrap();
+            versions.push((v.version, v.size, digest(&data)));
+        }
+        let info = client.blob_info(info.id).await.unwrap();
+        out.insert(key, (info.id, format!("{:?}", info.retention), versions));
+    }
+    out
+}
+
+/// Turns backup on to `url` for the cluster at `addr` (no rate limit, a point an hour).
+pub fn enable(addr: &str, url: &str, extra: &[&str]) {
+    let mut args = vec!["backup", "enable", "--target", url, "--rate", "0"];
+    args.extend_from_slice(extra);
+    ok(tomus(addr, &args));
+}
+
+/// Asks for a point and waits for it; returns its id.
+pub fn point_now(addr: &str) -> String {
+    let st = json(tomus(
+        addr,
+        &["backup", "now", "--wait", "--timeout", "120", "--json"],
+    ));
+    st["last_point"].as_str().unwrap().to_string()
+}
+
+/// `tomus backup list --json` at `url`: the point ids.
+pub fn points(addr: &str, url: &str) -> Vec<String> {
+    json(tomus(addr, &["backup", "list", "--target", url, "--json"]))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["point"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Restores point `id` of `url` into the new directory `dir` (2 providers), starts a cluster
+/// there as `tomus up --data dir` would, and returns what it holds.
+pub async fn restore_and_read(url: &str, id: &str, dir: &Path) -> Held {
+    let out = std::process::Command::new(exe())
+        .args([
+            "backup",
+            "restore",
+            "--target",
+            url,
+            "--at",
+            id,
+            "--providers",
+            "2",
+            "--json",
+        ])
+        .arg("--data")
+        .arg(dir)
+        .output()
+        .unwrap();
+    ok(out);
+    let mut spec = ClusterSpec::new(dir, 2);
+    spec.heartbeat_ms = 200;
+    let mut cluster = EmbeddedCluster::start(&Launcher::binary(exe()), spec).unwrap();
+    let client = Client::connect(&cluster.addr, ClientOptions::default())
+        .await
+        .unwrap();
+    let held = held(&client).await;
+    cluster.stop(Duration::from_secs(5));
+    held
+}
