@@ -93,6 +93,13 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Benchmarks (BlobSeer scenarios S1-S5, manager micro-benchmark, loopback TCP limit).
     Bench(bench::BenchArgs),
+    /// The measured network and dedicated storage nodes (DataSteward): measure, show, select.
+    #[command(subcommand)]
+    Topology(crate::topology_cmd::TopologyCommand),
+    /// Run a topology agent on a compute-only node: it answers the throughput probes of
+    /// `tomus topology measure` (providers answer them too) and announces itself to the
+    /// manager. Listens on --addr.
+    Agent(crate::topology_cmd::AgentArgs),
 }
 
 /// Runs the command line `args` (the program name first) and returns the process exit code.
@@ -131,7 +138,7 @@ where
     };
     let server = matches!(
         cli.command,
-        Command::Manager(_) | Command::Provider(_) | Command::S3(_)
+        Command::Manager(_) | Command::Provider(_) | Command::S3(_) | Command::Agent(_)
     );
     let default_level = if server { "info" } else { "warn" };
     // s3s logs every client error (a 404, a bad signature) at error level: off by default.
@@ -233,6 +240,15 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
             ..a
         }),
         Command::Bench(a) => bench::run(a),
+        Command::Topology(cmd) => {
+            runtime()?.block_on(crate::topology_cmd::run(&cli.addr, secret, cli.json, cmd))
+        }
+        Command::Agent(a) => {
+            let config = crate::topology_cmd::agent_config(cli.addr, explicit_addr, secret, a);
+            servers::serve("agent", |ready, _| {
+                tomus_steward::agent::run(config, Some(ready))
+            })
+        }
     }
 }
 
