@@ -57,12 +57,27 @@ def instance(n: int, domains: int, noisy: int, seed: int) -> dict[str, object]:
     }
 
 
-def select(tomus: str, matrix: Path, k: int, strategy: str, seed: int, min_thr: float) -> float:
+def select(
+    tomus: str, matrix: Path, k: int, strategy: str, seed: int, min_thr: float
+) -> float:
     out = subprocess.run(
         [
-            tomus, "--json", "topology", "select", "--matrix", str(matrix),
-            "--storage-nodes", str(k), "--strategy", strategy, "--seed", str(seed),
-            "--min-throughput", str(min_thr), "--max-variability", "0.2",
+            tomus,
+            "--json",
+            "topology",
+            "select",
+            "--matrix",
+            str(matrix),
+            "--storage-nodes",
+            str(k),
+            "--strategy",
+            strategy,
+            "--seed",
+            str(seed),
+            "--min-throughput",
+            str(min_thr),
+            "--max-variability",
+            "0.2",
         ],
         check=True,
         capture_output=True,
