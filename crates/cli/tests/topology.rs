@@ -16,6 +16,8 @@
 
 mod common;
 
+use std::collections::HashMap;
+
 use common::hosts::Hosts;
 use common::{json, ok, stderr, tomus};
 
@@ -67,9 +69,10 @@ fn expected(hosts: &Hosts, a: usize, b: usize) -> u32 {
     }
 }
 
-#[test]
-fn measure_recovers_switches_and_the_noisy_host_and_select_uses_them() {
-    let mut hosts = Hosts::with_switches("topology", HOSTS, SWITCHES);
+/// The shaped hosts, with the manager (host 0), providers and agents running; answers the
+/// manager's address and each node's host by node name.
+fn start(label: &str) -> (Hosts, String, HashMap<String, usize>) {
+    let mut hosts = Hosts::with_switches(label, HOSTS, SWITCHES);
     let shaped = hosts.is_netns();
     if shaped {
         for h in 0..HOSTS {
@@ -80,7 +83,7 @@ fn measure_recovers_switches_and_the_noisy_host_and_select_uses_them() {
     }
     let manager = spawn_manager(&mut hosts);
     // Node name -> host.
-    let mut host_of = std::collections::HashMap::new();
+    let mut host_of = HashMap::new();
     for h in 0..HOSTS {
         let listen = format!("{}:0", hosts.ip(h));
         let p = if PROVIDERS.contains(&h) {
@@ -122,7 +125,13 @@ fn measure_recovers_switches_and_the_noisy_host_and_select_uses_them() {
         };
         host_of.insert(name, h);
     }
+    (hosts, manager, host_of)
+}
 
+#[test]
+fn measure_recovers_switches_and_the_noisy_host_and_select_uses_them() {
+    let (mut hosts, manager, host_of) = start("topology");
+    let shaped = hosts.is_netns();
     // One probe at a time: two probes crossing the uplink together would each see half.
     let started = std::time::Instant::now();
     let measured = json(run(
@@ -298,4 +307,133 @@ fn measure_recovers_switches_and_the_noisy_host_and_select_uses_them() {
         "{}",
         stderr(&refused)
     );
+}
+
+/// Benchmark, not a test (`bench/topology_netns.sh` runs it): on the shaped switches, the
+/// cumulative throughput the compute nodes reach when all of them write to their storage
+/// nodes at once, for the plans of Algorithm 2, random choice and latency clustering (2
+/// storage nodes, several seeds). Real concurrent transfers: every compute node streams
+/// probe frames to its storage node for BENCH_MS, all at the same time. Writes JSON to
+/// TOMUS_BENCH_OUT (default: the scratch directory) and prints it.
+#[test]
+#[ignore = "benchmark: bench/topology_netns.sh"]
+fn bench_selection_strategies_on_shaped_switches() {
+    const BENCH_MS: u32 = 1500;
+    const SEEDS: u64 = 5;
+    let (hosts, manager, _) = start("topology-bench");
+    if !hosts.is_netns() {
+        eprintln!("the benchmark needs network namespaces (shaped links); skipped");
+        return;
+    }
+    let measured = json(run(
+        &hosts,
+        &manager,
+        &[
+            "--json",
+            "topology",
+            "measure",
+            "--rounds",
+            "2",
+            "--probe-ms",
+            "150",
+            "--parallel",
+            "1",
+        ],
+    ));
+    let addrs: Vec<String> = serde_json::from_value(measured["addrs"].clone()).unwrap();
+    let nodes: Vec<String> = serde_json::from_value(measured["nodes"].clone()).unwrap();
+    let file = hosts.dir.join("matrix.json");
+    std::fs::write(&file, serde_json::to_vec(&measured).unwrap()).unwrap();
+    let min = format!("{:.2}", 28.0 * 1e6 / 8.0 / f64::from(1 << 20));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pool = tomus_wire::Pool::new(tomus_wire::RpcConfig {
+        request_timeout: std::time::Duration::from_secs(60),
+        secret: Some(hosts.secret.clone()),
+        ..tomus_wire::RpcConfig::default()
+    });
+    let mut results = serde_json::Map::new();
+    for strategy in ["datasteward", "random", "latency"] {
+        let mut runs = Vec::new();
+        for seed in 0..SEEDS {
+            let seed = seed.to_string();
+            let mut a = vec![
+                "--json",
+                "topology",
+                "select",
+                "--matrix",
+                file.to_str().unwrap(),
+                "--storage-nodes",
+                "2",
+                "--strategy",
+                strategy,
+                "--seed",
+                &seed,
+            ];
+            if strategy == "datasteward" {
+                a.extend(["--min-throughput", &min]);
+            }
+            let plan = json(run(&hosts, &manager, &a));
+            let mut pairs = Vec::new();
+            for (storage, members) in plan["clusters"].as_object().unwrap() {
+                let s = nodes.iter().position(|n| n == storage).unwrap();
+                for m in members.as_array().unwrap() {
+                    let c = nodes.iter().position(|n| n == m.as_str().unwrap()).unwrap();
+                    pairs.push((c, s));
+                }
+            }
+            let got: f64 = rt.block_on(async {
+                let probes = pairs.iter().map(|&(c, s)| {
+                    let req = tomus_wire::topology::Probe {
+                        target: addrs[s].clone(),
+                        duration_ms: BENCH_MS,
+                        frame_bytes: 64 << 10,
+                    };
+                    pool.call(&addrs[c], req)
+                });
+                futures::future::join_all(probes)
+                    .await
+                    .into_iter()
+                    .map(|r| {
+                        let r = r.unwrap();
+                        r.bytes as f64 / (r.elapsed_us as f64 / 1e6) / f64::from(1 << 20)
+                    })
+                    .sum()
+            });
+            eprintln!(
+                "{strategy} seed {seed}: storage {} -> {got:.2} MiB/s measured, {:.2} predicted",
+                plan["storage_nodes"], plan["cumulative_throughput"]
+            );
+            runs.push(serde_json::json!({
+                "seed": seed,
+                "storage_nodes": plan["storage_nodes"],
+                "measured_mib_s": got,
+                "predicted_mib_s": plan["cumulative_throughput"],
+            }));
+        }
+        let mut m: Vec<f64> = runs
+            .iter()
+            .map(|r| r["measured_mib_s"].as_f64().unwrap())
+            .collect();
+        m.sort_by(f64::total_cmp);
+        results.insert(
+            strategy.to_string(),
+            serde_json::json!({"median_measured_mib_s": m[m.len() / 2], "runs": runs}),
+        );
+    }
+    let median = |s: &str| results[s]["median_measured_mib_s"].as_f64().unwrap();
+    let report = serde_json::json!({
+        "what": "cumulative compute->storage write throughput, all compute nodes at once",
+        "hosts": HOSTS, "switches": SWITCHES, "host_mbit": HOST_MBIT,
+        "uplink_mbit": UPLINK_MBIT, "noisy_mbit": NOISY_MBIT, "storage_nodes": 2,
+        "transfer_ms": BENCH_MS,
+        "datasteward_vs_random": median("datasteward") / median("random"),
+        "datasteward_vs_latency": median("datasteward") / median("latency"),
+        "strategies": results,
+    });
+    let out = std::env::var_os("TOMUS_BENCH_OUT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| hosts.dir.join("topology_netns.json"));
+    let text = serde_json::to_string_pretty(&report).unwrap();
+    std::fs::write(&out, &text).unwrap();
+    println!("{text}");
 }
