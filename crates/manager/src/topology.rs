@@ -132,3 +132,69 @@ impl Topology {
         self.store.topology()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
+    use super::*;
+
+    fn open(timeout: Duration) -> (Topology, Registry, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "tomus-topology-unit-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let store = Arc::new(Store::open(&dir).unwrap());
+        let registry = Registry::open(store.clone(), timeout).unwrap();
+        (Topology::new(store, None, timeout), registry, dir)
+    }
+
+    #[test]
+    fn agents_are_nodes_until_they_fall_silent() {
+        let (t, registry, dir) = open(Duration::from_millis(300));
+        t.register("b".into(), "10.0.0.2:1".into()).unwrap();
+        t.register("a".into(), "10.0.0.1:1".into()).unwrap();
+        let names: Vec<String> = t.nodes(&registry).into_iter().map(|n| n.name).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(t.register(String::new(), "x:1".into()).is_err());
+        assert!(t
+            .register("c".into(), "x".repeat(MAX_ADDR_LEN + 1))
+            .is_err());
+        std::thread::sleep(Duration::from_millis(400));
+        t.register("a".into(), "10.0.0.1:1".into()).unwrap();
+        let names: Vec<String> = t.nodes(&registry).into_iter().map(|n| n.name).collect();
+        assert_eq!(names, ["a"], "b fell silent");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_measurement_needs_two_nodes_with_distinct_names() {
+        let (t, _registry, dir) = open(Duration::from_secs(5));
+        let req = MeasureTopology {
+            rounds: 1,
+            duration_ms: 10,
+            parallel: 1,
+            frame_bytes: 64 << 10,
+        };
+        let one = vec![Node {
+            name: "a".into(),
+            addr: "127.0.0.1:1".into(),
+        }];
+        assert!(t.measure(one, req.clone()).await.is_err());
+        let twins = vec![
+            Node {
+                name: "a".into(),
+                addr: "127.0.0.1:1".into(),
+            },
+            Node {
+                name: "a".into(),
+                addr: "127.0.0.1:2".into(),
+            },
+        ];
+        let e = t.measure(twins, req).await.unwrap_err();
+        assert!(e.message.contains("--name"), "{e}");
+        assert!(t.get().unwrap().is_none(), "nothing stored");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
