@@ -21,6 +21,7 @@ pub mod ops_cmd;
 pub mod pattern;
 pub mod s3_cmd;
 pub mod size;
+pub mod topology_cmd;
 pub mod transfer;
 
 /// A fresh directory under the system temp dir, for clusters that should not outlive a run.

@@ -7,6 +7,7 @@ pub mod placement;
 pub mod registry;
 pub mod service;
 pub mod store;
+pub mod topology;
 pub mod versions;
 pub mod workers;
 
@@ -85,12 +86,18 @@ pub async fn run(
     if let Some(tx) = ready {
         let _ = tx.send(local.to_string());
     }
+    let topology = Arc::new(topology::Topology::new(
+        store.clone(),
+        config.secret.clone(),
+        config.provider_timeout,
+    ));
     let service = Arc::new(service::ManagerService {
         versions,
         namespace,
         registry,
         store,
         workers,
+        topology,
     });
     tomus_wire::serve(
         listener,

@@ -14,6 +14,7 @@ use crate::namespace::Namespace;
 use crate::placement::place;
 use crate::registry::Registry;
 use crate::store::Store;
+use crate::topology::Topology;
 use crate::versions::VersionManager;
 
 pub struct ManagerService {
@@ -24,6 +25,8 @@ pub struct ManagerService {
     pub store: Arc<Store>,
     /// The committer, leases and retention, for `tomus status`.
     pub workers: tomus_worker::Workers,
+    /// Agents, and the measured network (`tomus topology`).
+    pub topology: Arc<Topology>,
 }
 
 /// Runs `op` (which commits fsynced transactions) off the async workers: a slow disk sync
@@ -119,6 +122,17 @@ impl ManagerService {
                 self.namespace(move |ns| ns.set_retention(&r.path, r.retention))
                     .await,
             ),
+            M::RegisterAgent(r) => {
+                Reply::of::<RegisterAgent>(self.topology.register(r.name, r.addr))
+            }
+            M::MeasureTopology(r) => {
+                let nodes = self.topology.nodes(&self.registry);
+                Reply::of::<MeasureTopology>(self.topology.measure(nodes, r).await)
+            }
+            M::GetTopology(_) => {
+                let topology = self.topology.clone();
+                Reply::of::<GetTopology>(blocking(move || topology.get()).await)
+            }
             M::FsAbandon(r) => {
                 Reply::of::<FsAbandon>(self.namespace(move |ns| ns.abandon(&r.path, r.blob)).await)
             }

@@ -17,6 +17,7 @@ use tomus_manager::namespace::Namespace;
 use tomus_manager::registry::Registry;
 use tomus_manager::service::ManagerService;
 use tomus_manager::store::{Publication, Store};
+use tomus_manager::topology::Topology;
 use tomus_manager::VersionManager;
 use tomus_metadata::{BlobId, ChunkId, ProviderId, Span, Version};
 use tomus_wire::maintenance::{
@@ -40,12 +41,14 @@ fn open(dir: &Path, provider_timeout: Duration) -> Arc<ManagerService> {
     let versions = VersionManager::open(store.clone(), &workers).unwrap();
     let namespace = Arc::new(Namespace::open(store.clone(), versions.clone()).unwrap());
     let registry = Arc::new(Registry::open(store.clone(), provider_timeout).unwrap());
+    let topology = Arc::new(Topology::new(store.clone(), None, provider_timeout));
     Arc::new(ManagerService {
         versions,
         namespace,
         registry,
         store,
         workers,
+        topology,
     })
 }
 
@@ -838,12 +841,14 @@ async fn a_slow_disk_sync_does_not_stall_requests_that_need_none() {
     let versions = VersionManager::open(store.clone(), &workers).unwrap();
     let namespace = Arc::new(Namespace::open(store.clone(), versions.clone()).unwrap());
     let registry = Arc::new(Registry::open(store.clone(), TIMEOUT).unwrap());
+    let topology = Arc::new(Topology::new(store.clone(), None, TIMEOUT));
     let m = Arc::new(ManagerService {
         versions,
         namespace,
         registry,
         store,
         workers,
+        topology,
     });
     register(&m, None, "127.0.0.1:7001").await;
     let blob = create_blob(&m, 1).await.unwrap().id;

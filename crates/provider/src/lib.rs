@@ -93,7 +93,9 @@ pub async fn run(
         request_timeout: PEER_REQUEST_TIMEOUT,
         secret: config.secret.clone(),
     });
-    let service = Arc::new(ProviderService::new(chunks.clone(), tier, meta, peers));
+    let agent = tomus_steward::probe::Agent::new(advertise.clone(), config.secret.clone());
+    let service =
+        Arc::new(ProviderService::new(chunks.clone(), tier, meta, peers).with_agent(agent));
     let load = Arc::new(LoadGauge::default());
     let pool = Pool::new(RpcConfig {
         connect_timeout: MANAGER_TIMEOUT,

@@ -20,6 +20,8 @@ pub mod provider;
 pub mod rpc;
 /// The accept loop and request handlers.
 pub mod server;
+/// The requests of a topology agent (throughput probes between nodes).
+pub mod topology;
 /// The data requests and answers carry.
 pub mod types;
 

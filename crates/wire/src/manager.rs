@@ -135,5 +135,18 @@ service! {
         /// created below it from now on (files already there keep theirs). `None` on a
         /// directory: it follows its parent again; a file must have a policy.
         FsSetRetention { path: String, retention: Option<Retention> } -> FsRetention, once;
+
+        // ---- topology (DataSteward: measured network, dedicated storage nodes)
+        /// A compute-only node's `tomus agent` announces itself (again every few seconds,
+        /// like a heartbeat): `name` for the matrix, `addr` where it answers probes.
+        RegisterAgent { name: String, addr: String } -> ();
+        /// Measures the throughput between every ordered pair of live nodes (providers and
+        /// agents): `rounds` samples per pair, each a probe of `duration_ms`, the pairs of a
+        /// round probed `parallel` at a time with no node in two probes at once, rounds one
+        /// after the other so a pair's samples are spread in time. Stores and answers the
+        /// matrix.
+        MeasureTopology { rounds: u32, duration_ms: u32, parallel: u32, frame_bytes: u32 } -> TopologyMatrix, once;
+        /// The matrix last measured (`None`: never measured).
+        GetTopology {} -> Option<TopologyMatrix>;
     }
 }

@@ -18,6 +18,7 @@ use crate::maintenance::MaintenanceRequest;
 use crate::manager::ManagerRequest;
 use crate::provider::ProviderRequest;
 use crate::server::Payload;
+use crate::topology::AgentRequest;
 
 /// A request of some service, and what it answers.
 pub trait Rpc: Serialize + Send + Sync + 'static {
@@ -38,6 +39,8 @@ pub enum Envelope {
     Manager(ManagerRequest),
     Maintenance(MaintenanceRequest),
     Provider(ProviderRequest),
+    /// Added later (last, so the variants before keep their numbers).
+    Agent(AgentRequest),
 }
 
 impl Envelope {
@@ -48,6 +51,7 @@ impl Envelope {
             Envelope::Manager(_) => "manager",
             Envelope::Maintenance(_) => "maintenance",
             Envelope::Provider(_) => "provider",
+            Envelope::Agent(_) => "topology agent",
         }
     }
 }

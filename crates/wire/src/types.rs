@@ -433,3 +433,37 @@ pub struct ClusterStatus {
     /// times with.
     pub now_ms: u64,
 }
+
+/// One throughput probe from one node to another ([`Probe`](crate::topology::Probe)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeSample {
+    /// Bytes the receiver acknowledged.
+    pub bytes: u64,
+    /// From the first frame sent to the last answer (µs).
+    pub elapsed_us: u64,
+    /// Median round trip of a few pings before the stream (µs).
+    pub rtt_us: u64,
+}
+
+/// The measured network between the nodes of a deployment: row = from, column = to. The
+/// diagonal is 0 (a node is not probed to itself); a pair whose probes all failed is 0 too,
+/// and named in `failures`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopologyMatrix {
+    /// Node names: a provider's address, or the name a `tomus agent` gave.
+    pub nodes: Vec<String>,
+    /// Where each node answers probes, in `nodes` order.
+    pub addrs: Vec<String>,
+    /// Mean throughput over the samples (MiB/s).
+    pub throughput: Vec<Vec<f64>>,
+    /// Standard deviation of the samples (MiB/s).
+    pub stddev: Vec<Vec<f64>>,
+    /// Median round-trip time (ms).
+    pub latency_ms: Vec<Vec<f64>>,
+    /// Samples per pair, probe length (ms), and when the measurement ended (Unix ms).
+    pub rounds: u32,
+    pub duration_ms: u32,
+    pub measured_ms: u64,
+    /// Pairs whose probes failed, with the first error: "from -> to: error".
+    pub failures: Vec<String>,
+}

@@ -97,6 +97,13 @@ enum Command {
     /// verify, restore.
     #[command(subcommand)]
     Backup(crate::backup_cmd::BackupCommand),
+    /// The measured network and dedicated storage nodes (DataSteward): measure, show, select.
+    #[command(subcommand)]
+    Topology(crate::topology_cmd::TopologyCommand),
+    /// Run a topology agent on a compute-only node: it answers the throughput probes of
+    /// `tomus topology measure` (providers answer them too) and announces itself to the
+    /// manager. Listens on --addr.
+    Agent(crate::topology_cmd::AgentArgs),
 }
 
 /// Runs the command line `args` (the program name first) and returns the process exit code.
@@ -135,7 +142,7 @@ where
     };
     let server = matches!(
         cli.command,
-        Command::Manager(_) | Command::Provider(_) | Command::S3(_)
+        Command::Manager(_) | Command::Provider(_) | Command::S3(_) | Command::Agent(_)
     );
     let default_level = if server { "info" } else { "warn" };
     // s3s logs every client error (a 404, a bad signature) at error level: off by default.
@@ -239,6 +246,15 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Backup(cmd) => {
             runtime()?.block_on(crate::backup_cmd::run(&cli.addr, secret, cli.json, cmd))
+        }
+        Command::Topology(cmd) => {
+            runtime()?.block_on(crate::topology_cmd::run(&cli.addr, secret, cli.json, cmd))
+        }
+        Command::Agent(a) => {
+            let config = crate::topology_cmd::agent_config(cli.addr, explicit_addr, secret, a);
+            servers::serve("agent", |ready, _| {
+                tomus_steward::agent::run(config, Some(ready))
+            })
         }
     }
 }

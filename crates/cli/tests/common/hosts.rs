@@ -2,6 +2,10 @@
 //! address, running real `tomus` processes; the test process (the client) stays in the root
 //! namespace and reaches them through the bridge's own address.
 //!
+//! [`Hosts::with_switches`] spreads the hosts over several bridges ("switches", one subnet),
+//! each extra one joined to the first by a veth pair (its uplink); `tc` token buckets on a
+//! host's link or on an uplink shape the network (`shape_host`, `shape_uplink`).
+//!
 //! Faults: SIGKILL a process, or cut a host off the network by setting one end of its veth
 //! pair down (and back up). Everything (processes, namespaces, veths, bridge) is removed on
 //! drop, also when the test panics; the scratch directory with the processes' logs is kept
@@ -53,6 +57,8 @@ pub enum LinkSide {
 }
 
 struct Host {
+    /// The bridge it is plugged into (index into `Hosts::bridges`).
+    switch: usize,
     ns: String,
     veth_br: String,
     veth_ns: String,
@@ -75,6 +81,10 @@ pub struct Hosts {
     pub secret: ClusterSecret,
     pub secret_file: PathBuf,
     bridge: Option<String>,
+    /// Bridges of the other switches, and their uplinks to the first one (bridge side of
+    /// the first switch, bridge side of theirs).
+    bridges: Vec<String>,
+    uplinks: Vec<(String, String)>,
     hosts: Vec<Host>,
     procs: Vec<Proc>,
     /// Hosts currently cut off.
@@ -85,6 +95,12 @@ impl Hosts {
     /// `n` hosts for the test `label`. Never skips: falls back to loopback (saying why on
     /// stderr) when namespaces cannot be created.
     pub fn new(label: &str, n: usize) -> Hosts {
+        Hosts::with_switches(label, n, 1)
+    }
+
+    /// [`Hosts::new`] with the hosts spread over `switches` bridges in consecutive groups
+    /// (host i on switch i * switches / n).
+    pub fn with_switches(label: &str, n: usize, switches: usize) -> Hosts {
         let dir = tomus_cli::scratch_dir(&format!("netns-{label}"));
         std::fs::create_dir_all(dir.join("logs")).expect("create scratch dir");
         let secret_bytes = format!("netns-test-secret-{:032x}", rand::random::<u128>());
@@ -99,6 +115,8 @@ impl Hosts {
             secret,
             secret_file,
             bridge: None,
+            bridges: Vec::new(),
+            uplinks: Vec::new(),
             hosts: Vec::new(),
             procs: Vec::new(),
             cut: vec![None; n],
@@ -106,7 +124,7 @@ impl Hosts {
         let reason = if std::env::var_os("TOMUS_TEST_NO_NETNS").is_some_and(|v| v != "0") {
             Some("TOMUS_TEST_NO_NETNS is set".to_string())
         } else {
-            match hosts.setup_netns(n) {
+            match hosts.setup_netns(n, switches.max(1)) {
                 Ok(()) => None,
                 Err(e) => {
                     hosts.teardown_network();
@@ -142,7 +160,7 @@ impl Hosts {
         hosts
     }
 
-    fn setup_netns(&mut self, n: usize) -> Result<(), String> {
+    fn setup_netns(&mut self, n: usize, switches: usize) -> Result<(), String> {
         if n > 250 {
             return Err(format!("{n} hosts do not fit a /24"));
         }
@@ -166,8 +184,34 @@ impl Hosts {
             &bridge,
         ])?;
         ip(&["link", "set", "dev", &bridge, "up"])?;
+        let mut bridges = vec![bridge.clone()];
+        for s in 1..switches {
+            let name = format!("{bridge}s{s}");
+            ip(&["link", "add", &name, "type", "bridge"])?;
+            self.bridges.push(name.clone());
+            ip(&[
+                "link",
+                "set",
+                "dev",
+                &name,
+                "alias",
+                &format!("{BRIDGE_ALIAS}{pid}"),
+            ])?;
+            ip(&["link", "set", "dev", &name, "up"])?;
+            let (a, b) = (format!("tmv{c}x{s}a"), format!("tmv{c}x{s}b"));
+            let _ = ip(&["link", "del", &a]);
+            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
+            self.uplinks.push((a.clone(), b.clone()));
+            ip(&["link", "set", "dev", &a, "master", &bridge])?;
+            ip(&["link", "set", "dev", &b, "master", &name])?;
+            ip(&["link", "set", "dev", &a, "up"])?;
+            ip(&["link", "set", "dev", &b, "up"])?;
+            bridges.push(name);
+        }
         for i in 0..n {
+            let switch = i * switches / n;
             let host = Host {
+                switch,
                 ns: format!("tmsn-{pid}-{c}-{i}"),
                 veth_br: format!("tmv{c}b{i}"),
                 veth_ns: format!("tmv{c}n{i}"),
@@ -182,7 +226,14 @@ impl Hosts {
                 "link", "add", &h.veth_br, "type", "veth", "peer", "name", &h.veth_ns, "netns",
                 &h.ns,
             ])?;
-            ip(&["link", "set", "dev", &h.veth_br, "master", &bridge])?;
+            ip(&[
+                "link",
+                "set",
+                "dev",
+                &h.veth_br,
+                "master",
+                &bridges[h.switch],
+            ])?;
             ip(&["link", "set", "dev", &h.veth_br, "up"])?;
             ip(&["-n", &h.ns, "link", "set", "dev", "lo", "up"])?;
             ip(&[
@@ -197,6 +248,28 @@ impl Hosts {
             ip(&["-n", &h.ns, "link", "set", "dev", &h.veth_ns, "up"])?;
         }
         Ok(())
+    }
+
+    /// The switch host `i` is plugged into.
+    pub fn switch_of(&self, i: usize, switches: usize) -> usize {
+        self.hosts
+            .get(i)
+            .map_or(i * switches / self.len().max(1), |h| h.switch)
+    }
+
+    /// Limits host `host`'s link to `mbit` Mbit/s in both directions (a token bucket on each
+    /// end of its veth pair).
+    pub fn shape_host(&self, host: usize, mbit: u32) -> Result<(), String> {
+        let h = &self.hosts[host];
+        tbf(&[], &h.veth_br, mbit)?;
+        tbf(&["-n", &h.ns], &h.veth_ns, mbit)
+    }
+
+    /// Limits the uplink of switch `s` (1..) to the first switch to `mbit` Mbit/s each way.
+    pub fn shape_uplink(&self, s: usize, mbit: u32) -> Result<(), String> {
+        let (a, b) = &self.uplinks[s - 1];
+        tbf(&[], a, mbit)?;
+        tbf(&[], b, mbit)
     }
 
     pub fn mode(&self) -> Mode {
@@ -413,7 +486,10 @@ impl Hosts {
             }
             let _ = ip(&["link", "del", &h.veth_br]);
         }
-        if let Some(b) = self.bridge.take() {
+        for (a, _) in self.uplinks.drain(..) {
+            let _ = ip(&["link", "del", &a]);
+        }
+        for b in self.bridges.drain(..).chain(self.bridge.take()) {
             if let Err(e) = ip(&["link", "del", &b]) {
                 eprintln!("cleanup: {e}");
             }
@@ -466,6 +542,39 @@ fn ip(args: &[&str]) -> Result<String, String> {
             "`ip {}` failed ({}): {}",
             args.join(" "),
             out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Replaces the root qdisc of `dev` (in the namespace `netns`, e.g. `["-n", NS]`) with a
+/// token bucket of `mbit` Mbit/s: a small burst (32 KiB), so short probes see the rate, and
+/// a queue of 20 ms.
+fn tbf(netns: &[&str], dev: &str, mbit: u32) -> Result<(), String> {
+    let rate = format!("{mbit}mbit");
+    let tc = [
+        "qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst", "32kb", "latency",
+        "20ms",
+    ];
+    let mut cmd = match netns {
+        ["-n", ns] => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "tc"]);
+            c
+        }
+        _ => Command::new("tc"),
+    };
+    let out = cmd
+        .args(tc)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run tc: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`tc {}` on {netns:?} failed: {}",
+            tc.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
@@ -539,8 +648,9 @@ fn sweep_stale() {
                     .and_then(|p| p.parse().ok());
                 if dead(pid) {
                     eprintln!("removing stale test bridge {name}");
-                    let prefix = format!("tmv{c}b");
-                    for v in links.iter().map(name_of).filter(|n| n.starts_with(&prefix)) {
+                    let (hosts, uplinks) = (format!("tmv{c}b"), format!("tmv{c}x"));
+                    let ours = |n: &String| n.starts_with(&hosts) || n.starts_with(&uplinks);
+                    for v in links.iter().map(name_of).filter(ours) {
                         let _ = ip(&["link", "del", &v]);
                     }
                     let _ = ip(&["link", "del", &name]);

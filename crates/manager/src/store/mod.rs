@@ -1,6 +1,6 @@
 //! The manager's durable state in redb: blobs, published versions, aborted version ranges,
-//! retention, providers (and which drain), repaired chunks' replica sets. Every commit is
-//! fsynced before the manager acknowledges what it records.
+//! retention, providers (and which drain), repaired chunks' replica sets, the measured
+//! network topology. Every commit is fsynced before the manager acknowledges what it records.
 
 /// Blob records: creation, deletion tombstones, removal with a namespace change.
 mod blobs;
@@ -10,6 +10,8 @@ mod change_log;
 mod providers;
 /// Retention policies and the expiry of versions they no longer keep.
 mod retention;
+/// The measured network matrix (DataSteward topology).
+mod topology;
 /// Version numbers: reservation, aborted ranges, publication, published versions.
 mod versions;
 
@@ -45,6 +47,10 @@ const REPLICAS: TableDefinition<u128, &[u8]> = TableDefinition::new("replicas");
 /// the transaction that removes its records: garbage collection deletes a blob's data only
 /// on this positive record, never because a listing happened not to show the blob.
 const DELETED: TableDefinition<u64, u64> = TableDefinition::new("deleted");
+/// Key: "matrix"; value: the [`TopologyMatrix`](tomus_wire::TopologyMatrix) last measured.
+/// Needs no format bump: a build that does not know the table leaves it alone and loses
+/// nothing but the matrix (re-measured at will), and an older store simply has none.
+const TOPOLOGY: TableDefinition<&str, &[u8]> = TableDefinition::new("topology");
 
 /// A blob's durable record.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -170,6 +176,7 @@ impl Store {
             txn.open_table(REPLICAS).map_err(db_err)?;
             txn.open_table(DELETED).map_err(db_err)?;
             txn.open_table(CHANGES).map_err(db_err)?;
+            txn.open_table(TOPOLOGY).map_err(db_err)?;
         }
         if unrecorded {
             // The blobs already there have a history the log never saw.

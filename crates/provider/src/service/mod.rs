@@ -25,6 +25,8 @@ use tomus_wire::{
     Result, MAX_ITEMS,
 };
 
+use tomus_steward::probe::Agent;
+
 use crate::chunk_store::ChunkStore;
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
@@ -48,6 +50,8 @@ pub struct ProviderService {
     peers: Arc<Pool>,
     /// Bytes of chunks being copied in, in KiB: repair copies wait for room.
     copy_buffers: Arc<Semaphore>,
+    /// Answers topology probes (every provider is a node of the measured network).
+    agent: Option<Agent>,
 }
 
 impl ProviderService {
@@ -63,7 +67,14 @@ impl ProviderService {
             meta,
             peers,
             copy_buffers: Arc::new(Semaphore::new(COPY_BUFFER_BYTES >> 10)),
+            agent: None,
         }
+    }
+
+    /// The same service answering topology probes as `agent`.
+    pub fn with_agent(mut self, agent: Agent) -> Self {
+        self.agent = Some(agent);
+        self
     }
 
     async fn dispatch(&self, req: ProviderRequest, body: Bytes) -> Reply {
@@ -130,8 +141,10 @@ fn check_request(req: &ProviderRequest, body: &Bytes) -> Result<()> {
 
 impl Handler for ProviderService {
     async fn handle(&self, req: Envelope, body: Bytes) -> Reply {
-        let Envelope::Provider(req) = req else {
-            return wrong_service("provider", &req);
+        let req = match (req, &self.agent) {
+            (Envelope::Provider(req), _) => req,
+            (Envelope::Agent(req), Some(agent)) => return agent.handle(req, body).await,
+            (other, _) => return wrong_service("provider", &other),
         };
         let name = req.name();
         let reply = self.dispatch(req, body).await;
