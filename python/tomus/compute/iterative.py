@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["IterativeReduce", "IterativeResult", "reduce_tasks_needed"]
 
 Shape = Literal["tree", "classic"]
+Assignment = Literal["pull", "static"]
 
 
 def reduce_tasks_needed(maps: int, ratio: int) -> int:
@@ -211,13 +212,22 @@ class IterativeReduce:
         shape: Shape = "tree",
         hosts: Callable[[Any], Sequence[str]] | None = None,
         on_task: Callable[[TaskRecord], None] | None = None,
+        assignment: Assignment = "pull",
     ) -> IterativeResult:
-        """``run`` inside an existing session (several jobs on one cluster)."""
+        """``run`` inside an existing session (several jobs on one cluster).
+
+        ``assignment="static"`` pins map task i to worker i mod W up front (for comparison with
+        the default, where idle workers take the next queued task: MATE's pull-based
+        assignment, which keeps a slow worker from holding up the job)."""
         if not items:
             raise ValueError("IterativeReduce needs at least one input")
         if shape not in ("tree", "classic"):
             raise ValueError(f"shape must be 'tree' or 'classic', got {shape!r}")
-        return _Driver(self, s, items, job_id, shape, hosts, on_task).run()
+        if assignment not in ("pull", "static"):
+            raise ValueError(f"assignment must be 'pull' or 'static', got {assignment!r}")
+        driver = _Driver(self, s, items, job_id, shape, hosts, on_task)
+        driver.static = assignment == "static"
+        return driver.run()
 
 
 class _Driver:
@@ -246,6 +256,7 @@ class _Driver:
         self.maps_run = 0
         self.reduces_run = 0
         self.next_reduce = 0
+        self.static = False
 
     def _restore(self) -> int:
         """Replays the job log; returns the number of stored results reused."""
@@ -335,10 +346,13 @@ class _Driver:
 
     def _submit_map(self, index: int, item: Any) -> None:
         hosts = tuple(self.hosts(item))
+        options: dict[str, Any] = dict(self.s.placement.submit_options(hosts))
+        if self.static:
+            ws = self.s.placement.workers
+            options = {"workers": [ws[index % len(ws)]], "allow_other_workers": False}
         fut = self.s.dask.submit(
             _map_task, self.s.addr, self.job.mapper, index, item, hosts,
-            key=f"tomus-map-{self.token}-{index}", retries=self.job.retries,
-            **self.s.placement.submit_options(hosts),
+            key=f"tomus-map-{self.token}-{index}", retries=self.job.retries, **options,
         )  # fmt: skip
         self.pending[fut] = f"m{index}"
         self.ac.add(fut)

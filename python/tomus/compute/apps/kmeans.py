@@ -22,7 +22,15 @@ from tomus.compute.iterative import IterativeResult
 if TYPE_CHECKING:
     from distributed import Client as DaskClient
 
-__all__ = ["KMeansPass", "KMeansResult", "assign", "initial_centers", "kmeans", "reference_kmeans"]
+__all__ = [
+    "KMeansPass",
+    "KMeansResult",
+    "assign",
+    "cluster_sums",
+    "initial_centers",
+    "kmeans",
+    "reference_kmeans",
+]
 
 
 @dataclass
@@ -36,12 +44,36 @@ class KMeansResult:
     converged: bool = False
 
 
+#: Points per block of the distance kernel: the block's k distances stay in cache instead of
+#: one (points x k) temporary per array.
+_BLOCK = 1 << 15
+
+
 def assign(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Index of the nearest center and squared distance to it, for each point."""
-    x = points.astype(np.float64, copy=False)
-    d2 = (x * x).sum(1)[:, None] - 2.0 * x @ centers.T + (centers * centers).sum(1)[None, :]
-    labels = d2.argmin(1)
-    return labels, np.maximum(d2[np.arange(len(x)), labels], 0.0)
+    c = np.asarray(centers, dtype=np.float64)
+    cc = (c * c).sum(1)
+    minus2ct = -2.0 * c.T
+    n = len(points)
+    labels = np.empty(n, dtype=np.intp)
+    d2 = np.empty(n)
+    for s in range(0, n, _BLOCK):
+        x = points[s : s + _BLOCK].astype(np.float64, copy=False)
+        # |x - c|^2 = |x|^2 - 2 x.c + |c|^2; |x|^2 does not change which center is nearest.
+        score = x @ minus2ct
+        score += cc
+        lab = score.argmin(1)
+        labels[s : s + len(x)] = lab
+        d2[s : s + len(x)] = np.take_along_axis(score, lab[:, None], 1)[:, 0] + (x * x).sum(1)
+    return labels, np.maximum(d2, 0.0, out=d2)
+
+
+def cluster_sums(points: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """Per cluster, the sum of its points (k x d), in one ``bincount`` over all coordinates."""
+    d = points.shape[1]
+    idx = (labels[:, None] * d + np.arange(d)).ravel()
+    w = points.astype(np.float64, copy=False).ravel()
+    return np.bincount(idx, weights=w, minlength=k * d).reshape(k, d)
 
 
 #: A pass's reduction object: per center, the sum and the count of its points; total inertia.
@@ -65,8 +97,7 @@ class KMeansPass(GeneralizedReduction):
         sums, counts, inertia = obj
         labels, d2 = assign(chunk, self.centers)
         k = len(self.centers)
-        for j in range(chunk.shape[1]):
-            sums[:, j] += np.bincount(labels, weights=chunk[:, j], minlength=k)
+        sums += cluster_sums(chunk, labels, k)
         counts += np.bincount(labels, minlength=k)
         return sums, counts, inertia + float(d2.sum())
 
@@ -147,16 +178,16 @@ def reference_kmeans(
 ) -> tuple[np.ndarray, float, int]:
     """The same algorithm in one process: (centers, inertia, iterations)."""
     c = np.asarray(centers, dtype=np.float64)
-    x = points.astype(np.float64)
+    x = points
     inertia, done = 0.0, 0
     for _ in range(iterations):
         labels, d2 = assign(x, c)
         inertia = float(d2.sum())
+        sums = cluster_sums(x, labels, len(c))
+        counts = np.bincount(labels, minlength=len(c))
         new = c.copy()
-        for j in range(len(c)):
-            members = x[labels == j]
-            if len(members):
-                new[j] = members.mean(0)
+        nonempty = counts > 0
+        new[nonempty] = sums[nonempty] / counts[nonempty, None]
         done += 1
         moved = float(np.abs(new - c).max())
         c = new
