@@ -140,9 +140,16 @@ def permuted_stats(
     maxes: dict[int, float] = {}
     r0: np.ndarray | None = None
     todo = list(perms)
+    # Buffers reused by every group (large temporaries per group would be mapped and unmapped
+    # each time in Dask's workers, which set MALLOC_TRIM_THRESHOLD_).
+    width = v * min(_STACK, len(todo))
+    stacked_buf = np.empty((n, width))
+    r_buf = np.empty((xz.shape[1], width))
+    a_buf = np.empty((xz.shape[1], width))
+    xzt = xz.T
     for i in range(0, len(todo), _STACK):
         group = todo[i : i + _STACK]
-        stacked = np.empty((n, v * len(group)))
+        stacked = stacked_buf[:, : v * len(group)]
         for j, b in enumerate(group):
             perm = permutation(seed, b, n)
             part = stacked[:, j * v : (j + 1) * v]
@@ -150,9 +157,10 @@ def permuted_stats(
                 part[:] = yz
             else:
                 part[perm] = yz  # row perm[i] gets yz[i]: the inverse permutation of Y
-        r = xz.T @ stacked
+        r = r_buf[:, : v * len(group)]
+        np.matmul(xzt, stacked, out=r)
         r /= n
-        a = np.abs(r).reshape(len(r), len(group), v)
+        a = np.abs(r, out=a_buf[:, : v * len(group)]).reshape(len(r), len(group), v)
         per = a.max(axis=(0, 2)) if a.size else np.zeros(len(group))
         for j, b in enumerate(group):
             maxes[b] = float(per[j])

@@ -8,7 +8,7 @@ once and moves only k x d numbers between tasks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,7 @@ __all__ = [
     "cluster_sums",
     "initial_centers",
     "kmeans",
+    "pass_stats",
     "reference_kmeans",
 ]
 
@@ -49,31 +50,74 @@ class KMeansResult:
 _BLOCK = 1 << 15
 
 
-def assign(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Index of the nearest center and squared distance to it, for each point (ties: the
-    lower index)."""
+def _blocks(
+    points: np.ndarray, centers: np.ndarray
+) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+    """For each block of ``_BLOCK`` points: (first index, the block as float64, nearest
+    center, squared distance to it). The buffers are allocated once per call and reused, so
+    the kernel does not map and unmap memory per block (Dask's workers set
+    MALLOC_TRIM_THRESHOLD_, which sends every large allocation to mmap: the per-block
+    allocations made the kernel 2x slower there). The arrays yielded are overwritten by the
+    next block."""
     c = np.asarray(centers, dtype=np.float64)
-    cc = (c * c).sum(1)
+    k, d = c.shape
+    cc = (c * c).sum(1)[:, None]
     minus2c = -2.0 * c
-    n = len(points)
-    labels = np.empty(n, dtype=np.intp)
-    d2 = np.empty(n)
-    for s in range(0, n, _BLOCK):
-        x = points[s : s + _BLOCK].astype(np.float64, copy=False)
+    size = min(_BLOCK, len(points))
+    xbuf = np.empty((size, d))
+    score = np.empty((k, size))
+    best = np.empty(size)
+    lab = np.empty(size, dtype=np.intp)
+    better = np.empty(size, dtype=bool)
+    d2 = np.empty(size)
+    for s in range(0, len(points), _BLOCK):
+        m = min(_BLOCK, len(points) - s)
+        x, sc, b, lb, bt, dd = xbuf[:m], score[:, :m], best[:m], lab[:m], better[:m], d2[:m]
+        np.copyto(x, points[s : s + m], casting="same_kind")
         # |x - c|^2 = |x|^2 - 2 x.c + |c|^2; |x|^2 does not change which center is nearest.
         # Centers along rows (k x block), then a running minimum over the k rows: k long
         # vector operations, ~3x faster than argmin over k-wide rows.
-        score = minus2c @ x.T
-        score += cc[:, None]
-        best = score[0].copy()
-        lab = np.zeros(len(x), dtype=np.intp)
-        for j in range(1, len(c)):
-            better = score[j] < best
-            np.copyto(best, score[j], where=better)
-            lab[better] = j
-        labels[s : s + len(x)] = lab
-        d2[s : s + len(x)] = best + np.einsum("ij,ij->i", x, x)
-    return labels, np.maximum(d2, 0.0, out=d2)
+        np.matmul(minus2c, x.T, out=sc)
+        sc += cc
+        b[:] = sc[0]
+        lb[:] = 0
+        for j in range(1, k):
+            np.less(sc[j], b, out=bt)
+            np.copyto(b, sc[j], where=bt)
+            lb[bt] = j
+        np.einsum("ij,ij->i", x, x, out=dd)
+        dd += b
+        np.maximum(dd, 0.0, out=dd)
+        yield s, x, lb, dd
+
+
+def assign(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index of the nearest center and squared distance to it, for each point (ties: the
+    lower index)."""
+    labels = np.empty(len(points), dtype=np.intp)
+    d2 = np.empty(len(points))
+    for s, _, lab, dist in _blocks(points, centers):
+        labels[s : s + len(lab)] = lab
+        d2[s : s + len(lab)] = dist
+    return labels, d2
+
+
+def pass_stats(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """One Lloyd pass's statistics over ``points``: per center the sum and the count of the
+    points nearest to it, and the total squared distance (inertia), block by block."""
+    k, d = np.shape(centers)
+    sums = np.zeros(k * d)
+    counts = np.zeros(k, dtype=np.int64)
+    inertia = 0.0
+    offsets = np.arange(d)
+    idx = np.empty((min(_BLOCK, len(points)), d), dtype=np.intp)
+    for _, x, lab, dist in _blocks(points, centers):
+        ix = idx[: len(lab)]
+        np.add(lab[:, None] * d, offsets, out=ix)
+        sums += np.bincount(ix.ravel(), weights=x.ravel(), minlength=k * d)
+        counts += np.bincount(lab, minlength=k)
+        inertia += float(dist.sum())
+    return sums.reshape(k, d), counts, inertia
 
 
 def cluster_sums(points: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
@@ -103,11 +147,8 @@ class KMeansPass(GeneralizedReduction):
 
     def local(self, obj: _Sums, chunk: np.ndarray) -> _Sums:
         sums, counts, inertia = obj
-        labels, d2 = assign(chunk, self.centers)
-        k = len(self.centers)
-        sums += cluster_sums(chunk, labels, k)
-        counts += np.bincount(labels, minlength=k)
-        return sums, counts, inertia + float(d2.sum())
+        s, c, i = pass_stats(chunk, self.centers)
+        return sums + s, counts + c, inertia + i
 
     def merge(self, a: _Sums, b: _Sums) -> _Sums:
         return a[0] + b[0], a[1] + b[1], a[2] + b[2]
@@ -189,10 +230,7 @@ def reference_kmeans(
     x = points
     inertia, done = 0.0, 0
     for _ in range(iterations):
-        labels, d2 = assign(x, c)
-        inertia = float(d2.sum())
-        sums = cluster_sums(x, labels, len(c))
-        counts = np.bincount(labels, minlength=len(c))
+        sums, counts, inertia = pass_stats(x, c)
         new = c.copy()
         nonempty = counts > 0
         new[nonempty] = sums[nonempty] / counts[nonempty, None]
