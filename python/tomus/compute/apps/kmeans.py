@@ -113,7 +113,8 @@ def pass_stats(points: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.
     idx = np.empty((min(_BLOCK, len(points)), d), dtype=np.intp)
     for _, x, lab, dist in _blocks(points, centers):
         ix = idx[: len(lab)]
-        np.add(lab[:, None] * d, offsets, out=ix)
+        np.multiply(lab[:, None], d, out=ix)  # no temporary: see _blocks
+        ix += offsets
         sums += np.bincount(ix.ravel(), weights=x.ravel(), minlength=k * d)
         counts += np.bincount(lab, minlength=k)
         inertia += float(dist.sum())
