@@ -22,7 +22,10 @@ def test_abrain_finds_the_planted_associations_and_no_others(
     assert sorted((s, v) for s, v, _, _ in res.pairs) == planted
     assert all(p == 1 / (perms + 1) for *_, p in res.pairs)  # beyond every null maximum
     assert res.job is not None
-    assert res.job.map_tasks == (perms + 1) * len(data.genotypes.chunks)
+    # Each task reads one SNP block and takes many permutations of it.
+    assert (
+        len(data.genotypes.chunks) <= res.job.map_tasks < (perms + 1) * len(data.genotypes.chunks)
+    )
     ref = reference_abrain(x, y, perms, alpha=0.05, seed=4)
     assert [(s, v, p) for s, v, _, p in res.pairs] == [(s, v, p) for s, v, _, p in ref.pairs]
     np.testing.assert_allclose(res.null_max, ref.null_max, rtol=1e-9)

@@ -5,6 +5,8 @@ Text apps (wordcount, mfw, grep) take inputs in the tomus namespace (files or di
 abrain) read datasets written by ``Dataset.write`` (the index blob's id, or a namespace file
 holding the index), or generate synthetic data with ``--synthetic``.
 
+pagerank takes an edge list (text lines ``src dst``) like the text apps take their inputs.
+
 ``--addr``: the tomus manager (default ``$TOMUS_ADDR``; without either an embedded cluster runs
 for the job, which only makes sense with ``--synthetic``). ``--scheduler``: a Dask scheduler to
 run on (default: a LocalCluster of ``--workers`` processes made for the job).
@@ -216,6 +218,26 @@ def _abrain(args: argparse.Namespace, s: Session) -> None:
         print(f"{snp}\t{voxel}\t{r:.4f}\t{p:.4g}")
 
 
+def _pagerank(args: argparse.Namespace, s: Session) -> None:
+    from tomus.compute.apps.pagerank import pagerank
+
+    res = pagerank(
+        [_input(i) for i in args.inputs],
+        args.iterations,
+        args.damping,
+        session=s,
+        split_size=args.split_size,
+    )
+    top = res.top(args.top)
+    if args.json:
+        print(json.dumps({"iterations": res.iterations, "top": [[n, r] for n, r in top]}))
+        return
+    print(f"# {len(res.nodes)} nodes, {res.edges} edges, {res.iterations} iterations")
+    print("node\trank")
+    for node, rank in top:
+        print(f"{node}\t{rank:.9g}")
+
+
 # --- the parser ---------------------------------------------------------------------------------
 
 
@@ -302,6 +324,16 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--keep-p", type=float, default=1e-3)
     a.add_argument("--ratio", type=int, default=8)
     a.set_defaults(run=_abrain)
+
+    a = sub.add_parser(
+        "pagerank", parents=[common], help="PageRank of an edge list (lines 'src dst')"
+    )
+    a.add_argument("inputs", nargs="+", metavar="EDGES", help="namespace file/dir or blob:ID")
+    a.add_argument("--iterations", type=int, default=20, help="fixed number of iterations")
+    a.add_argument("--damping", type=float, default=0.85)
+    a.add_argument("--top", type=int, default=10, help="print the K highest ranks")
+    a.add_argument("--split-size", type=int, help="bytes of edge list per parse task")
+    a.set_defaults(run=_pagerank)
     return p
 
 

@@ -6,8 +6,17 @@ combined with ``merge``: no intermediate pairs, no shuffle. Here:
 
 - tasks are MATE's jobs: consecutive chunks of one data object, ordered round-robin over the
   objects so concurrent tasks read different objects (``Dataset.tasks``), and placed by Dask
-  next to their chunks; within a task the next chunk is fetched while the current one is
-  processed;
+  next to their chunks. How many chunks a task takes is adaptive: enough that a task runs about
+  ``task_seconds`` at the throughput earlier passes of the same reduction measured (tens of MB
+  before any was measured), so numpy kernels, not per-task costs, dominate, and each task
+  combines its chunks on the worker before the tree sees them; but at least two tasks per
+  worker when the dataset allows, so no worker idles at the end of a pass;
+- within a task, runs of chunks adjacent in their blob are read with one ``read_into`` into a
+  preallocated array (the native client fetches the storage chunks in parallel, GIL released),
+  the next run while the current one is reduced. Each worker keeps the runs it read in a
+  bounded cache (blob versions are immutable, so it is never stale), and the next pass over
+  the same dataset asks for the worker that ran each task before: an iterative algorithm reads
+  its data from storage once, not once per pass;
 - the global merge is an IterativeReduce tree (``ratio`` objects per merge task), so merging
   starts while chunks are still being processed and its results are stored in tomus;
 - the reduction itself (an instance of a subclass, or of this class built from functions) is
@@ -18,6 +27,8 @@ combined with ``merge``: no intermediate pairs, no shuffle. Here:
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -25,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 import numpy as np
 
-from tomus.compute.dataset import Dataset, Task
-from tomus.compute.engine import Session, TaskRecord, attach, current, use_session
+import tomus
+from tomus.compute.dataset import Chunk, Dataset, Task
+from tomus.compute.engine import Session, TaskRecord, attach, count_read, current, use_session
 from tomus.compute.iterative import IterativeReduce, IterativeResult
 from tomus.compute.storage import Ref, cached, put_bytes
 
@@ -38,11 +50,16 @@ __all__ = ["GeneralizedReduction", "iterate"]
 
 class GeneralizedReduction:
     """Subclass and define ``init``, ``local``, ``merge`` (and optionally ``finalize``), or pass
-    them as functions. ``local(obj, chunk)`` gets a numpy array of the chunk's records and must
-    not depend on the order chunks come in; ``merge(a, b)`` combines two objects."""
+    them as functions. ``local(obj, chunk)`` gets a numpy array of records (one chunk, or several
+    chunks adjacent in storage read at once; read-only, as workers cache it for later passes)
+    and must not depend on how records are grouped into calls or the order they come in;
+    ``merge(a, b)`` combines two objects."""
 
     ratio: int = 4
-    chunks_per_task: int = 1
+    #: Chunks per task; None: adaptive (see ``task_seconds``).
+    chunks_per_task: int | None = None
+    #: The target duration of one task when ``chunks_per_task`` is None.
+    task_seconds: float = 1.0
 
     def __init__(
         self,
@@ -94,8 +111,57 @@ class GeneralizedReduction:
             job = IterativeReduce(
                 _Local(spec), _Merge(spec), ratio=self.ratio, finalize=self.finalize
             )
-            tasks = dataset.tasks(self.chunks_per_task)
-            return job.run_in(s, tasks, on_task=on_task, job_id=job_id)
+            per_task = self.chunks_per_task or _adaptive_chunks(
+                type(self).__qualname__, dataset, len(s.placement.workers), self.task_seconds
+            )
+            tasks = dataset.tasks(per_task)
+            # The worker that ran each task last time over these chunks holds them in its
+            # cache: ask for it again (Dask may still move a task to an idle worker).
+            placed = _placed.setdefault((s.addr, dataset.index, per_task), {})
+            affinity = [placed.get(i) for i in range(len(tasks))]
+            res = job.run_in(s, tasks, on_task=on_task, job_id=job_id, affinity=affinity)
+            for t in res.timeline:
+                if t.kind == "map" and t.worker != "local":
+                    placed[int(t.task[1:])] = t.worker
+            _learn(type(self).__qualname__, res)
+            return res
+
+
+# --- task granularity ---------------------------------------------------------------------------
+
+#: Bytes a task takes before any pass of its reduction was measured.
+FIRST_TASK_BYTES = 32 << 20
+#: The fewest bytes a task takes whatever was measured (a slow, busy machine measures a low
+#: throughput; smaller tasks would only add per-task costs to it).
+MIN_TASK_BYTES = 16 << 20
+#: Measured map throughput (bytes per second of task time) per reduction class, in this driver.
+_throughput: dict[str, float] = {}
+#: Per (cluster, dataset, chunks per task): the worker each task last ran on.
+_placed: dict[tuple[str, int, int], dict[int, str]] = {}
+
+
+def _adaptive_chunks(kind: str, dataset: Dataset, workers: int, task_seconds: float) -> int:
+    """Chunks per task so a task runs about ``task_seconds``, with at least two tasks per
+    worker when there are enough chunks."""
+    if not dataset.chunks:
+        return 1
+    chunk_bytes = max(1, dataset.nbytes // len(dataset.chunks))
+    rate = _throughput.get(kind)
+    want = FIRST_TASK_BYTES if rate is None else max(MIN_TASK_BYTES, rate * task_seconds)
+    per_task = max(1, int(want // chunk_bytes))
+    # Dataset.tasks never mixes objects: the largest object bounds the tasks' size.
+    per_object = max(
+        sum(1 for c in dataset.chunks if c.object == o) for o in {c.object for c in dataset.chunks}
+    )
+    balanced = max(1, -(-len(dataset.chunks) // (2 * max(1, workers))))
+    return max(1, min(per_task, balanced, per_object))
+
+
+def _learn(kind: str, res: IterativeResult) -> None:
+    maps = [t for t in res.timeline if t.kind == "map" and t.bytes_read]
+    busy = sum(t.duration for t in maps)
+    if maps and busy > 0:
+        _throughput[kind] = sum(t.bytes_read for t in maps) / busy
 
 
 # --- task bodies: the reduction is loaded from tomus once per worker and pass -------------------
@@ -109,20 +175,90 @@ class _Local:
         ctx = current()
         red: GeneralizedReduction = cached(ctx.client, self.spec)
         obj = red.init()
-        chunks = task.chunks
+        runs = _runs(task.chunks)
 
         def fetch(i: int) -> np.ndarray:
             attach(ctx)
-            return chunks[i].read(ctx.client)
+            return _cached_run(ctx.client, runs[i])
 
-        with ThreadPoolExecutor(1) as reader:  # fetch chunk i + 1 while chunk i is reduced
+        with ThreadPoolExecutor(1) as reader:  # fetch run i + 1 while run i is reduced
             nxt = reader.submit(fetch, 0)
-            for i in range(len(chunks)):
+            for i in range(len(runs)):
                 data = nxt.result()
-                if i + 1 < len(chunks):
+                if i + 1 < len(runs):
                     nxt = reader.submit(fetch, i + 1)
                 obj = red.local(obj, data)
         return obj
+
+
+#: The most bytes one ``read_into`` of adjacent chunks fetches (two such buffers per task).
+RUN_BYTES = 16 << 20
+
+
+def _runs(chunks: tuple[Chunk, ...]) -> list[list[Chunk]]:
+    """The chunks cut into runs adjacent in one blob version, of at most ``RUN_BYTES`` each
+    (a single larger chunk is a run of its own)."""
+    runs: list[list[Chunk]] = []
+    for c in chunks:
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and last[-1].blob == c.blob
+            and last[-1].version == c.version
+            and last[-1].offset + last[-1].size == c.offset
+            and sum(x.size for x in last) + c.size <= RUN_BYTES
+        ):
+            last.append(c)
+        else:
+            runs.append([c])
+    return runs
+
+
+#: Bytes of chunks a worker process keeps between passes (``_cached_run``).
+CACHE_BYTES = 1 << 30
+_run_cache: OrderedDict[tuple[str, int, int, int, int], np.ndarray] = OrderedDict()
+_run_cache_bytes = 0
+_run_cache_lock = threading.Lock()
+
+
+def _cached_run(client: tomus.Client, run: list[Chunk]) -> np.ndarray:
+    """``_read_run`` through a per-process LRU cache of at most ``CACHE_BYTES``: an iterative
+    algorithm (KMeans) reads the same chunks every pass, and a blob version never changes, so a
+    cached copy is never stale. The arrays are read-only (``local`` must not modify its input)."""
+    global _run_cache_bytes
+    first = run[0]
+    size = sum(c.size for c in run)
+    key = (client.addr, first.blob, first.version, first.offset, size)
+    with _run_cache_lock:
+        hit = _run_cache.get(key)
+        if hit is not None:
+            _run_cache.move_to_end(key)
+            return hit
+    data = _read_run(client, run)
+    if size > CACHE_BYTES // 4:
+        return data
+    data.flags.writeable = False
+    with _run_cache_lock:
+        if key not in _run_cache:
+            _run_cache[key] = data
+            _run_cache_bytes += size
+            while _run_cache_bytes > CACHE_BYTES and _run_cache:
+                _, old = _run_cache.popitem(last=False)
+                _run_cache_bytes -= old.nbytes
+    return data
+
+
+def _read_run(client: tomus.Client, run: list[Chunk]) -> np.ndarray:
+    """The records of adjacent chunks, read with one ``read_into`` into one new array."""
+    if len(run) == 1:
+        return run[0].read(client)
+    first = run[0]
+    records = sum(c.records for c in run)
+    out = np.empty((records, *first.shape), dtype=np.dtype(first.dtype))
+    size = sum(c.size for c in run)
+    client.open_blob(first.blob).read_into(out.data, first.offset, version=first.version)
+    count_read(size)
+    return out
 
 
 class _Merge:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["IterativeReduce", "IterativeResult", "reduce_tasks_needed"]
 
 Shape = Literal["tree", "classic"]
+Assignment = Literal["pull", "static"]
 
 
 def reduce_tasks_needed(maps: int, ratio: int) -> int:
@@ -211,13 +212,25 @@ class IterativeReduce:
         shape: Shape = "tree",
         hosts: Callable[[Any], Sequence[str]] | None = None,
         on_task: Callable[[TaskRecord], None] | None = None,
+        assignment: Assignment = "pull",
+        affinity: Sequence[str | None] | None = None,
     ) -> IterativeResult:
-        """``run`` inside an existing session (several jobs on one cluster)."""
+        """``run`` inside an existing session (several jobs on one cluster).
+
+        ``assignment="static"`` pins map task i to worker i mod W up front (for comparison with
+        the default, where idle workers take the next queued task: MATE's pull-based
+        assignment, which keeps a slow worker from holding up the job). ``affinity[i]``: a
+        worker that map i should preferably run on (it holds i's input in memory)."""
         if not items:
             raise ValueError("IterativeReduce needs at least one input")
         if shape not in ("tree", "classic"):
             raise ValueError(f"shape must be 'tree' or 'classic', got {shape!r}")
-        return _Driver(self, s, items, job_id, shape, hosts, on_task).run()
+        if assignment not in ("pull", "static"):
+            raise ValueError(f"assignment must be 'pull' or 'static', got {assignment!r}")
+        driver = _Driver(self, s, items, job_id, shape, hosts, on_task)
+        driver.static = assignment == "static"
+        driver.affinity = affinity
+        return driver.run()
 
 
 class _Driver:
@@ -236,6 +249,7 @@ class _Driver:
         self.job, self.s, self.items, self.shape, self.on_task = job, s, items, shape, on_task
         self.hosts = hosts or (lambda item: tuple(getattr(item, "hosts", ()) or ()))
         self.n = len(items)
+        self.fresh = job_id is None
         self.job_id = create_job(s.tomus) if job_id is None else job_id
         self.log = JobLog(s.tomus, self.job_id)
         self.token = secrets.token_hex(4)
@@ -246,10 +260,11 @@ class _Driver:
         self.maps_run = 0
         self.reduces_run = 0
         self.next_reduce = 0
+        self.static = False
+        self.affinity: Sequence[str | None] | None = None
 
     def _restore(self) -> int:
         """Replays the job log; returns the number of stored results reused."""
-        state = self.log.replay()
         header = {
             "type": "job",
             "maps": self.n,
@@ -257,8 +272,12 @@ class _Driver:
             "shape": self.shape,
             "fingerprint": _fingerprint(self.items),
         }
+        if self.fresh:  # a log made for this run: nothing to replay
+            self.log.append_later(header)
+            return 0
+        state = self.log.replay()
         if state.header is None:
-            self.log.append(header)
+            self.log.append_later(header)
             return 0
         old = state.header
         fp_old, fp_new = old["fingerprint"], header["fingerprint"]
@@ -305,6 +324,7 @@ class _Driver:
                     self._schedule_reduces()
         finally:
             self._cancel()
+            self.log.close()
         value = get_object(self.s.tomus, final.ref)
         if self.job.finalize is not None:
             value = self.job.finalize(value)
@@ -328,17 +348,22 @@ class _Driver:
             entry = {"type": "reduce", "id": out.id, "inputs": list(out.inputs)}
         else:
             entry = {"type": "map", "index": out.covers[0]}
-        self.log.append({**entry, "ref": out.ref, "hosts": out.hosts})
+        self.log.append_later({**entry, "ref": out.ref, "hosts": out.hosts})
         self.timeline.append(record)
         if self.on_task is not None:
             self.on_task(record)
 
     def _submit_map(self, index: int, item: Any) -> None:
         hosts = tuple(self.hosts(item))
+        options: dict[str, Any] = dict(self.s.placement.submit_options(hosts))
+        ws = self.s.placement.workers
+        if self.static:
+            options = {"workers": [ws[index % len(ws)]], "allow_other_workers": False}
+        elif self.affinity is not None and self.affinity[index] in ws:
+            options = {"workers": [self.affinity[index]], "allow_other_workers": True}
         fut = self.s.dask.submit(
             _map_task, self.s.addr, self.job.mapper, index, item, hosts,
-            key=f"tomus-map-{self.token}-{index}", retries=self.job.retries,
-            **self.s.placement.submit_options(hosts),
+            key=f"tomus-map-{self.token}-{index}", retries=self.job.retries, **options,
         )  # fmt: skip
         self.pending[fut] = f"m{index}"
         self.ac.add(fut)

@@ -41,7 +41,7 @@ concurrent writes and appends (BlobSeer's design).\n\nStart a single-machine clu
 the manager).\n\nThe `tomus` command of the Python package adds the compute layer: `tomus demo` \
 runs the main job (MostFrequentWords, KMeans and A-Brain on Dask next to the data; \
 `--storage` runs this binary's storage demo) and `tomus compute APP ...` runs the \
-applications (wordcount, mfw, grep, kmeans, pca, abrain)."
+applications (wordcount, mfw, grep, kmeans, pca, abrain, pagerank)."
 )]
 struct Cli {
     /// Manager address (host:port).

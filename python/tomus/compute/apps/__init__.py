@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tomus.compute.apps.abrain import ABrainData, ABrainResult, abrain
 from tomus.compute.apps.kmeans import KMeansResult, kmeans
+from tomus.compute.apps.pagerank import PageRankResult, pagerank
 from tomus.compute.apps.pca import PCAResult, pca
 from tomus.compute.apps.text import (
     grep,
@@ -18,11 +19,13 @@ __all__ = [
     "ABrainResult",
     "KMeansResult",
     "PCAResult",
+    "PageRankResult",
     "abrain",
     "grep",
     "kmeans",
     "most_frequent_words",
     "most_frequent_words_classic",
+    "pagerank",
     "pca",
     "word_count",
 ]

@@ -7,13 +7,18 @@ permutations: shuffling the subjects of X B times gives the null distribution of
 |r| over all pairs, and a pair's corrected p-value is the fraction of shuffles whose maximum
 reaches its |r| (with the usual +1: (1 + #{b: max_b >= |r|}) / (B + 1)).
 
-Each map task takes one permutation and one block of SNPs (a chunk of the genotype dataset,
-stored SNP-major so a block is one contiguous range) and computes r for every pair in the block.
-It keeps only what the reduction needs: the block's maximum |r| for its permutation and, for the
-unpermuted data, the pairs with |r| at or above ``keep_r``. The IterativeReduce tree takes the
-maximum per permutation and the union of the kept pairs, so the full matrix of statistics
-(SNPs x voxels x permutations) is never stored; ``finalize`` turns the pairs into corrected
-p-values.
+Each map task takes one block of SNPs (a chunk of the genotype dataset, stored SNP-major so a
+block is one contiguous range) and a range of permutations. It reads and standardizes the block
+once: a permutation of the subjects only reorders the rows of the standardized genotypes, and
+since ``X[perm].T @ Y == X.T @ Y[inverse(perm)]`` the task permutes the (small, cached) imaging
+side instead and computes r for several permutations in one BLAS-sized product
+``Xz.T @ [Y_p1 | Y_p2 | ...]``. It keeps only what the reduction needs: the block's maximum |r|
+per permutation and, for the unpermuted data, the pairs with |r| at or above ``keep_r``.
+How many permutations one task takes follows from a target task duration (``task_seconds``), so
+tasks are big enough that the matrix products, not the per-task cost, dominate. The
+IterativeReduce tree takes the maximum per permutation and the union of the kept pairs, so the
+full matrix of statistics (SNPs x voxels x permutations) is never stored; ``finalize`` turns the
+pairs into corrected p-values.
 """
 
 from __future__ import annotations
@@ -118,6 +123,52 @@ def block_stats(xb: np.ndarray, yz: np.ndarray, perm: np.ndarray | None) -> np.n
     return cast("np.ndarray", (xz.T @ yz) / len(yz))  # numpy types a matmul's result as Any
 
 
+#: Permutations stacked side by side in one matrix product (bounds its temporary to about
+#: ``subjects x voxels x _STACK`` doubles).
+_STACK = 8
+
+
+def permuted_stats(
+    xz: np.ndarray, yz: np.ndarray, perms: range, seed: int
+) -> tuple[dict[int, float], np.ndarray | None]:
+    """For a standardized block ``xz`` (subjects x SNPs) and standardized imaging ``yz``: the
+    maximum |r| of every permutation in ``perms``, and r of the unpermuted data (permutation 0)
+    if ``perms`` holds it. The block is standardized once; each permutation reorders the rows
+    of the imaging side (``Xz[p].T @ Y == Xz.T @ Y[p^-1]``) and ``_STACK`` permutations go
+    through one matrix product."""
+    n, v = yz.shape
+    maxes: dict[int, float] = {}
+    r0: np.ndarray | None = None
+    todo = list(perms)
+    # Buffers reused by every group (large temporaries per group would be mapped and unmapped
+    # each time in Dask's workers, which set MALLOC_TRIM_THRESHOLD_).
+    width = v * min(_STACK, len(todo))
+    stacked_buf = np.empty((n, width))
+    r_buf = np.empty((xz.shape[1], width))
+    a_buf = np.empty((xz.shape[1], width))
+    xzt = xz.T
+    for i in range(0, len(todo), _STACK):
+        group = todo[i : i + _STACK]
+        stacked = stacked_buf[:, : v * len(group)]
+        for j, b in enumerate(group):
+            perm = permutation(seed, b, n)
+            part = stacked[:, j * v : (j + 1) * v]
+            if perm is None:
+                part[:] = yz
+            else:
+                part[perm] = yz  # row perm[i] gets yz[i]: the inverse permutation of Y
+        r = r_buf[:, : v * len(group)]
+        np.matmul(xzt, stacked, out=r)
+        r /= n
+        a = np.abs(r, out=a_buf[:, : v * len(group)]).reshape(len(r), len(group), v)
+        per = a.max(axis=(0, 2)) if a.size else np.zeros(len(group))
+        for j, b in enumerate(group):
+            maxes[b] = float(per[j])
+            if b == 0:
+                r0 = r[:, j * v : (j + 1) * v].copy()
+    return maxes, r0
+
+
 _imaging: dict[tuple[str, int, int], np.ndarray] = {}
 _imaging_lock = threading.Lock()
 
@@ -134,12 +185,16 @@ def _imaging_z(client: tomus.Client, chunk: Chunk) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Task:
-    perm: int
+    perms: range
     block: Chunk
 
     @property
     def hosts(self) -> tuple[str, ...]:
         return self.block.hosts
+
+
+def _hits(r0: np.ndarray, first: int, keep_r: float) -> list[tuple[int, int, float]]:
+    return [(first + int(i), int(v), float(r0[i, v])) for i, v in np.argwhere(np.abs(r0) >= keep_r)]
 
 
 @dataclass(frozen=True)
@@ -151,14 +206,32 @@ class _Associate:
     def __call__(self, task: _Task) -> Partial:
         client = tomus_client()
         yz = _imaging_z(client, self.imaging)
-        xb = task.block.read(client).T  # subjects x SNPs of the block
-        r = block_stats(xb, yz, permutation(self.seed, task.perm, len(yz)))
-        a = np.abs(r)
-        out = Partial({task.perm: float(a.max()) if a.size else 0.0})
-        if task.perm == 0:
-            for i, v in np.argwhere(a >= self.keep_r):
-                out.hits.append((task.block.first + int(i), int(v), float(r[i, v])))
+        xz = _standardize(task.block.read(client).T)  # subjects x SNPs of the block, once
+        maxes, r0 = permuted_stats(xz, yz, task.perms, self.seed)
+        out = Partial(maxes)
+        if r0 is not None:
+            out.hits = _hits(r0, task.block.first, self.keep_r)
         return out
+
+
+#: Multiply-adds per second one worker's matrix products are assumed to run at (float64 GEMM
+#: on one core of a current CPU, a few GFlop/s); it only sizes tasks, never changes an answer.
+GEMM_RATE = 4e9
+
+
+def perms_per_task(
+    subjects: int, snps_per_block: int, voxels: int, total_perms: int, blocks: int,
+    workers: int, task_seconds: float,
+) -> int:  # fmt: skip
+    """Permutations per task so a task runs about ``task_seconds``, yet there are at least
+    two tasks per worker (when the work can be cut that fine) so none waits at the end."""
+    per_perm = max(1e-9, subjects * snps_per_block * voxels / GEMM_RATE)
+    by_time = max(1, int(task_seconds / per_perm))
+    groups = max(1, -(-total_perms // by_time))
+    want = 2 * max(1, workers)
+    if blocks * groups < want:
+        groups = min(total_perms, -(-want // max(1, blocks)))
+    return -(-total_perms // groups)
 
 
 def _merge(parts: list[Partial]) -> Partial:
@@ -205,19 +278,19 @@ def abrain(
     keep_p: float = 1e-3,
     seed: int = 0,
     ratio: int = 8,
+    task_seconds: float = 1.0,
     session: Session | None = None,
     on_task: Callable[[TaskRecord], None] | None = None,
 ) -> ABrainResult:
     """Significant (SNP, voxel) pairs with permutation-corrected p-values at ``alpha``.
 
     ``keep_p``: maps keep unpermuted pairs whose uncorrected p-value is below it (it must stay
-    above the corrected threshold; ``result.complete`` tells whether it did).
+    above the corrected threshold; ``result.complete`` tells whether it did). ``task_seconds``:
+    the target duration of one task (each takes one SNP block and as many permutations as fit).
     """
     keep_r = keep_threshold(data.subjects, keep_p)
     (imaging,) = data.imaging.chunks
-    # Permutation-major: consecutive tasks read different blocks (and objects).
     blocks = [t.chunks[0] for t in data.genotypes.tasks()]  # round-robin over the objects
-    tasks = [_Task(b, block) for b in range(permutations + 1) for block in blocks]
     job = IterativeReduce(
         _Associate(imaging, seed, keep_r),
         _merge,
@@ -225,6 +298,18 @@ def abrain(
         finalize=_Finalize(permutations, alpha, keep_r),
     )
     with use_session(session, client, addr) as s:
+        total = permutations + 1  # permutation 0 is the data as they are
+        block_snps = max((b.records for b in blocks), default=1)
+        step = perms_per_task(
+            data.subjects, block_snps, data.voxels, total, len(blocks),
+            len(s.placement.workers), task_seconds,
+        )  # fmt: skip
+        # Permutation-range-major: consecutive tasks read different blocks (and objects).
+        tasks = [
+            _Task(range(p, min(p + step, total)), block)
+            for p in range(0, total, step)
+            for block in blocks
+        ]
         res = job.run_in(s, tasks, on_task=on_task)
     out: ABrainResult = res.value
     out.job = res
@@ -240,14 +325,12 @@ def reference_abrain(
     keep_p: float = 1e-3,
     seed: int = 0,
 ) -> ABrainResult:
-    """The same analysis in one process with numpy."""
+    """The same analysis in one process with numpy (the genotypes standardized once, the
+    permutations applied to the imaging side, several per matrix product)."""
     keep_r = keep_threshold(len(x), keep_p)
     yz = _standardize(y.astype(np.float32))
-    total = Partial()
-    for b in range(permutations + 1):
-        r = block_stats(x, yz, permutation(seed, b, len(x)))
-        a = np.abs(r)
-        total.max_stat[b] = float(a.max())
-        if b == 0:
-            total.hits = [(int(i), int(v), float(r[i, v])) for i, v in np.argwhere(a >= keep_r)]
+    maxes, r0 = permuted_stats(_standardize(x), yz, range(permutations + 1), seed)
+    total = Partial(maxes)
+    assert r0 is not None
+    total.hits = _hits(r0, 0, keep_r)
     return corrected(total, permutations, alpha, keep_r)

@@ -25,6 +25,9 @@ __all__ = ["PCAPass", "PCAResult", "pca", "reference_pca"]
 
 Moments = tuple[int, np.ndarray, np.ndarray]
 
+#: Rows per block of ``PCAPass.local``.
+_BLOCK = 1 << 15
+
 
 @dataclass
 class PCAResult:
@@ -67,12 +70,20 @@ class PCAPass(GeneralizedReduction):
     def init(self) -> Moments | None:
         return None
 
-    def local(self, obj: Moments | None, chunk: np.ndarray) -> Moments:
-        x = chunk.astype(np.float64, copy=False)
-        m = x.mean(0)
-        c = x - m
-        mine: Moments = (len(x), m, c.T @ c)
-        return mine if obj is None else _combine(obj, mine)
+    def local(self, obj: Moments | None, chunk: np.ndarray) -> Moments | None:
+        # Block by block through one reused buffer (no chunk-sized float64 temporaries, which
+        # Dask's workers, with MALLOC_TRIM_THRESHOLD_ set, map and unmap every time), each
+        # block's moments merged in with the same stable update as the tree uses.
+        size = min(_BLOCK, len(chunk))
+        buf = np.empty((size, *chunk.shape[1:]))
+        for s in range(0, len(chunk), _BLOCK):
+            x = buf[: min(_BLOCK, len(chunk) - s)]
+            np.copyto(x, chunk[s : s + len(x)], casting="same_kind")
+            m = x.mean(0)
+            x -= m
+            mine: Moments = (len(x), m, x.T @ x)
+            obj = mine if obj is None else _combine(obj, mine)
+        return obj
 
     def merge(self, a: Moments | None, b: Moments | None) -> Moments | None:
         if a is None or b is None:
