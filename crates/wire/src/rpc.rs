@@ -50,6 +50,16 @@ impl Envelope {
             Envelope::Provider(_) => "provider",
         }
     }
+
+    /// The request's name ("PutChunk"), for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Envelope::Ping => "Ping",
+            Envelope::Manager(r) => r.name(),
+            Envelope::Maintenance(r) => r.name(),
+            Envelope::Provider(r) => r.name(),
+        }
+    }
 }
 
 /// Is any server there and speaking the protocol?
