@@ -53,28 +53,30 @@ def wait_listening(proc: subprocess.Popen[bytes], log: Path, timeout: float = 30
 
 
 def http_get(url: str, auth: str | None = None) -> tuple[int, bytes, dict[str, str]]:
-    """GET ``url``: status, body and headers (errors are answers too). ``auth``: the
-    Authorization header."""
+    """GET ``url``: status, body and headers (names in lower case; errors are answers too).
+    ``auth``: the Authorization header."""
     req = urllib.request.Request(url)
     if auth:
         req.add_header("Authorization", auth)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read(), dict(r.headers)
+            return r.status, r.read(), {k.lower(): v for k, v in r.headers.items()}
     except urllib.error.HTTPError as e:
-        return e.code, e.read(), dict(e.headers)
+        return e.code, e.read(), {k.lower(): v for k, v in e.headers.items()}
 
 
 def basic(password: str) -> str:
     return "Basic " + base64.b64encode(f"anyone:{password}".encode()).decode()
 
 
-def scrape(http: str, auth: str | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(
+    http: str, auth: str | None = None
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """``/metrics`` of the server at ``http`` (host:port), parsed by the Prometheus client's
     OpenMetrics parser: sample name and sorted labels -> value."""
     status, body, headers = http_get(f"http://{http}/metrics", auth)
     assert status == 200, body
-    assert headers["Content-Type"].startswith("application/openmetrics-text")
+    assert headers["content-type"].startswith("application/openmetrics-text")
     samples = {}
     for family in text_string_to_metric_families(body.decode()):
         for s in family.samples:
@@ -82,12 +84,16 @@ def scrape(http: str, auth: str | None = None) -> dict[tuple[str, tuple[tuple[st
     return samples
 
 
-def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+def value(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
     """One sample's value (0 when absent: a labelled series appears with its first event)."""
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def total(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+def total(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
     """The sum of the samples of ``name`` whose labels include ``labels``."""
     return sum(
         v
@@ -108,7 +114,10 @@ class Cluster:
 
 @contextmanager
 def cluster(
-    root: Path, providers: int, env: dict[str, str] | None = None, manager_args: list[str] | None = None
+    root: Path,
+    providers: int,
+    env: dict[str, str] | None = None,
+    manager_args: list[str] | None = None,
 ) -> Iterator[Cluster]:
     procs: list[subprocess.Popen[bytes]] = []
     try:

@@ -5,6 +5,7 @@ python/tests/artifacts/dashboard/ (git-ignored; CI keeps the work tree)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -66,7 +67,9 @@ def wait_text(driver: object, element_id: str, want: str, timeout: float = 15.0)
     raise AssertionError(f"#{element_id} never showed {want!r}: {text!r}")
 
 
-def test_overview_lists_every_provider_and_draws_the_chart(servers: Cluster, browser: object) -> None:
+def test_overview_lists_every_provider_and_draws_the_chart(
+    servers: Cluster, browser: object
+) -> None:
     from selenium.webdriver.common.by import By
 
     client = tomus.connect(servers.addr)
@@ -83,10 +86,18 @@ def test_overview_lists_every_provider_and_draws_the_chart(servers: Cluster, bro
     assert browser.find_element(By.ID, "provider-count").text == "3 providers (3 up)"  # type: ignore[attr-defined]
     addresses = {r.find_elements(By.TAG_NAME, "td")[1].text for r in rows}
     assert all(a.startswith("127.0.0.1:") for a in addresses) and len(addresses) == 3
-    # The chart script polled /metrics twice and drew a line per series.
+    # The chart script polls /metrics every second and draws a line per series; some writes
+    # meanwhile give it something to show.
     wait_text(browser, "rates", "manager requests/s")
-    lines = browser.find_elements(By.CSS_SELECTOR, "#throughput polyline")  # type: ignore[attr-defined]
-    assert len(lines) == 2
+    deadline = time.monotonic() + 15
+    points = 0
+    while points < 4 and time.monotonic() < deadline:
+        client.fs().pipe("photos/more.bin", os.urandom(1 << 20))
+        lines = browser.find_elements(By.CSS_SELECTOR, "#throughput polyline")  # type: ignore[attr-defined]
+        assert len(lines) == 2
+        points = len(lines[0].get_attribute("points").split())
+        time.sleep(0.3)
+    assert points >= 4
     assert "Repair and garbage collection" in browser.page_source  # type: ignore[attr-defined]
     shot(browser, "overview")
 
@@ -125,3 +136,4 @@ def test_missing_pages_are_404(servers: Cluster) -> None:
     assert http_get(f"http://{servers.http}/nothing-here")[0] == 404
     status, body, headers = http_get(f"http://{servers.http}/chart.js")
     assert status == 200 and b"polyline" in body
+    assert headers["content-type"].startswith("text/javascript")

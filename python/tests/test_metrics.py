@@ -60,38 +60,45 @@ def test_writes_move_the_counters_by_what_was_written(servers: Cluster) -> None:
 
     after = [scrape(m) for m in servers.provider_metrics]
     written = sum(
-        value(a, "tomus_provider_written_bytes_total") - value(b, "tomus_provider_written_bytes_total")
-        for a, b in zip(after, before)
+        value(a, "tomus_provider_written_bytes_total")
+        - value(b, "tomus_provider_written_bytes_total")
+        for a, b in zip(after, before, strict=True)
     )
     assert written == 10 * MiB * 2
     chunks = sum(
-        value(a, "tomus_provider_written_chunks_total") - value(b, "tomus_provider_written_chunks_total")
-        for a, b in zip(after, before)
+        value(a, "tomus_provider_written_chunks_total")
+        - value(b, "tomus_provider_written_chunks_total")
+        for a, b in zip(after, before, strict=True)
     )
     assert chunks == 10 * 2
     # The read served every byte once (from one replica each).
     read = sum(
         value(a, "tomus_provider_read_bytes_total") - value(b, "tomus_provider_read_bytes_total")
-        for a, b in zip(after, before)
+        for a, b in zip(after, before, strict=True)
     )
     assert read == 10 * MiB
     # Requests by kind and outcome, with their latency histogram.
     puts = sum(
         total(a, "tomus_rpc_requests_total", kind="PutChunk", outcome="ok")
         - total(b, "tomus_rpc_requests_total", kind="PutChunk", outcome="ok")
-        for a, b in zip(after, before)
+        for a, b in zip(after, before, strict=True)
     )
     assert puts == 20
-    assert sum(total(a, "tomus_rpc_request_duration_seconds_count", kind="PutChunk") for a in after) >= 20
+    assert (
+        sum(total(a, "tomus_rpc_request_duration_seconds_count", kind="PutChunk") for a in after)
+        >= 20
+    )
     # Request bytes received cover the chunk data and the frame headers around it.
     received = sum(
         total(a, "tomus_rpc_received_bytes_total") - total(b, "tomus_rpc_received_bytes_total")
-        for a, b in zip(after, before)
+        for a, b in zip(after, before, strict=True)
     )
     assert 20 * MiB < received < 20 * MiB + 1 * MiB
     for a in after:
         assert value(a, "tomus_provider_capacity_bytes") > 0
-        assert 0 < value(a, "tomus_provider_free_bytes") <= value(a, "tomus_provider_capacity_bytes")
+        assert (
+            0 < value(a, "tomus_provider_free_bytes") <= value(a, "tomus_provider_capacity_bytes")
+        )
     assert sum(value(a, "tomus_provider_stored_bytes", tier="disk") for a in after) >= 20 * MiB
 
     m = scrape(servers.http)
@@ -107,8 +114,9 @@ def test_writes_move_the_counters_by_what_was_written(servers: Cluster) -> None:
     # The cluster totals follow the next heartbeats: the 20 MiB are stored.
     stored_before = value(manager_before, "tomus_cluster_stored_bytes")
     assert wait_for(
-        lambda: value(scrape(servers.http), "tomus_cluster_stored_bytes") - stored_before
-        >= 20 * MiB
+        lambda: (
+            value(scrape(servers.http), "tomus_cluster_stored_bytes") - stored_before >= 20 * MiB
+        )
     )
     assert value(scrape(servers.http), "tomus_cluster_chunks") >= 20
 
@@ -170,7 +178,7 @@ def test_with_a_secret_every_http_request_must_carry_it(tmp_path: Path) -> None:
         status, body, headers = http_get(f"http://{c.http}/metrics")
         assert status == 401
         assert b"tomus_" not in body
-        assert headers["WWW-Authenticate"].startswith("Basic")
+        assert headers["www-authenticate"].startswith("Basic")
         assert http_get(f"http://{c.http}/metrics", "Bearer wrong-secret-0123456789")[0] == 401
         assert http_get(f"http://{c.http}/metrics", basic("wrong"))[0] == 401
         assert http_get(f"http://{c.http}/", basic("wrong"))[0] == 401

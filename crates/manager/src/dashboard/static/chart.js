@@ -1,8 +1,8 @@
-// Live charts of the manager's own /metrics: polls it every 2 s, turns counters into rates
+// Live charts of the manager's own /metrics: polls it every second, turns counters into rates
 // and draws them as SVG polylines (no chart library, nothing fetched from elsewhere).
 "use strict";
 (function () {
-  const WINDOW = 60; // points kept (2 minutes)
+  const WINDOW = 120; // points kept (2 minutes)
   const series = {
     requests: { color: "#4a90d9", points: [], label: "manager requests/s" },
     stored: { color: "#2e7d32", points: [], label: "cluster stored MiB/s (writes minus deletions)" },
@@ -27,8 +27,10 @@
     for (const s of Object.values(series)) for (const p of s.points) max = Math.max(max, p);
     let body = "";
     for (const s of Object.values(series)) {
+      // The newest point at the right edge.
+      const n = s.points.length;
       const pts = s.points.map((v, i) =>
-        `${(i * w) / (WINDOW - 1)},${h - 4 - (v / max) * (h - 20)}`).join(" ");
+        `${w - ((n - 1 - i) * w) / (WINDOW - 1)},${h - 4 - (v / max) * (h - 20)}`).join(" ");
       body += `<polyline fill="none" stroke="${s.color}" stroke-width="2" points="${pts}"/>`;
     }
     body += `<text x="4" y="12" font-size="11" fill="#555">max ${max.toFixed(2)}</text>`;
@@ -66,5 +68,5 @@
     }
   }
   tick();
-  setInterval(tick, 2000);
+  setInterval(tick, 1000);
 })();
