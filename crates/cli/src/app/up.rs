@@ -184,7 +184,13 @@ impl Restarts {
 /// How long a server gets to stop cleanly after Ctrl-C.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result<()> {
+/// Runs `tomus up`; `log_args` are the logging flags its servers get.
+pub(super) fn up(
+    addr: &str,
+    secret: Option<ClusterSecret>,
+    log_args: Vec<String>,
+    a: UpArgs,
+) -> Result<()> {
     if a.providers == 0 {
         anyhow::bail!("--providers must be at least 1");
     }
@@ -208,6 +214,8 @@ pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result
     spec.memory_tier = a.memory_tier;
     spec.fsync = !a.no_fsync;
     spec.manager_args = a.maintenance.manager_args();
+    spec.manager_args.extend(log_args.iter().cloned());
+    spec.provider_args.extend(log_args);
     if let Some(http) = &a.http_addr {
         spec.manager_args
             .extend(["--http-addr".to_string(), http.clone()]);
