@@ -79,3 +79,53 @@ def test_log_level_filters(tmp_path: Path) -> None:
     )
     assert r.returncode == 2
     assert b"--log-level" in r.stderr
+
+
+def test_config_file_sets_flags_and_the_command_line_wins(tmp_path: Path) -> None:
+    config = tmp_path / "tomus.toml"
+    data = tmp_path / "from-file"
+    config.write_text(
+        '[global]\nlog_format = "json"\n'
+        f'[manager]\ndata = "{data}"\nhttp-addr = "127.0.0.1:1"\nno_gc = true\n'
+    )
+    show = ["config", "show", "manager", "--http-addr", "127.0.0.1:2"]
+    r = subprocess.run(
+        [sys.executable, "-m", "tomus", "--config", str(config), *show],
+        capture_output=True,
+        timeout=30,
+    )
+    assert r.returncode == 0, r.stderr
+    shown = r.stdout.decode()
+    assert f'data = "{data}"  # file' in shown
+    assert 'http-addr = "127.0.0.1:2"  # command line' in shown
+    assert "no-gc = true  # file" in shown
+    assert 'log-format = "json"  # file' in shown
+    assert "writer-lease-ms = 10000  # default" in shown
+    assert "# secret-file (not set)" in shown
+    # The server runs with it: its state goes where the file says, its logs are JSON.
+    log = tmp_path / "manager.log"
+    args = [
+        "--config",
+        str(config),
+        "--addr",
+        "127.0.0.1:0",
+        "manager",
+        "--http-addr",
+        "127.0.0.1:0",
+    ]
+    proc = start(args, log)
+    try:
+        wait_listening(proc, log)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    assert data.is_dir()
+    assert json_lines(log.read_text())
+    config.write_text("[manager]\nno_such_flag = 1\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "tomus", "--config", str(config), "manager"],
+        capture_output=True,
+        timeout=30,
+    )
+    assert r.returncode != 0
+    assert b"--no-such-flag" in r.stderr
