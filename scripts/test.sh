@@ -3,7 +3,8 @@
 # into .venv-test) with its linter, type checker and tests against real embedded clusters.
 # The tests get a virtualenv of their own because they install a debug build of the extension:
 # sharing .venv with scripts/demo.sh would leave a slow `tomus` there after every test run.
-# Needs only Rust, Python >= 3.10 with pip and venv, and access to crates.io and PyPI.
+# Needs only Rust, Python >= 3.10 with pip and venv, and access to crates.io and PyPI (and,
+# for the dashboard test, Debian's chromium, installed here when missing and run as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,4 +23,13 @@ VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet --locked -m python/
 # the native module against the module just built: its names, parameters and defaults.
 (cd python && "../$venv/bin/mypy")
 (cd python && "../$venv/bin/python" -m mypy.stubtest tomus._native)
+# The dashboard test drives a real headless browser: Debian's chromium and its driver.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    else
+        echo "chromium and chromium-driver are missing (and not root): the dashboard test is skipped" >&2
+    fi
+fi
 "$venv/bin/python" -m pytest -q python/tests

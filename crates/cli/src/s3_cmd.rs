@@ -29,6 +29,10 @@ pub struct S3Args {
     /// Replicas of the chunks of new objects.
     #[arg(long, default_value_t = 1)]
     pub replication: u32,
+    /// Serve Prometheus metrics (`GET /metrics`) over HTTP on this address (off by default;
+    /// a non-loopback address needs the cluster secret).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Access keys from the environment and `file`.
@@ -67,5 +71,6 @@ pub fn config(manager: &str, secret: Option<ClusterSecret>, a: &S3Args) -> Resul
             replication: a.replication,
             exclusive: false,
         },
+        metrics_listen: a.metrics_addr.clone(),
     })
 }

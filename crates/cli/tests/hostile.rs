@@ -424,6 +424,7 @@ async fn absurd_counts_get_typed_errors() {
             chunks: 0,
             load: 0,
             lost: Vec::new(),
+            stored_bytes: 0,
         },
     };
     invalid(

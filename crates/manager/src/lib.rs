@@ -2,6 +2,8 @@
 //! process (BlobSeer's version manager, namespace manager and provider manager). Its state is
 //! durable.
 
+/// The HTTP side: `/metrics` with cluster-wide figures, and the web dashboard.
+pub mod dashboard;
 pub mod namespace;
 pub mod placement;
 pub mod registry;
@@ -39,6 +41,8 @@ pub struct ManagerConfig {
     pub new_file_grace: Duration,
     /// What clients may hold of the server: connections, time, memory.
     pub limits: ServerLimits,
+    /// `host:port` of the HTTP server (`/metrics` and the dashboard; `None`: none).
+    pub http_listen: Option<String>,
 }
 
 /// Runs the manager until the process ends (or the future is dropped). Sends the bound
@@ -99,12 +103,27 @@ pub async fn run(
         workers,
         topology,
     });
+    if let Some(http_listen) = &config.http_listen {
+        let http = tomus_metrics::bind(http_listen, config.secret.as_ref()).await?;
+        tracing::info!(
+            "manager dashboard and metrics on http://{}/",
+            http.local_addr()?
+        );
+        let pages = dashboard::ManagerPages {
+            service: service.clone(),
+        };
+        tokio::spawn(tomus_metrics::serve(
+            http,
+            config.secret.clone(),
+            Arc::new(pages),
+        ));
+    }
     tomus_wire::serve(
         listener,
         config.secret,
         config.limits,
         service,
-        Arc::new(LoadGauge::default()),
+        Arc::new(LoadGauge::observed(tomus_metrics::RpcObserver::shared())),
     )
     .await;
     Ok(())

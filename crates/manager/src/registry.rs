@@ -30,6 +30,8 @@ struct Entry {
     /// While draining: how many maintenance reports had arrived when the drain started, so
     /// only later reports (which know about the drain) can show it empty.
     drain_after_report: u64,
+    /// Bytes of chunks it stores, from its last report (not durable: heartbeats refresh it).
+    stored_bytes: u64,
 }
 
 /// The maintenance service's latest report.
@@ -90,6 +92,7 @@ impl Registry {
                     placed_chunks_since_report: 0,
                     // No report arrived yet; every later one follows the drain.
                     drain_after_report: 0,
+                    stored_bytes: 0,
                 },
             );
         }
@@ -171,6 +174,7 @@ impl Registry {
                 placed_since_report: 0,
                 placed_chunks_since_report: 0,
                 drain_after_report,
+                stored_bytes: report.stored_bytes,
             },
         );
         drop(entries);
@@ -188,6 +192,7 @@ impl Registry {
         e.info.free = report.free;
         e.info.chunks = report.chunks;
         e.info.load = report.load;
+        e.stored_bytes = report.stored_bytes;
         e.last_seen = Some(Instant::now());
         e.reported = true;
         e.placed_since_report = 0;
@@ -222,6 +227,19 @@ impl Registry {
         let entries = self.lock();
         let mut out: Vec<ProviderInfo> = entries.values().map(|e| self.view(e, now)).collect();
         out.sort_by_key(|p| p.id);
+        out
+    }
+
+    /// Every known provider (as [`Registry::list`]) with the chunk bytes it last reported
+    /// storing, for metrics and the dashboard.
+    pub fn list_with_stored(&self) -> Vec<(ProviderInfo, u64)> {
+        let now = Instant::now();
+        let entries = self.lock();
+        let mut out: Vec<(ProviderInfo, u64)> = entries
+            .values()
+            .map(|e| (self.view(e, now), e.stored_bytes))
+            .collect();
+        out.sort_by_key(|(p, _)| p.id);
         out
     }
 

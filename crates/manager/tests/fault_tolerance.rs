@@ -70,6 +70,7 @@ fn report() -> ProviderReport {
         chunks: 0,
         load: 0,
         lost: Vec::new(),
+        stored_bytes: 0,
     }
 }
 

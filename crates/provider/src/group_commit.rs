@@ -60,7 +60,18 @@ impl<T: Send + 'static> GroupCommit<T> {
                     }
                     let (items, acks): (Vec<T>, Vec<_>) =
                         group.into_iter().map(|p| (p.item, p.done)).unzip();
+                    let metrics = tomus_metrics::provider();
+                    let log = tomus_metrics::families::label("log", name);
+                    metrics
+                        .group_commit_batch
+                        .get_or_create(&log)
+                        .observe(items.len() as f64);
+                    let started = std::time::Instant::now();
                     let result = commit(items);
+                    metrics
+                        .group_commit_duration
+                        .get_or_create(&log)
+                        .observe(started.elapsed().as_secs_f64());
                     for done in acks {
                         let _ = done.send(result.clone());
                     }
@@ -86,12 +97,27 @@ impl<T: Send + 'static> GroupCommit<T> {
 /// Writes `buf` at `pos` (the end of the valid log). On failure the file is cut back to `pos`
 /// so a partial record cannot end up in front of later ones.
 pub(crate) fn append(file: &File, pos: u64, buf: &[u8], fsync: bool) -> io::Result<()> {
-    let result =
-        file.write_all_at(buf, pos)
-            .and_then(|()| if fsync { file.sync_data() } else { Ok(()) });
+    let result = file.write_all_at(buf, pos).and_then(|()| {
+        if fsync {
+            timed_sync(file, "log")
+        } else {
+            Ok(())
+        }
+    });
     if result.is_err() {
         let _ = file.set_len(pos);
     }
+    result
+}
+
+/// `file.sync_data()`, its time recorded in `tomus_provider_fsync_duration_seconds{file}`.
+pub(crate) fn timed_sync(file: &File, kind: &'static str) -> io::Result<()> {
+    let started = std::time::Instant::now();
+    let result = file.sync_data();
+    tomus_metrics::provider()
+        .fsync_duration
+        .get_or_create(&tomus_metrics::families::label("file", kind))
+        .observe(started.elapsed().as_secs_f64());
     result
 }
 

@@ -104,12 +104,14 @@ impl Heartbeat {
         let (capacity, free) = blocking(move || Ok(disk_space(&dir)))
             .await
             .unwrap_or((0, 0));
+        let stats = self.chunks.stats();
         ProviderReport {
             capacity,
             free,
-            chunks: self.chunks.stats().chunks,
+            chunks: stats.chunks,
             load: self.load.current(),
             lost: self.chunks.take_lost(LOST_PER_REPORT),
+            stored_bytes: stats.bytes,
         }
     }
 }

@@ -6,6 +6,7 @@ mod group_commit;
 mod heartbeat;
 pub mod memory_tier;
 pub mod meta_store;
+mod metrics;
 pub mod service;
 pub mod small_chunks;
 
@@ -51,6 +52,8 @@ pub struct ProviderConfig {
     pub fsync: bool,
     /// What clients may hold of the server: connections, time, memory.
     pub limits: ServerLimits,
+    /// `host:port` to serve `GET /metrics` on over HTTP (`None`: no metrics server).
+    pub metrics_listen: Option<String>,
 }
 
 /// Runs the provider until the process ends. Sends the advertised address on `ready` once it
@@ -93,10 +96,24 @@ pub async fn run(
         request_timeout: PEER_REQUEST_TIMEOUT,
         secret: config.secret.clone(),
     });
+    if let Some(listen) = &config.metrics_listen {
+        let http = tomus_metrics::bind(listen, config.secret.as_ref()).await?;
+        tracing::info!("provider metrics on http://{}/metrics", http.local_addr()?);
+        let pages = metrics::ProviderPages {
+            chunks: chunks.clone(),
+            tier: tier.clone(),
+            data_dir: config.data_dir.clone(),
+        };
+        tokio::spawn(tomus_metrics::serve(
+            http,
+            config.secret.clone(),
+            Arc::new(pages),
+        ));
+    }
     let agent = tomus_steward::probe::Agent::new(advertise.clone(), config.secret.clone());
     let service =
         Arc::new(ProviderService::new(chunks.clone(), tier, meta, peers).with_agent(agent));
-    let load = Arc::new(LoadGauge::default());
+    let load = Arc::new(LoadGauge::observed(tomus_metrics::RpcObserver::shared()));
     let pool = Pool::new(RpcConfig {
         connect_timeout: MANAGER_TIMEOUT,
         request_timeout: MANAGER_TIMEOUT,
@@ -274,6 +291,7 @@ mod tests {
                     writer_lease: Duration::from_secs(10),
                     new_file_grace: Duration::from_secs(3600),
                     limits: ServerLimits::default(),
+                    http_listen: None,
                 };
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let task = runtime.spawn(tomus_manager::run(config, Some(tx)));
@@ -347,6 +365,7 @@ mod tests {
             heartbeat_interval: Duration::from_millis(30),
             fsync: true,
             limits: ServerLimits::default(),
+            metrics_listen: None,
         }
     }
 
@@ -482,6 +501,7 @@ mod tests {
             chunks: 0,
             load: 0,
             lost: Vec::new(),
+            stored_bytes: 0,
         };
         let pool = Pool::new(RpcConfig::default());
         let err = pool

@@ -6,9 +6,11 @@ use std::sync::{Mutex, PoisonError};
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
 
+/// Cheap to clone: clones share the cache (the metrics read its size).
+#[derive(Clone)]
 pub struct MemoryTier {
     capacity: u64,
-    state: Mutex<Lru>,
+    state: std::sync::Arc<Mutex<Lru>>,
 }
 
 #[derive(Default)]
@@ -32,7 +34,7 @@ impl MemoryTier {
     pub fn new(capacity: u64) -> Self {
         MemoryTier {
             capacity,
-            state: Mutex::new(Lru::default()),
+            state: std::sync::Arc::new(Mutex::new(Lru::default())),
         }
     }
 
@@ -57,6 +59,12 @@ impl MemoryTier {
         lru.order.insert(stamp, id);
         lru.used += len;
         lru.entries.insert(id, Entry { data, crc, stamp });
+    }
+
+    /// Chunks and bytes cached now.
+    pub fn stats(&self) -> (u64, u64) {
+        let lru = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        (lru.entries.len() as u64, lru.used)
     }
 
     /// The whole chunk and its CRC32C if cached (and marks it recently used).

@@ -17,6 +17,8 @@ mod listing;
 mod meta;
 mod multipart;
 mod objects;
+/// Which S3 operation a request is (the label of the gateway's metrics).
+mod operations;
 mod part_copy;
 mod paths;
 mod server;
@@ -49,6 +51,8 @@ pub struct GatewayConfig {
     pub anonymous: bool,
     /// Chunk size and replication of the files new objects create.
     pub files: CreateOptions,
+    /// `host:port` to serve `GET /metrics` on over HTTP (`None`: no metrics server).
+    pub metrics_listen: Option<String>,
 }
 
 /// Runs the gateway until the task is dropped. Sends the bound address on `ready` once it
@@ -68,6 +72,10 @@ pub async fn run(
         .map_err(|e| Error::invalid(format!("cannot listen on {}: {e}", config.listen)))?;
     let local = listener.local_addr()?;
     check_bind(&local, config.client.secret.as_ref())?;
+    let metrics = match &config.metrics_listen {
+        Some(listen) => Some(tomus_metrics::bind(listen, config.client.secret.as_ref()).await?),
+        None => None,
+    };
     let client = Client::connect(&config.manager, config.client.clone()).await?;
     let gateway = Gateway::new(client, config.files);
     let mut builder = s3s::service::S3ServiceBuilder::new(gateway);
@@ -90,6 +98,19 @@ pub async fn run(
             ""
         }
     );
+    if let Some(http) = metrics {
+        tracing::info!(
+            "S3 gateway metrics on http://{}/metrics",
+            http.local_addr()?
+        );
+        // Registered now so a scrape before the first request lists the families.
+        let _ = tomus_metrics::s3();
+        tokio::spawn(tomus_metrics::serve(
+            http,
+            config.client.secret.clone(),
+            std::sync::Arc::new(tomus_metrics::MetricsOnly),
+        ));
+    }
     if let Some(tx) = ready {
         let _ = tx.send(local.to_string());
     }

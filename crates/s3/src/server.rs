@@ -86,6 +86,51 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
     type Future = BoxFuture<'static, Result<Response, HttpError>>;
 
     fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        let started = std::time::Instant::now();
+        let operation = crate::operations::operation(
+            req.method(),
+            req.uri().path(),
+            req.uri().query().unwrap_or_default(),
+            req.headers().contains_key("x-amz-copy-source"),
+        );
+        let received = content_length(req.headers());
+        let fut = self.answer(req);
+        Box::pin(async move {
+            let resp = fut.await;
+            if let Ok(r) = &resp {
+                let m = tomus_metrics::s3();
+                m.requests
+                    .get_or_create(&vec![
+                        ("operation", operation.to_string()),
+                        ("status", r.status().as_u16().to_string()),
+                    ])
+                    .inc();
+                m.duration
+                    .get_or_create(&tomus_metrics::families::label("operation", operation))
+                    .observe(started.elapsed().as_secs_f64());
+                m.received_bytes.inc_by(received);
+                m.sent_bytes.inc_by(content_length(r.headers()));
+            }
+            resp
+        })
+    }
+}
+
+/// A message's Content-Length (0 when absent or unreadable).
+fn content_length(headers: &http::HeaderMap) -> u64 {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Tracked {
+    /// The answer, with a request id, panics contained.
+    fn answer(
+        &self,
+        req: http::Request<Incoming>,
+    ) -> BoxFuture<'static, Result<Response, HttpError>> {
         let id = request_id();
         let method = req.method().clone();
         let uri = req.uri().clone();

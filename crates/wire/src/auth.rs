@@ -26,8 +26,8 @@ use crate::error::{Error, ErrorKind, Result};
 
 const MAGIC: &[u8; 4] = b"TOMS";
 /// 2: typed requests in service envelopes, varint headers. 3: chunk transfers carry CRC32Cs.
-/// 4: the client says hello first.
-const PROTOCOL_VERSION: u8 = 4;
+/// 4: the client says hello first. 5: heartbeats carry the bytes a provider stores.
+const PROTOCOL_VERSION: u8 = 5;
 /// What a client sends as soon as it is connected.
 const CLIENT_HELLO: [u8; 9] = [
     MAGIC[0],
@@ -78,6 +78,17 @@ impl ClusterSecret {
             Ok(s) if !s.is_empty() => Self::new(s.into_bytes()).map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// Whether `candidate` is the secret itself (an HTTP request's bearer token or password),
+    /// compared in constant time for candidates of the secret's length.
+    pub fn matches(&self, candidate: &[u8]) -> bool {
+        candidate.len() == self.0.len()
+            && candidate
+                .iter()
+                .zip(&self.0)
+                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+                == 0
     }
 
     fn mac(&self, label: &[u8], nonce: &[u8]) -> [u8; 32] {

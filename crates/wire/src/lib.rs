@@ -31,7 +31,7 @@ pub use pool::{Pool, RpcConfig};
 pub use rpc::{Envelope, Ping, Reply, Rpc};
 pub use server::{
     call_handler, call_handler_payload, serve, wrong_service, FileRange, Handler, LoadGauge,
-    Payload, ServerLimits,
+    Payload, RequestObserver, Served, ServerLimits,
 };
 pub use types::*;
 

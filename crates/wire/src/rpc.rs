@@ -54,6 +54,17 @@ impl Envelope {
             Envelope::Agent(_) => "topology agent",
         }
     }
+
+    /// The request's name ("PutChunk"), for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Envelope::Ping => "Ping",
+            Envelope::Manager(r) => r.name(),
+            Envelope::Maintenance(r) => r.name(),
+            Envelope::Provider(r) => r.name(),
+            Envelope::Agent(r) => r.name(),
+        }
+    }
 }
 
 /// Is any server there and speaking the protocol?

@@ -111,14 +111,45 @@ async fn write_reply(stream: &mut TcpStream, reply: &Reply) -> Result<()> {
     }
 }
 
-/// Counts requests in progress, reported as load in heartbeats.
+/// Counts requests in progress, reported as load in heartbeats, and tells the server's
+/// [`RequestObserver`] (its metrics), if it has one, about every request answered.
 #[derive(Default)]
-pub struct LoadGauge(AtomicU32);
+pub struct LoadGauge {
+    in_progress: AtomicU32,
+    observer: std::sync::OnceLock<Arc<dyn RequestObserver>>,
+}
 
 impl LoadGauge {
-    pub fn current(&self) -> u32 {
-        self.0.load(Ordering::Relaxed)
+    /// A gauge whose server reports each request it answers to `observer`.
+    pub fn observed(observer: Arc<dyn RequestObserver>) -> Self {
+        let gauge = LoadGauge::default();
+        let _ = gauge.observer.set(observer);
+        gauge
     }
+
+    pub fn current(&self) -> u32 {
+        self.in_progress.load(Ordering::Relaxed)
+    }
+}
+
+/// One request a server answered, as its metrics see it.
+pub struct Served<'a> {
+    /// The request's service ("manager", "provider", ...) and name ("PutChunk").
+    pub service: &'static str,
+    pub kind: &'static str,
+    /// The error kind answered, `None` for success.
+    pub failure: Option<&'a Error>,
+    /// From the frame's first byte to the answer written.
+    pub elapsed: Duration,
+    /// Frame bytes (headers and bodies) received and sent.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+/// Told about every request a server answered (the metrics of `tomus_metrics` implement it;
+/// the wire crate itself keeps no metrics).
+pub trait RequestObserver: Send + Sync + 'static {
+    fn served(&self, request: &Served<'_>);
 }
 
 /// What one server lets its peers hold: connections, time and memory. No request, however
@@ -430,6 +461,7 @@ async fn exchange<H: Handler>(shared: &Shared<H>, stream: &mut BufReader<TcpStre
         Ok(Err(e)) => return refuse(stream, e).await,
     };
     let size = header_len as u64 + body_len;
+    let size_in = size;
     if size > limits.max_in_flight_bytes {
         let e = Error::invalid(format!(
             "a request of {size} bytes is larger than this server holds at once ({})",
@@ -458,24 +490,41 @@ async fn exchange<H: Handler>(shared: &Shared<H>, stream: &mut BufReader<TcpStre
         held.add(permit);
     }
     let body = read_paced(stream, body_len, header_due, limits.min_transfer_rate).await?;
+    let mut named = ("any", "Malformed");
     let reply = match decode::<Envelope>(&header) {
-        Ok(Envelope::Ping) => Reply::of::<Ping>(Ok(())),
+        Ok(Envelope::Ping) => {
+            named.1 = "Ping";
+            Reply::of::<Ping>(Ok(()))
+        }
         Ok(req) => {
-            shared.load.0.fetch_add(1, Ordering::Relaxed);
+            named = (req.service(), req.name());
+            shared.load.in_progress.fetch_add(1, Ordering::Relaxed);
             let reply = shared.handler.handle(req, body).await;
-            shared.load.0.fetch_sub(1, Ordering::Relaxed);
+            shared.load.in_progress.fetch_sub(1, Ordering::Relaxed);
             reply
         }
         // The frame itself was whole: the connection can go on.
         Err(e) => Reply::error(e),
     };
     let size = reply.header.len() as u64 + reply.payload.len();
-    tokio::time::timeout(
+    let written = tokio::time::timeout(
         limits.transfer_timeout(size),
         write_reply(stream.get_mut(), &reply),
     )
     .await
-    .map_err(|_| Error::protocol("answer not taken in time"))?
+    .map_err(|_| Error::protocol("answer not taken in time"))?;
+    // Pings (liveness probes) are not requests worth counting.
+    if let (Some(observer), false) = (shared.load.observer.get(), named.1 == "Ping") {
+        observer.served(&Served {
+            service: named.0,
+            kind: named.1,
+            failure: reply.failed().or(written.as_ref().err()),
+            elapsed: started.elapsed(),
+            bytes_in: size_in,
+            bytes_out: size,
+        });
+    }
+    written
 }
 
 /// Reads a body of `len` bytes that must keep pace: by `due`, and then at `rate` bytes per

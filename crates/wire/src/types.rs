@@ -177,6 +177,8 @@ pub struct ProviderReport {
     pub load: u32,
     /// Chunks it quarantined (found corrupt) since its last report: repair re-creates them.
     pub lost: Vec<ChunkId>,
+    /// Bytes of the chunks it stores (all tiers on disk; the memory tier only caches).
+    pub stored_bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

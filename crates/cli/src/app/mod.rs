@@ -6,6 +6,8 @@
 
 /// `tomus blob ...`: create, write, append, read and inspect blobs.
 mod blob_cmd;
+/// The configuration file (`--config`) and `tomus config show`.
+mod config;
 /// The servers (`tomus manager`, `tomus provider`, `tomus s3`): their flags, and how they
 /// run until a signal stops them.
 mod servers;
@@ -59,8 +61,54 @@ struct Cli {
     /// a non-loopback address, and to talk to servers that require it.
     #[arg(long, global = true, value_name = "FILE")]
     secret_file: Option<PathBuf>,
+    /// Format of the log lines on stderr: `text`, or `json` (one JSON object per line, with
+    /// timestamp, level, target and fields) for log collectors. `tomus up` passes it to its
+    /// servers.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Text,
+        env = "TOMUS_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+    /// Log level (error, warn, info, debug, trace) or a filter such as
+    /// `info,tomus_provider=debug` [default: TOMUS_LOG, else info for servers and warn for
+    /// other commands]. `tomus up` passes it to its servers.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// Configuration file (TOML; default: TOMUS_CONFIG): a table per server (`[manager]`,
+    /// `[provider]`, `[s3]`, `[up]`) of its long flags, and `[global]`. Flags given on the
+    /// command line override the file. See `tomus config show --help`.
+    #[arg(long, global = true, value_name = "FILE", env = "TOMUS_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    fn name(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+/// The logging flags `tomus up` hands to the servers it starts.
+pub(crate) fn log_args(format: LogFormat, level: Option<&str>) -> Vec<String> {
+    let mut args = vec!["--log-format".to_string(), format.name().to_string()];
+    if let Some(level) = level {
+        args.extend(["--log-level".to_string(), level.to_string()]);
+    }
+    args
 }
 
 #[derive(Subcommand)]
@@ -104,6 +152,22 @@ enum Command {
     /// `tomus topology measure` (providers answer them too) and announces itself to the
     /// manager. Listens on --addr.
     Agent(crate::topology_cmd::AgentArgs),
+    /// The configuration file (`--config FILE`): `tomus config show ROLE [FLAGS]` prints the
+    /// effective configuration of a server.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the effective configuration of `tomus ROLE FLAGS` (ROLE: manager, provider, s3,
+    /// up) with the file of --config: every flag, its value and where it came from.
+    Show {
+        role: String,
+        /// The flags the server would be started with.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
 }
 
 /// Runs the command line `args` (the program name first) and returns the process exit code.
@@ -113,6 +177,13 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let args = match config::expand(args) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("tomus: error: {e:#}");
+            return 2;
+        }
+    };
     let matches = match Cli::command().try_get_matches_from(&args) {
         Ok(m) => m,
         Err(e) if e.use_stderr() && args.iter().any(|a| a == "--json") => {
@@ -146,15 +217,29 @@ where
     );
     let default_level = if server { "info" } else { "warn" };
     // s3s logs every client error (a 404, a bad signature) at error level: off by default.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOMUS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default_level},s3s=off")));
+    let filter = match &cli.log_level {
+        Some(level) => match tracing_subscriber::EnvFilter::try_new(level) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("tomus: error: --log-level {level:?}: {e}");
+                return 2;
+            }
+        },
+        None => tracing_subscriber::EnvFilter::try_from_env("TOMUS_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!("{default_level},s3s=off"))
+        }),
+    };
     // Fails only when a subscriber is already set (a second call in one process): keep it.
     // Colours only on a terminal: the servers of `tomus up` log to files.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match cli.log_format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
     let json_errors = cli.json;
     match run(cli, explicit_addr) {
         Ok(()) => 0,
@@ -218,7 +303,15 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
     let secret = ClusterSecret::load(cli.secret_file.as_deref())?;
     match cli.command {
-        Command::Up(a) => up::up(&cli.addr, secret, a),
+        Command::Config(ConfigCommand::Show { role, flags }) => {
+            let shown = config::show(Cli::command(), cli.config.as_deref(), &role, &flags)?;
+            let _ = outln!("{}", shown.trim_end());
+            Ok(())
+        }
+        Command::Up(a) => {
+            let logs = log_args(cli.log_format, cli.log_level.as_deref());
+            up::up(&cli.addr, secret, logs, a)
+        }
         Command::S3(a) => {
             let config = crate::s3_cmd::config(&cli.addr, secret, &a)?;
             servers::serve("s3", |ready, _| tomus_s3::run(config, Some(ready)))

@@ -58,6 +58,11 @@ pub(super) struct ManagerArgs {
     /// Do not garbage-collect.
     #[arg(long)]
     no_gc: bool,
+    /// Serve the web dashboard and Prometheus metrics (`GET /metrics`) over HTTP on this
+    /// address (off by default). A non-loopback address needs the cluster secret, which every
+    /// HTTP request must then carry (bearer token or basic-auth password).
+    #[arg(long, value_name = "HOST:PORT")]
+    http_addr: Option<String>,
     #[command(flatten)]
     limits: ServerLimitArgs,
 }
@@ -124,6 +129,10 @@ pub(super) struct ProviderArgs {
     /// Acknowledge writes once in the page cache instead of after fdatasync.
     #[arg(long)]
     no_fsync: bool,
+    /// Serve Prometheus metrics (`GET /metrics`) over HTTP on this address (off by default;
+    /// a non-loopback address needs the cluster secret, as the RPC port).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
     #[command(flatten)]
     limits: ServerLimitArgs,
 }
@@ -142,6 +151,7 @@ pub(super) fn run_manager(
         writer_lease: Duration::from_millis(a.writer_lease_ms.max(100)),
         new_file_grace: Duration::from_millis(a.gc_grace_ms),
         limits: a.limits.limits(),
+        http_listen: a.http_addr.clone(),
     };
     // The backup service runs with maintenance (both are the manager's background clients).
     let backup = (!a.no_maintenance).then(|| secret.clone());
@@ -191,6 +201,7 @@ pub(super) fn run_provider(
         heartbeat_interval: Duration::from_millis(a.heartbeat_ms),
         fsync: !a.no_fsync,
         limits: a.limits.limits(),
+        metrics_listen: a.metrics_addr,
     };
     // A provider's state is durable at each acknowledgement and it runs no rounds worth
     // finishing: asked to stop, it stops at once (its heartbeats with it).

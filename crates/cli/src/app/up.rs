@@ -44,6 +44,10 @@ pub(super) struct UpArgs {
     /// Let the S3 gateway accept unsigned requests.
     #[arg(long, requires = "s3")]
     s3_anonymous: bool,
+    /// Serve the manager's web dashboard and Prometheus metrics on this address (see
+    /// `tomus manager --help`).
+    #[arg(long, value_name = "HOST:PORT")]
+    http_addr: Option<String>,
     /// Leave a server that dies down instead of restarting it (a dead manager then ends
     /// `tomus up`).
     #[arg(long)]
@@ -180,7 +184,13 @@ impl Restarts {
 /// How long a server gets to stop cleanly after Ctrl-C.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result<()> {
+/// Runs `tomus up`; `log_args` are the logging flags its servers get.
+pub(super) fn up(
+    addr: &str,
+    secret: Option<ClusterSecret>,
+    log_args: Vec<String>,
+    a: UpArgs,
+) -> Result<()> {
     if a.providers == 0 {
         anyhow::bail!("--providers must be at least 1");
     }
@@ -192,6 +202,7 @@ pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result
                 anonymous: a.s3_anonymous,
                 chunk_size: tomus_wire::DEFAULT_CHUNK_SIZE,
                 replication: 1,
+                metrics_addr: None,
             };
             // Checked before the cluster starts: bad keys fail fast.
             Some(crate::s3_cmd::config("", secret, &args)?)
@@ -203,6 +214,12 @@ pub(super) fn up(addr: &str, secret: Option<ClusterSecret>, a: UpArgs) -> Result
     spec.memory_tier = a.memory_tier;
     spec.fsync = !a.no_fsync;
     spec.manager_args = a.maintenance.manager_args();
+    spec.manager_args.extend(log_args.iter().cloned());
+    spec.provider_args.extend(log_args);
+    if let Some(http) = &a.http_addr {
+        spec.manager_args
+            .extend(["--http-addr".to_string(), http.clone()]);
+    }
     let mut cluster = EmbeddedCluster::start(&Launcher::current()?, spec)?;
     let _ = outln!("tomus cluster listening on {}", cluster.addr);
     eprintln!(

@@ -137,6 +137,9 @@ impl VersionManager {
                 reused_since,
             },
         );
+        let m = tomus_metrics::manager();
+        m.versions_assigned.inc();
+        m.versions_in_flight.inc();
         s.next_version += 1;
         s.assigned_size = new_size;
         s.assigned_capacity = capacity;
@@ -268,6 +271,9 @@ impl VersionManager {
         // A writer gone: retention it held back may go on.
         s.expiry_due = true;
         let victims: Vec<Version> = s.pending.range(first..).map(|(v, _)| *v).collect();
+        let m = tomus_metrics::manager();
+        m.versions_aborted.inc_by(victims.len() as u64);
+        m.versions_in_flight.dec_by(victims.len() as i64);
         for v in &victims {
             s.pending.remove(v);
             s.given_up.insert(
@@ -352,9 +358,13 @@ impl VersionManager {
         if p.blob.published <= s.record.published {
             return;
         }
+        let m = tomus_metrics::manager();
         for v in &p.versions {
-            s.pending.remove(&v.version);
+            if s.pending.remove(&v.version).is_some() {
+                m.versions_in_flight.dec();
+            }
         }
+        m.versions_published.inc_by(p.versions.len() as u64);
         if let Some(last) = p.versions.last() {
             s.latest = last.clone();
         }

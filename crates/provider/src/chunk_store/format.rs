@@ -130,7 +130,7 @@ pub(super) fn write_chunk_file(
     file.write_all(header)?;
     file.write_all(data)?;
     if fsync {
-        file.sync_data()?;
+        crate::group_commit::timed_sync(&file, "chunk")?;
     }
     Ok((header.len() + data.len()) as u64)
 }

@@ -146,14 +146,20 @@ impl ChunkStore {
     }
 
     async fn put_inner(&self, id: ChunkId, data: Bytes, sent_crc: Option<u32>) -> Result<()> {
+        let len = data.len() as u64;
         if data.len() < SMALL_CHUNK_MAX {
             if let Some(sent) = sent_crc {
                 checksum::check_arrived(&data, sent, || format!("chunk {id}"))?;
             }
-            return self.inner.small.put(id, data).await;
+            self.inner.small.put(id, data).await?;
+        } else {
+            let inner = self.inner.clone();
+            blocking(move || inner.put(id, &data, sent_crc)).await?;
         }
-        let inner = self.inner.clone();
-        blocking(move || inner.put(id, &data, sent_crc)).await
+        let m = tomus_metrics::provider();
+        m.written_bytes.inc_by(len);
+        m.written_chunks.inc();
+        Ok(())
     }
 
     /// Runs `hook` with the path of the next chunk file opened, once its header and size
@@ -212,7 +218,10 @@ impl ChunkStore {
         self.inner.small.delete(ids).await?;
         let inner = self.inner.clone();
         let ids = ids.to_vec();
-        blocking(move || inner.delete_files(&ids)).await
+        let n = ids.len() as u64;
+        blocking(move || inner.delete_files(&ids)).await?;
+        tomus_metrics::provider().deleted_chunks.inc_by(n);
+        Ok(())
     }
 
     /// Verifies every checksum of chunk `id` and returns its data length.
@@ -232,6 +241,7 @@ impl ChunkStore {
             blocking(move || inner.quarantine_file(id)).await?
         };
         if held {
+            tomus_metrics::provider().quarantined_chunks.inc();
             let mut lost = self.inner.lost.lock().unwrap_or_else(|p| p.into_inner());
             if lost.len() < MAX_LOST_REPORTS {
                 lost.push(id);
@@ -265,8 +275,13 @@ impl ChunkStore {
     /// at least one, and none after the one crossing [`SCRUB_BUDGET`] bytes) and quarantines
     /// the corrupt ones. `next` is the last chunk examined while more remain.
     pub async fn scrub(&self, start_after: Option<ChunkId>, limit: usize) -> Result<ScrubReport> {
-        self.scrub_with_budget(start_after, limit, SCRUB_BUDGET)
-            .await
+        let report = self
+            .scrub_with_budget(start_after, limit, SCRUB_BUDGET)
+            .await?;
+        let m = tomus_metrics::provider();
+        m.scrubbed_chunks.inc_by(report.checked);
+        m.scrubbed_bytes.inc_by(report.bytes);
+        Ok(report)
     }
 
     pub(crate) async fn scrub_with_budget(

@@ -29,6 +29,16 @@ impl ProviderService {
         offset: u64,
         len: u64,
     ) -> Result<(Payload, u32)> {
+        let got = self.read_chunk(id, offset, len).await;
+        if let Ok((payload, _)) = &got {
+            let m = tomus_metrics::provider();
+            m.read_bytes.inc_by(payload.len());
+            m.read_chunks.inc();
+        }
+        got
+    }
+
+    async fn read_chunk(&self, id: ChunkId, offset: u64, len: u64) -> Result<(Payload, u32)> {
         if let Some((data, whole_crc)) = self.tier.as_ref().and_then(|tier| tier.get(id)) {
             let range = check_range(id, offset, len, data.len() as u64)?;
             let piece = data.slice(range);

@@ -1,0 +1,219 @@
+//! The manager's HTTP side (`--http-addr`): `/metrics` with the cluster-wide figures of the
+//! providers' heartbeats and the maintenance service's reports, and the web dashboard.
+//! The server itself (access rules included) is `tomus_metrics::http`.
+//!
+//! Pages: `/` (overview: providers, totals, a live chart of `/metrics`, maintenance),
+//! `/fs?path=DIR` (a directory), `/file?path=FILE` (a file's versions), and the two static
+//! files they use (`/style.css`, `/chart.js`), compiled into the binary so it works offline.
+
+mod pages;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use tomus_metrics::families::label;
+use tomus_metrics::http::with_type;
+use tomus_metrics::{Pages, Response};
+use tomus_wire::{EntryKind, ErrorKind, Result};
+
+use crate::service::ManagerService;
+
+const STYLE: &str = include_str!("static/style.css");
+const CHART: &str = include_str!("static/chart.js");
+/// Entries a directory page shows at most.
+const DIRECTORY_PAGE: u32 = 1000;
+
+/// What the manager serves over HTTP.
+pub struct ManagerPages {
+    pub service: Arc<ManagerService>,
+}
+
+/// A gauge's value (gauges are i64).
+fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Pages for ManagerPages {
+    fn before_scrape(&self) {
+        let m = tomus_metrics::manager();
+        let providers = self.service.registry.list_with_stored();
+        let (mut up, mut down, mut draining) = (0, 0, 0);
+        let (mut stored, mut chunks, mut capacity, mut free) = (0u64, 0u64, 0u64, 0u64);
+        for (p, bytes) in &providers {
+            match (p.alive, p.draining) {
+                (false, _) => down += 1,
+                (true, true) => draining += 1,
+                (true, false) => up += 1,
+            }
+            if p.alive {
+                stored += bytes;
+                chunks += p.chunks;
+                capacity += p.capacity;
+                free += p.free;
+            }
+        }
+        for (state, n) in [("up", up), ("down", down), ("draining", draining)] {
+            m.cluster_providers
+                .get_or_create(&label("state", state))
+                .set(n);
+        }
+        m.cluster_stored_bytes.set(clamp(stored));
+        m.cluster_chunks.set(clamp(chunks));
+        m.cluster_capacity_bytes.set(clamp(capacity));
+        m.cluster_free_bytes.set(clamp(free));
+
+        let (s, _) = self.service.registry.maintenance();
+        m.repair_passes.observe(s.passes);
+        m.repaired_chunks.observe(s.repaired_chunks);
+        m.repaired_bytes.observe(s.repaired_bytes);
+        m.gc_chunks.observe(s.gc_chunks);
+        m.gc_bytes.observe(s.gc_bytes);
+        m.gc_nodes.observe(s.gc_nodes);
+        m.audits.observe(s.audits);
+        let draining_bytes: u64 = s.draining.iter().map(|(_, b)| b).sum();
+        let gauges = [
+            ("under_replicated_chunks", s.under_replicated_chunks),
+            ("under_replicated_bytes", s.under_replicated_bytes),
+            ("lost_chunks", s.lost_chunks),
+            (
+                "repair_remaining_bytes",
+                s.repair_total_bytes.saturating_sub(s.repair_done_bytes),
+            ),
+            ("unreferenced_bytes", s.unreferenced_bytes),
+            ("pending_deletions", s.pending_deletions),
+            ("draining_bytes", draining_bytes),
+        ];
+        for (what, v) in gauges {
+            m.maintenance
+                .get_or_create(&label("what", what))
+                .set(clamp(v));
+        }
+    }
+
+    fn get(&self, path: &str, query: &str) -> BoxFuture<'static, Option<Response>> {
+        let service = self.service.clone();
+        let path = path.to_string();
+        let target = param(query, "path").unwrap_or_default();
+        Box::pin(async move {
+            let html = match path.as_str() {
+                "/" => {
+                    let providers = service.registry.list_with_stored();
+                    let (maintenance, reported) = service.registry.maintenance();
+                    pages::page(
+                        "Cluster",
+                        &pages::overview(&providers, &maintenance, reported),
+                    )
+                }
+                "/fs" => match blocking(move || browse(&service, &target)).await {
+                    Ok(html) => html,
+                    Err(e) => return Some(failure(e)),
+                },
+                "/file" => match blocking(move || file(&service, &target)).await {
+                    Ok(html) => html,
+                    Err(e) => return Some(failure(e)),
+                },
+                "/style.css" => return Some(asset(STYLE, "text/css; charset=utf-8")),
+                "/chart.js" => return Some(asset(CHART, "text/javascript; charset=utf-8")),
+                _ => return None,
+            };
+            Some(with_type(
+                http::Response::new(Bytes::from(html).into()),
+                "text/html; charset=utf-8",
+            ))
+        })
+    }
+}
+
+/// Runs a namespace read (database transactions) off the async workers.
+async fn blocking(op: impl FnOnce() -> Result<String> + Send + 'static) -> Result<String> {
+    tokio::task::spawn_blocking(op)
+        .await
+        .map_err(|e| tomus_wire::Error::internal(format!("dashboard task failed: {e}")))?
+}
+
+fn browse(service: &ManagerService, dir: &str) -> Result<String> {
+    let entries = service.namespace.list(dir, false, None, DIRECTORY_PAGE)?;
+    let title = format!("/{}", dir.trim_matches('/'));
+    Ok(pages::page(&title, &pages::directory(dir, &entries)))
+}
+
+fn file(service: &ManagerService, path: &str) -> Result<String> {
+    let entry = service.namespace.stat(path)?;
+    let Some(blob) = (entry.kind == EntryKind::File)
+        .then_some(entry.blob.as_ref())
+        .flatten()
+    else {
+        return browse(service, path);
+    };
+    let versions = service.versions.versions(blob.id)?;
+    Ok(pages::page(
+        &format!("/{}", entry.path),
+        &pages::file(&entry, &versions),
+    ))
+}
+
+/// The page of an error: 404 for what does not exist, 400 for a bad path, 500 otherwise.
+fn failure(e: tomus_wire::Error) -> Response {
+    let status = match e.kind {
+        ErrorKind::NotFound => http::StatusCode::NOT_FOUND,
+        ErrorKind::InvalidArgument => http::StatusCode::BAD_REQUEST,
+        _ => http::StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let mut resp = with_type(
+        http::Response::new(Bytes::from(pages::page("Error", &pages::esc(&e.message))).into()),
+        "text/html; charset=utf-8",
+    );
+    *resp.status_mut() = status;
+    resp
+}
+
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    with_type(
+        http::Response::new(Bytes::from_static(body.as_bytes()).into()),
+        content_type,
+    )
+}
+
+/// The value of `key` in a query string, percent-decoded (`+` is a space).
+fn param(query: &str, key: &str) -> Option<String> {
+    let raw = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))?;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(high), Some(low)) => {
+                    out.push(high << 4 | low);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn hex(digit: u8) -> Option<u8> {
+    (digit as char).to_digit(16).map(|d| d as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decodes_query_parameters() {
+        assert_eq!(
+            super::param("path=a%20b%2Fc&x=1", "path").as_deref(),
+            Some("a b/c")
+        );
+        assert_eq!(super::param("x=1&path=d+e", "path").as_deref(), Some("d e"));
+        assert_eq!(super::param("path=100%", "path").as_deref(), Some("100%"));
+        assert_eq!(super::param("paths=1", "path"), None);
+    }
+}

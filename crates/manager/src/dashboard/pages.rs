@@ -1,0 +1,380 @@
+//! The dashboard's pages, rendered on the server as plain HTML (no build step, nothing loaded
+//! from elsewhere): the cluster overview with its live chart, the namespace browser, and a
+//! file's versions. Every value shown is escaped.
+
+use std::fmt::Write;
+
+use tomus_wire::{EntryKind, FsEntry, MaintenanceStatus, ProviderInfo, VersionList};
+
+/// A whole page around `body`, with the navigation and `title`.
+pub(super) fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t} · tomus</title>\
+         <link rel=\"stylesheet\" href=\"/style.css\"></head><body><header><h1>tomus</h1>\
+         <a href=\"/\">Overview</a><a href=\"/fs\">Namespace</a>\
+         <a href=\"/metrics\">Metrics</a></header><main><h2 id=\"title\">{t}</h2>{body}\
+         </main></body></html>",
+        t = esc(title)
+    )
+}
+
+/// The overview: providers, cluster totals, the live chart, maintenance progress.
+pub(super) fn overview(
+    providers: &[(ProviderInfo, u64)],
+    maintenance: &MaintenanceStatus,
+    reported_ms: u64,
+) -> String {
+    let mut b = String::new();
+    let up = providers.iter().filter(|(p, _)| p.alive).count();
+    let stored: u64 = providers
+        .iter()
+        .filter(|(p, _)| p.alive)
+        .map(|(_, s)| s)
+        .sum();
+    let capacity: u64 = providers
+        .iter()
+        .filter(|(p, _)| p.alive)
+        .map(|(p, _)| p.capacity)
+        .sum();
+    let free: u64 = providers
+        .iter()
+        .filter(|(p, _)| p.alive)
+        .map(|(p, _)| p.free)
+        .sum();
+    let _ = write!(
+        b,
+        "<p class=\"totals\"><span id=\"provider-count\">{} providers ({up} up)</span>\
+         <span>stored {}</span><span>capacity {}</span><span>free {}</span></p>",
+        providers.len(),
+        size(stored),
+        size(capacity),
+        size(free)
+    );
+    b.push_str(
+        "<table id=\"providers\"><tr><th>id</th><th>address</th><th>state</th>\
+         <th>capacity</th><th>free</th><th>used</th><th>chunks</th><th>stored</th>\
+         <th>load</th></tr>",
+    );
+    for (p, stored) in providers {
+        let state = match (p.alive, p.draining) {
+            (false, _) => "down",
+            (true, true) => "draining",
+            (true, false) => "up",
+        };
+        let used = p.capacity.saturating_sub(p.free);
+        let pct = (used as f64 * 100.0 / p.capacity.max(1) as f64).clamp(0.0, 100.0);
+        let _ = write!(
+            b,
+            "<tr class=\"provider\"><td class=\"num\">{}</td><td>{}</td>\
+             <td class=\"{state}\">{state}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td><span class=\"barbox\"><span class=\"bar\" style=\"width:{pct:.0}%\"></span>\
+             </span> {pct:.0}%</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td></tr>",
+            p.id,
+            esc(&p.addr),
+            size(p.capacity),
+            size(p.free),
+            p.chunks,
+            size(*stored),
+            p.load
+        );
+    }
+    b.push_str("</table>");
+    b.push_str(
+        "<h2>Throughput</h2><p class=\"legend\"><span style=\"color:#4a90d9\">■ manager \
+         requests/s</span><span style=\"color:#2e7d32\">■ cluster stored MiB/s</span></p>\
+         <svg id=\"throughput\" class=\"chart\" width=\"640\" height=\"160\"></svg>\
+         <p id=\"rates\">measuring…</p><script src=\"/chart.js\"></script>",
+    );
+    b.push_str(&maintenance_table(maintenance, reported_ms));
+    b
+}
+
+fn maintenance_table(m: &MaintenanceStatus, reported_ms: u64) -> String {
+    let mut b = String::from("<h2>Repair and garbage collection</h2>");
+    if reported_ms == 0 {
+        b.push_str("<p id=\"maintenance\">No report from the maintenance service yet.</p>");
+        return b;
+    }
+    let progress = |done: u64, total: u64| {
+        if total == 0 {
+            "nothing to copy".to_string()
+        } else {
+            format!(
+                "{} of {} ({:.0}%)",
+                size(done),
+                size(total),
+                done as f64 * 100.0 / total as f64
+            )
+        }
+    };
+    let rows = [
+        (
+            "state",
+            if m.running {
+                "pass running".to_string()
+            } else {
+                "idle".to_string()
+            },
+        ),
+        ("repair passes", m.passes.to_string()),
+        (
+            "last pass",
+            format!("{} ({} ms)", time(m.last_pass_ms), m.last_pass_duration_ms),
+        ),
+        (
+            "current repair",
+            progress(m.repair_done_bytes, m.repair_total_bytes),
+        ),
+        (
+            "under-replicated chunks",
+            format!(
+                "{} ({})",
+                m.under_replicated_chunks,
+                size(m.under_replicated_bytes)
+            ),
+        ),
+        ("lost chunks", m.lost_chunks.to_string()),
+        (
+            "repaired (total)",
+            format!("{} chunks, {}", m.repaired_chunks, size(m.repaired_bytes)),
+        ),
+        (
+            "garbage collected (total)",
+            format!(
+                "{} chunks, {}, {} nodes",
+                m.gc_chunks,
+                size(m.gc_bytes),
+                m.gc_nodes
+            ),
+        ),
+        (
+            "unreferenced, awaiting grace",
+            format!(
+                "{} chunks, {}",
+                m.unreferenced_chunks,
+                size(m.unreferenced_bytes)
+            ),
+        ),
+        ("pending deletions", m.pending_deletions.to_string()),
+        (
+            "draining",
+            m.draining
+                .iter()
+                .map(|(id, left)| format!("provider {id}: {} left", size(*left)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        (
+            "audits",
+            format!("{} (last {})", m.audits, time(m.last_audit_ms)),
+        ),
+        ("last error", m.last_error.clone().unwrap_or_default()),
+    ];
+    b.push_str("<table id=\"maintenance\">");
+    for (k, v) in rows {
+        let _ = write!(b, "<tr><th>{k}</th><td>{}</td></tr>", esc(&v));
+    }
+    b.push_str("</table>");
+    b
+}
+
+/// A directory's entries, with links to subdirectories and files.
+pub(super) fn directory(path: &str, entries: &[FsEntry]) -> String {
+    let mut b = crumbs(path);
+    b.push_str(
+        "<table id=\"entries\"><tr><th>name</th><th>kind</th><th>size</th>\
+         <th>versions</th><th>modified</th></tr>",
+    );
+    for e in entries {
+        let name = e.path.rsplit('/').next().unwrap_or(&e.path);
+        match (&e.kind, &e.blob) {
+            (EntryKind::File, Some(blob)) => {
+                let _ = write!(
+                    b,
+                    "<tr class=\"file\"><td><a href=\"/file?path={}\">{}</a></td><td>file</td>\
+                     <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                    url(&e.path),
+                    esc(name),
+                    size(blob.size),
+                    blob.latest,
+                    time(blob.modified_ms)
+                );
+            }
+            _ => {
+                let _ = write!(
+                    b,
+                    "<tr class=\"dir\"><td><a href=\"/fs?path={}\">{}/</a></td><td>directory</td>\
+                     <td></td><td></td><td>{}</td></tr>",
+                    url(&e.path),
+                    esc(name),
+                    time(e.created_ms)
+                );
+            }
+        }
+    }
+    b.push_str("</table>");
+    if entries.is_empty() {
+        b.push_str("<p>Empty.</p>");
+    }
+    b
+}
+
+/// A file's blob and every version of it.
+pub(super) fn file(entry: &FsEntry, versions: &VersionList) -> String {
+    let mut b = crumbs(&entry.path);
+    if let Some(blob) = &entry.blob {
+        let _ = write!(
+            b,
+            "<p>blob {} · chunk size {} · replication {} · latest version {} · {}</p>",
+            blob.id,
+            size(blob.chunk_size),
+            blob.replication,
+            blob.latest,
+            size(blob.size)
+        );
+    }
+    b.push_str(
+        "<table id=\"versions\"><tr><th>version</th><th>size</th><th>wrote</th>\
+         <th>kind</th><th>state</th><th>published</th></tr>",
+    );
+    for v in versions.versions.iter().rev() {
+        let _ = write!(
+            b,
+            "<tr class=\"version\"><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td>{} at {}</td><td>{}</td><td>{:?}</td><td>{}</td></tr>",
+            v.version,
+            size(v.size),
+            size(v.span.size),
+            v.span.offset,
+            if v.append { "append" } else { "write" },
+            v.state,
+            time(v.published_ms)
+        );
+    }
+    b.push_str("</table>");
+    if !versions.aborted.is_empty() {
+        let ranges: Vec<String> = versions
+            .aborted
+            .iter()
+            .map(|(a, z)| {
+                if a == z {
+                    a.to_string()
+                } else {
+                    format!("{a}–{z}")
+                }
+            })
+            .collect();
+        let _ = write!(b, "<p>Aborted versions: {}</p>", esc(&ranges.join(", ")));
+    }
+    b
+}
+
+/// Links to each directory above `path`.
+fn crumbs(path: &str) -> String {
+    let mut b = String::from("<p class=\"crumbs\"><a href=\"/fs\">/</a>");
+    let mut so_far = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        if !so_far.is_empty() {
+            so_far.push('/');
+        }
+        so_far.push_str(part);
+        let _ = write!(
+            b,
+            " <a href=\"/fs?path={}\">{}</a> /",
+            url(&so_far),
+            esc(part)
+        );
+    }
+    b.push_str("</p>");
+    b
+}
+
+/// HTML-escapes `s`.
+pub(super) fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes `s` for a query value.
+fn url(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// `n` bytes for people: B, KiB, MiB, GiB, TiB.
+fn size(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// Unix milliseconds as a UTC date and time ("—" for 0: never).
+fn time(ms: u64) -> String {
+    if ms == 0 {
+        return "—".to_string();
+    }
+    let secs = ms / 1000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_times_sizes_and_escapes() {
+        assert_eq!(time(0), "—");
+        assert_eq!(time(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(time(1_700_000_000_123), "2023-11-14 22:13:20 UTC");
+        assert_eq!(size(1023), "1023 B");
+        assert_eq!(size(10 << 20), "10.0 MiB");
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+        assert_eq!(url("a b/ü?"), "a%20b/%C3%BC%3F");
+    }
+}
