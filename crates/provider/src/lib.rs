@@ -6,6 +6,8 @@ mod group_commit;
 mod heartbeat;
 pub mod memory_tier;
 pub mod meta_store;
+/// Files registered in place (workflows): adopted by hard link, served by range.
+pub mod registered;
 pub mod service;
 pub mod small_chunks;
 
@@ -24,8 +26,12 @@ use crate::chunk_store::ChunkStore;
 use crate::heartbeat::{Beats, Heartbeat};
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
+use crate::registered::RegisteredFiles;
 use crate::service::ProviderService;
 
+/// Registered files up to this size are kept in memory (within the memory tier's budget):
+/// the in-memory transfer module's threshold (15 MiB, as in the AFM paper).
+const REGISTERED_SMALL_BYTES: u64 = 15 << 20;
 /// Requests to the manager must fail fast: a stuck heartbeat would hide the provider's state.
 const MANAGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Repair copies from other providers: a peer that does not accept within this is down.
@@ -93,7 +99,17 @@ pub async fn run(
         request_timeout: PEER_REQUEST_TIMEOUT,
         secret: config.secret.clone(),
     });
-    let service = Arc::new(ProviderService::new(chunks.clone(), tier, meta, peers));
+    let registered = RegisteredFiles::new(
+        config.data_dir.join("registered"),
+        config.manager.clone(),
+        peers.clone(),
+        REGISTERED_SMALL_BYTES,
+        config.memory_tier_bytes,
+    );
+    let service = Arc::new(
+        ProviderService::new(chunks.clone(), tier, meta, peers)
+            .with_registered(Arc::new(registered)),
+    );
     let load = Arc::new(LoadGauge::default());
     let pool = Pool::new(RpcConfig {
         connect_timeout: MANAGER_TIMEOUT,

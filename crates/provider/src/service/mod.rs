@@ -28,6 +28,7 @@ use tomus_wire::{
 use crate::chunk_store::ChunkStore;
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
+use crate::registered::RegisteredFiles;
 
 /// Most nodes one path request returns.
 const MAX_PATH: u32 = 256;
@@ -48,6 +49,8 @@ pub struct ProviderService {
     peers: Arc<Pool>,
     /// Bytes of chunks being copied in, in KiB: repair copies wait for room.
     copy_buffers: Arc<Semaphore>,
+    /// Files registered in place (workflows); `None` in tests that need none.
+    registered: Option<Arc<RegisteredFiles>>,
 }
 
 impl ProviderService {
@@ -63,7 +66,20 @@ impl ProviderService {
             meta,
             peers,
             copy_buffers: Arc::new(Semaphore::new(COPY_BUFFER_BYTES >> 10)),
+            registered: None,
         }
+    }
+
+    /// Serves registered files (workflows) from `files`.
+    pub fn with_registered(mut self, files: Arc<RegisteredFiles>) -> Self {
+        self.registered = Some(files);
+        self
+    }
+
+    fn registered(&self) -> Result<&Arc<RegisteredFiles>> {
+        self.registered
+            .as_ref()
+            .ok_or_else(|| Error::invalid("this provider serves no registered files"))
     }
 
     async fn dispatch(&self, req: ProviderRequest, body: Bytes) -> Reply {
@@ -108,6 +124,23 @@ impl ProviderService {
                 Reply::of::<DeleteNodeRanges>(self.meta.delete_nodes(keys).await)
             }
             P::Scrub(r) => Reply::of::<Scrub>(self.scrub(r.start_after, r.limit).await),
+            P::AdoptFile(r) => {
+                let adopted = match self.registered() {
+                    Ok(files) => files.adopt(r.local_path, r.dev, r.ino, r.tomus_path).await,
+                    Err(e) => Err(e),
+                };
+                Reply::of::<AdoptFile>(adopted)
+            }
+            P::ReadRegistered(r) => {
+                let read = match self.registered() {
+                    Ok(files) => files.read(r.name, r.offset, r.len).await,
+                    Err(e) => Err(e),
+                };
+                match read {
+                    Ok((data, size)) => Reply::of::<ReadRegistered>(Ok(size)).with_payload(data),
+                    Err(e) => Reply::error(e),
+                }
+            }
         }
     }
 }
