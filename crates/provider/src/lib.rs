@@ -29,9 +29,12 @@ use crate::meta_store::MetaStore;
 use crate::registered::RegisteredFiles;
 use crate::service::ProviderService;
 
-/// Registered files up to this size are kept in memory (within the memory tier's budget):
-/// the in-memory transfer module's threshold (15 MiB, as in the AFM paper).
+/// Registered files up to this size are kept in memory once adopted: the in-memory transfer
+/// module's threshold (15 MiB, as in the AFM paper).
 const REGISTERED_SMALL_BYTES: u64 = 15 << 20;
+/// Memory for those small registered files (oldest dropped first); apart from the chunk
+/// memory tier, which is off by default.
+const REGISTERED_MEMORY_BYTES: u64 = 256 << 20;
 /// Requests to the manager must fail fast: a stuck heartbeat would hide the provider's state.
 const MANAGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Repair copies from other providers: a peer that does not accept within this is down.
@@ -104,7 +107,7 @@ pub async fn run(
         config.manager.clone(),
         peers.clone(),
         REGISTERED_SMALL_BYTES,
-        config.memory_tier_bytes,
+        REGISTERED_MEMORY_BYTES,
     );
     let service = Arc::new(
         ProviderService::new(chunks.clone(), tier, meta, peers)
