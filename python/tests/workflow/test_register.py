@@ -43,7 +43,7 @@ def test_register_time_does_not_depend_on_size(
         smalls.append(_register_time(client, small, f"/t/reg/small{i}"))
         bigs.append(_register_time(client, big, f"/t/reg/big{i}"))
     small_t, big_t = sorted(smalls)[1], sorted(bigs)[1]
-    # ≤ 2× the time of 1 MiB (plus 5 ms of scheduling noise on a shared machine).
+    # At most twice the time of 1 MiB (plus 5 ms of scheduling noise on a shared machine).
     assert big_t <= 2 * small_t + 0.005, (smalls, bigs)
     # No copy: the provider holds the very same inode, once per registration.
     ino = big.stat().st_ino

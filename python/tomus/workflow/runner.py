@@ -235,6 +235,8 @@ def _drive(
             report.skipped.append(t.name)
     readers: Counter[str] = Counter(i for t in order if t.name not in done for i in t.inputs)
     running: dict[Any, Task] = {}
+    placed: dict[Any, str] = {}
+    busy: Counter[str] = Counter()
     pool = as_completed()
 
     def ready(t: Task) -> bool:
@@ -259,13 +261,9 @@ def _drive(
                     submit(p)
                 return
         by_holder = _holder_bytes(client, paths)
-        worker = max(
-            workers,
-            key=lambda w: (
-                by_holder.get(pairs.get(w, ""), 0),
-                -len([x for x in running.values() if getattr(x, "_worker", None) == w]),
-            ),
-        )
+        # Most input bytes on the worker's provider first, then the least busy worker.
+        worker = max(workers, key=lambda w: (by_holder.get(pairs.get(w, ""), 0), -busy[w]))
+        busy[worker] += 1
         spec = {
             "name": t.name,
             "addr": client.addr,
@@ -288,6 +286,7 @@ def _drive(
             pure=False,
         )
         running[fut] = t
+        placed[fut] = worker
         pool.add(fut)
 
     for t in order:
@@ -297,6 +296,7 @@ def _drive(
     while running:
         fut = next(pool)
         t = running.pop(fut)
+        busy[placed.pop(fut)] -= 1
         if fut.status == "error":
             exc = fut.exception()
             raise WorkflowError(f"task {t.name!r} failed after {t.retries} retries: {exc}")
