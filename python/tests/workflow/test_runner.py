@@ -31,7 +31,8 @@ tasks:
     inputs: [nums.txt]
     outputs: [total.txt]
   - name: sum
-    command: "awk '{{s += $1}} END {{print s}}' nums.txt > sum.txt"
+    command: |
+      awk '{{s += $1}} END {{printf "%.0f\\n", s}}' nums.txt > sum.txt
     inputs: [nums.txt]
     outputs: [sum.txt]
   - name: report
