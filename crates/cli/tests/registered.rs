@@ -82,7 +82,11 @@ fn register_links_serves_fails_over_and_persists() {
     std::fs::write(&other, b"different").unwrap();
     let refused = tomus(&addr, &["fs", "register", s(&other), "/wf/a.bin"]);
     assert!(!refused.status.success());
-    assert!(stderr(&refused).contains("immutable"), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("immutable"),
+        "{}",
+        stderr(&refused)
+    );
 
     // A second holder: the same bytes registered on the other provider.
     let b = work.join("b.bin");
@@ -120,7 +124,11 @@ fn register_refuses_what_it_cannot_link() {
     let dir = t.dir.join("d");
     std::fs::create_dir_all(&dir).unwrap();
     let not_file = tomus(&addr, &["fs", "register", s(&dir), "/wf/d"]);
-    assert!(stderr(&not_file).contains("not a regular file"), "{}", stderr(&not_file));
+    assert!(
+        stderr(&not_file).contains("not a regular file"),
+        "{}",
+        stderr(&not_file)
+    );
     // A file system other than the providers' (when this machine has one): never copied.
     let shm = Path::new("/dev/shm");
     if shm.is_dir()
@@ -130,6 +138,10 @@ fn register_refuses_what_it_cannot_link() {
         std::fs::write(&f, b"x").unwrap();
         let out = tomus(&addr, &["fs", "register", s(&f), "/wf/shm"]);
         let _ = std::fs::remove_file(&f);
-        assert!(stderr(&out).contains("another file system"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("another file system"),
+            "{}",
+            stderr(&out)
+        );
     }
 }
