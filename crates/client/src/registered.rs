@@ -259,7 +259,20 @@ impl Client {
                         tracing::warn!("cannot drop holder {}: {e}", holder.addr);
                     }
                 }
-                Err(e) => report.failures.push((holder.addr.clone(), e.to_string())),
+                Err(e) => {
+                    // The holder answers but has lost its copy (a node that came back
+                    // without its disk): it stops being named.
+                    if e.kind == ErrorKind::NotFound {
+                        let drop = FsDropHolder {
+                            path: file.path.clone(),
+                            provider: holder.provider,
+                        };
+                        if let Err(e) = self.cluster.manager(drop).await {
+                            tracing::warn!("cannot drop holder {}: {e}", holder.addr);
+                        }
+                    }
+                    report.failures.push((holder.addr.clone(), e.to_string()))
+                }
             }
         }
         Err(Error::unavailable(format!(

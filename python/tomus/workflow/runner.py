@@ -146,7 +146,11 @@ def _execute(spec: dict[str, Any]) -> dict[str, Any]:
         local = task_dir / name
         if not local.is_file():
             raise FileNotFoundError(f"task {spec['name']!r} did not write its output {name!r}")
-        _native.register_file(client, local, path, provider=spec["provider"])
+        try:
+            _native.register_file(client, local, path, provider=spec["provider"])
+        except tomus.Unavailable:
+            # This worker's provider is down (restarting): any provider of this host.
+            _native.register_file(client, local, path)
         outputs[path] = local.stat().st_size
     return {
         "worker": spec["worker"],
@@ -237,6 +241,7 @@ def _drive(
     running: dict[Any, Task] = {}
     placed: dict[Any, str] = {}
     busy: Counter[str] = Counter()
+    rerun_for: set[str] = set()
     pool = as_completed()
 
     def ready(t: Task) -> bool:
@@ -299,6 +304,22 @@ def _drive(
         busy[placed.pop(fut)] -= 1
         if fut.status == "error":
             exc = fut.exception()
+            lost = [prod[i] for i in t.inputs if i in prod and prod[i].name not in rerun_for]
+            if "no holder" in str(exc) and lost:
+                # Its inputs' copies are gone (a node lost with its disk): their producers
+                # run again (once each), then this task when they are done.
+                for p in lost:
+                    rerun_for.add(p.name)
+                    done.discard(p.name)
+                    report.reruns.append(p.name)
+                    if progress:
+                        print(
+                            f"[workflow] {t.name}: inputs lost, running {p.name} again",
+                            file=sys.stderr,
+                        )
+                    if all(x is not p for x in running.values()):
+                        submit(p)
+                continue
             raise WorkflowError(f"task {t.name!r} failed after {t.retries} retries: {exc}")
         result = fut.result()
         report.tasks[t.name] = result
