@@ -10,6 +10,7 @@ Modules:
   store); :func:`register_module` for user modules.
 - ``selection``: the per-transfer choice (Algorithms 1 and 2) and its configuration.
 - ``runner``: :func:`run` on Dask, resume, the report; :func:`status`.
+- ``replication``: the replication agent and its cost model (the paper's section IV).
 - ``cli``: ``tomus workflow run|status FILE.yaml``.
 """
 
