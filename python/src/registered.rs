@@ -96,7 +96,8 @@ pub fn registered_file<'py>(
 }
 
 /// Fetches the registered file `path` into the local file `dest`, checksum verified:
-/// `mode` "direct" (one holder at a time, failing over) or "swarm" (pieces from all
+/// `mode` "direct" (one holder at a time, failing over), "memory" (the same, the whole
+/// file in one request) or "swarm" (pieces from all
 /// `holders` at once). `holders` (addresses) restricts and orders the sources. Returns
 /// `{"bytes", "served": [(addr, bytes)], "failures": [(addr, why)]}`.
 #[pyfunction]
@@ -112,9 +113,10 @@ pub fn fetch_registered<'py>(
     let mode = match mode {
         "direct" => FetchMode::Direct,
         "swarm" => FetchMode::Swarm,
+        "memory" => FetchMode::Memory,
         other => {
             return Err(PyValueError::new_err(format!(
-                "mode is 'direct' or 'swarm', not {other:?}"
+                "mode is 'direct', 'memory' or 'swarm', not {other:?}"
             )))
         }
     };

@@ -4,7 +4,7 @@
 //! A fetch reads pieces with `ReadRegistered` (sendfile on the holder), writes them at their
 //! offsets in the destination file and checks the CRC32C of the whole file, combined from the
 //! pieces' CRCs as they arrive (no second pass). `direct` reads from one holder at a time,
-//! failing over to the next; `swarm` spreads the pieces over every given holder at once. A
+//! failing over to the next (`memory`: the same, the whole file in one request); `swarm` spreads the pieces over every given holder at once. A
 //! copy whose bytes do not match the recorded checksum is reported to the manager, which
 //! stops naming that holder, and the next holder is used.
 
@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tomus_wire::frame::MAX_BODY;
 use tomus_wire::manager::{FsDropHolder, FsRegister, FsRegistered};
 use tomus_wire::pool::Placed;
 use tomus_wire::provider::{AdoptFile, ReadRegistered};
@@ -53,6 +54,9 @@ pub enum FetchMode {
     Direct,
     /// Every holder at once, pieces shared out as they finish.
     Swarm,
+    /// [`FetchMode::Direct`] in one request for the whole file (small files, which holders
+    /// answer from memory).
+    Memory,
 }
 
 /// `e` with what was being done in front of its message.
@@ -227,7 +231,10 @@ impl Client {
         }
         let mut report = FetchReport::default();
         if mode == FetchMode::Swarm && sources.len() > 1 {
-            match self.fetch_pieces(&file, dest, &sources, &mut report).await {
+            match self
+                .fetch_pieces(&file, dest, &sources, PIECE, &mut report)
+                .await
+            {
                 Ok(crc) if crc == expected => return Ok(report),
                 Ok(crc) => report.failures.push((
                     "swarm".into(),
@@ -241,7 +248,14 @@ impl Client {
         for holder in &sources {
             let one = std::slice::from_ref(holder);
             let mut attempt = FetchReport::default();
-            match self.fetch_pieces(&file, dest, one, &mut attempt).await {
+            let piece = match mode {
+                FetchMode::Memory => file.size.clamp(1, MAX_BODY),
+                _ => PIECE,
+            };
+            match self
+                .fetch_pieces(&file, dest, one, piece, &mut attempt)
+                .await
+            {
                 Ok(crc) if crc == expected => {
                     report.bytes = attempt.bytes;
                     report.served.extend(attempt.served);
@@ -294,10 +308,11 @@ impl Client {
         file: &RegisteredFile,
         dest: &Path,
         sources: &[Holder],
+        piece_len: u64,
         report: &mut FetchReport,
     ) -> Result<u32> {
         let out = open_dest(dest.to_path_buf(), file.size).await?;
-        let pieces = file.size.div_ceil(PIECE);
+        let pieces = file.size.div_ceil(piece_len);
         let next = Arc::new(Mutex::new(0u64));
         let crcs = Arc::new(Mutex::new(vec![0u32; pieces as usize]));
         let mut tasks = tokio::task::JoinSet::new();
@@ -321,8 +336,8 @@ impl Client {
                         *n += 1;
                         *n - 1
                     };
-                    let offset = piece * PIECE;
-                    let len = PIECE.min(size - offset) as usize;
+                    let offset = piece * piece_len;
+                    let len = piece_len.min(size - offset) as usize;
                     let mut buf = vec![0u8; len];
                     let crc = client
                         .read_registered(&holder.addr, &holder.name, offset, &mut buf)
@@ -361,7 +376,7 @@ impl Client {
         let crcs = crcs.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut whole = 0u32;
         for (i, crc) in crcs.into_iter().enumerate() {
-            let len = PIECE.min(file.size - i as u64 * PIECE) as usize;
+            let len = piece_len.min(file.size - i as u64 * piece_len) as usize;
             whole = crc32c::crc32c_combine(whole, crc, len);
         }
         report.bytes = file.size;

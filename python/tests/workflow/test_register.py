@@ -39,16 +39,17 @@ def test_register_time_does_not_depend_on_size(
     # Alternated, so both sizes meet the same background load (each registration's checksum
     # is computed by the provider after it returns).
     smalls, bigs = [], []
-    for i in range(3):
+    for i in range(5):
         smalls.append(_register_time(client, small, f"/t/reg/small{i}"))
         bigs.append(_register_time(client, big, f"/t/reg/big{i}"))
-    small_t, big_t = sorted(smalls)[1], sorted(bigs)[1]
-    # At most twice the time of 1 MiB (plus 5 ms of scheduling noise on a shared machine).
-    assert big_t <= 2 * small_t + 0.005, (smalls, bigs)
+    small_t, big_t = sorted(smalls)[2], sorted(bigs)[2]
+    # Medians: at most twice the time of 1 MiB (plus 10 ms of scheduling noise on a shared
+    # machine).
+    assert big_t <= 2 * small_t + 0.010, (smalls, bigs)
     # No copy: the provider holds the very same inode, once per registration.
     ino = big.stat().st_ino
-    assert big.stat().st_nlink == 1 + 3
-    assert len(_copies(cluster.data_dir, ino)) == 3
+    assert big.stat().st_nlink == 1 + 5
+    assert len(_copies(cluster.data_dir, ino)) == 5
     free_after = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
     assert free_before - free_after < 64 << 20, "registering used disk space"
     rec = workflow.registered(client, "/t/reg/big0")
@@ -56,7 +57,7 @@ def test_register_time_does_not_depend_on_size(
 
 
 @pytest.mark.parametrize("size", [0, 1, (15 << 20) - 1, 15 << 20, (15 << 20) + 1])
-@pytest.mark.parametrize("mode", ["direct", "swarm"])
+@pytest.mark.parametrize("mode", ["memory", "direct", "swarm"])
 def test_fetch_is_byte_exact(
     client: tomus.Client, providers: list[str], tmp_path: Path, size: int, mode: str
 ) -> None:

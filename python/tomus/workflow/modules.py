@@ -97,6 +97,9 @@ class MemoryModule(DirectModule):
 
     name = "memory"
 
+    def fetch(self, file: FileInfo, dest: Path, context: TransferContext) -> dict[str, Any]:
+        return dict(_native.fetch_registered(context.client, file.path, dest, mode="memory"))
+
 
 class SwarmModule:
     """Pieces from every holder at once; the reader's copy is then registered on its own
