@@ -18,6 +18,7 @@ import pytest
 import tomus
 from tomus import workflow
 from tomus.workflow import Workflow, WorkflowError
+from tomus.workflow.replication import CostModel
 
 DIAMOND = """
 name: diamond
@@ -148,7 +149,7 @@ def test_python_tasks_and_broadcast(client: tomus.Client, tmp_path: Path) -> Non
             f"read{i}", f"wc -c < big.bin > n{i}.txt", inputs=["big.bin"], outputs=[f"n{i}.txt"]
         )
     wf.task("sq", fn=square_numbers, inputs=["nums.txt"], outputs=["squares.txt"])
-    report = workflow.run(wf, client, n_workers=2, progress=False)
+    report = workflow.run(wf, client, n_workers=2, progress=False, replication=CostModel())
     assert fetch_text(client, wf.path_of("squares.txt"), tmp_path) == str(
         sum(n * n for n in range(1, 1001))
     )
@@ -158,6 +159,10 @@ def test_python_tasks_and_broadcast(client: tomus.Client, tmp_path: Path) -> Non
     assert modules["nums.txt"] == "memory"
     assert modules["big.bin"] in ("direct", "swarm")
     assert report.bytes_per_module().get("memory") == len("\n".join(map(str, range(1, 1001)))) + 1
+    # The replication agent added holders of the file 3 tasks read.
+    assert report.replicas and all(f == wf.path_of("big.bin") for f, _ in report.replicas)
+    holders = workflow.registered(client, wf.path_of("big.bin"))["holders"]
+    assert len(holders) >= 2
     assert report.makespan > 0 and all(t["seconds"] > 0 for t in report.tasks.values())
 
 

@@ -16,6 +16,7 @@ link of the fetched copy).
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ import tomus
 from tomus import _native
 
 __all__ = ["CostModel", "ReplicationAgent"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class ReplicationAgent:
     work_dir: str | None = None
     made: list[tuple[str, str]] = field(default_factory=list)
     """(file, provider) of every replica made."""
+    errors: list[str] = field(default_factory=list)
 
     def replicate(self, path: str, pending_readers: int) -> int:
         """Adds the replicas the model calls for; returns how many the file has now."""
@@ -103,8 +107,9 @@ class ReplicationAgent:
             for path, readers in files.items():
                 try:
                     self.replicate(path, readers)
-                except tomus.TomusError:
-                    continue  # a replica is an optimisation: readers still have the others
+                except Exception as e:  # a replica is an optimisation: readers have the others
+                    log.warning("replicating %s failed: %s", path, e)
+                    self.errors.append(f"{path}: {e}")
 
         t = threading.Thread(target=work, name="tomus-replication", daemon=True)
         t.start()

@@ -32,6 +32,7 @@ import tomus
 from tomus import _native
 from tomus.workflow.dag import Task, Workflow, WorkflowError
 from tomus.workflow.modules import FileInfo, TransferContext
+from tomus.workflow.replication import CostModel, ReplicationAgent
 from tomus.workflow.selection import SelectionConfig, choose
 
 __all__ = ["Report", "file_info", "run", "status"]
@@ -46,6 +47,8 @@ class Report:
     """Tasks not run because their outputs were registered already (resume)."""
     reruns: list[str] = field(default_factory=list)
     """Producers run again because no holder of their output was left."""
+    replicas: list[list[str]] = field(default_factory=list)
+    """(file, provider) of the holders the replication agent added."""
 
     @property
     def transfers(self) -> list[dict[str, Any]]:
@@ -64,6 +67,7 @@ class Report:
             "tasks": self.tasks,
             "skipped": self.skipped,
             "reruns": self.reruns,
+            "replicas": self.replicas,
             "bytes_per_module": self.bytes_per_module(),
         }
 
@@ -183,8 +187,11 @@ def run(
     work_root: str | Path | None = None,
     n_workers: int | None = None,
     progress: bool = True,
+    replication: CostModel | None = None,
 ) -> Report:
-    """Runs ``workflow`` (validated first) and returns its report."""
+    """Runs ``workflow`` (validated first) and returns its report. With ``replication``,
+    the replication agent adds holders of outputs that several pending tasks read, in the
+    background, as that cost model allows."""
     order = workflow.validate()
     client = client or tomus.connect()
     config = config or SelectionConfig()
@@ -199,7 +206,17 @@ def run(
         )
         dask_client = DaskClient(own_cluster)
     try:
-        return _drive(workflow, order, client, dask_client, config, providers, work_root, progress)
+        return _drive(
+            workflow,
+            order,
+            client,
+            dask_client,
+            config,
+            providers,
+            work_root,
+            progress,
+            replication,
+        )
     finally:
         if own_cluster is not None:
             dask_client.close()
@@ -222,6 +239,7 @@ def _drive(
     providers: dict[str, str] | None,
     work_root: str | Path | None,
     progress: bool,
+    replication: CostModel | None = None,
 ) -> Report:
     from distributed import as_completed
 
@@ -242,6 +260,8 @@ def _drive(
     placed: dict[Any, str] = {}
     busy: Counter[str] = Counter()
     rerun_for: set[str] = set()
+    agent = ReplicationAgent(client, replication, work_dir=root) if replication else None
+    replicating = []
     pool = as_completed()
 
     def ready(t: Task) -> bool:
@@ -326,6 +346,11 @@ def _drive(
         done.add(t.name)
         for i in t.inputs:
             readers[i] -= 1
+        if agent is not None:
+            broadcast = {wf.path_of(o): readers[o] for o in t.outputs if readers[o] > 1}
+            if broadcast:
+                Path(root).mkdir(parents=True, exist_ok=True)
+                replicating.append(agent.start(broadcast))
         if progress:
             moved = sum(x["bytes"] for x in result["transfers"])
             print(
@@ -339,6 +364,10 @@ def _drive(
     missing = [t.name for t in order if t.name not in done]
     if missing:
         raise WorkflowError(f"tasks never became ready: {missing}")
+    for thread in replicating:
+        thread.join()
+    if agent is not None:
+        report.replicas = [list(m) for m in agent.made]
     report.makespan = time.time() - start
     _store_report(client, wf, report)
     return report
