@@ -132,3 +132,15 @@ def test_register_refuses_another_file_system(client: tomus.Client) -> None:
             workflow.register(client, p, "/t/xfs/x")
     finally:
         p.unlink()
+
+
+def test_fsspec_lists_and_reads_registered_files(client: tomus.Client, tmp_path: Path) -> None:
+    data = write(tmp_path / "r", 3000)
+    workflow.register(client, tmp_path / "r", "/t/fsspec/r.bin")
+    fs = client.fs()
+    info = fs.info("/t/fsspec/r.bin")
+    assert info["type"] == "file" and info["registered"] and info["size"] == 3000
+    (entry,) = fs.ls("/t/fsspec")
+    assert entry["size"] == 3000
+    assert fs.cat("/t/fsspec/r.bin") == data
+    assert fs.cat_file("/t/fsspec/r.bin", start=10, end=20) == data[10:20]
