@@ -1,7 +1,7 @@
 //! `tomus._native`: the tomus client for Python, calling the Rust client in-process.
 //!
 //! Layout: `client`, `blob`, `writer` (one version written in parts) and `namespace` (files
-//! and directories) are the API classes, `types` the records they return, `buffer`
+//! and directories) are the API classes, `registered` the registered files of workflows, `types` the records they return, `buffer`
 //! the zero-copy access to Python buffers, `runtime` the per-process tokio runtime (fork-safe),
 //! `errors` the mapping to Python exceptions, `cli` the `tomus` command line.
 
@@ -11,6 +11,7 @@ mod cli;
 mod client;
 mod errors;
 mod namespace;
+mod registered;
 mod runtime;
 mod types;
 mod writer;
@@ -29,6 +30,8 @@ mod _native {
     use crate::errors::error_kinds;
     #[pymodule_export]
     use crate::namespace::Namespace;
+    #[pymodule_export]
+    use crate::registered::{fetch_registered, register_file, registered_file};
     #[pymodule_export]
     use crate::types::{BlobInfo, ProviderInfo, VersionInfo, VersionList};
     #[pymodule_export]

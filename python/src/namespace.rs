@@ -36,6 +36,12 @@ fn entry_dict<'py>(py: Python<'py>, e: &FsEntry) -> PyResult<Bound<'py, PyDict>>
             d.set_item("replication", b.replication)?;
             d.set_item("mtime", b.modified_ms as f64 / 1000.0)?;
         }
+        // A registered file (workflows): its size is in its record (`registered_file`).
+        (EntryKind::Registered, _) => {
+            d.set_item("type", "file")?;
+            d.set_item("registered", true)?;
+            d.set_item("mtime", e.created_ms as f64 / 1000.0)?;
+        }
         _ => {
             d.set_item("type", "directory")?;
             d.set_item("size", 0)?;
@@ -52,7 +58,7 @@ fn retention_dict<'py>(py: Python<'py>, r: &FsRetention) -> PyResult<Bound<'py, 
     let d = PyDict::new(py);
     d.set_item("path", &r.path)?;
     let kind = match r.kind {
-        EntryKind::File => "file",
+        EntryKind::File | EntryKind::Registered => "file",
         EntryKind::Dir => "directory",
     };
     d.set_item("type", kind)?;

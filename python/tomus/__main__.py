@@ -28,6 +28,11 @@ def _main() -> None:
         from tomus.compute.__main__ import main as compute_main
 
         sys.exit(compute_main(args[1:]))
+    if args[:1] == ["workflow"]:
+        # Workflows of tasks passing files (Python, on Dask): tomus workflow run FILE.yaml
+        from tomus.workflow.cli import main as workflow_main
+
+        sys.exit(workflow_main(args[1:]))
     if args[:1] == ["demo"]:
         if "--storage" not in args:
             # The main job runs the compute layer (Python, on Dask).

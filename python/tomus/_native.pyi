@@ -5,7 +5,8 @@ defaults); return types are what the Rust methods return, converted by PyO3.
 """
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import ClassVar, Literal, final
+from os import PathLike
+from typing import Any, ClassVar, Literal, final
 
 from typing_extensions import Buffer
 
@@ -25,6 +26,9 @@ __all__ = [
     "connect",
     "die_with_parent",
     "error_kinds",
+    "fetch_registered",
+    "register_file",
+    "registered_file",
     "restore_blob",
     "restore_client",
 ]
@@ -233,3 +237,26 @@ def error_kinds() -> list[str]:
 
 BUILD_PROFILE: Literal["debug", "release"]
 """The cargo profile the extension was built with: "debug" or "release"."""
+
+def register_file(
+    client: Client,
+    local: str | PathLike[str],
+    path: str,
+    *,
+    provider: str | None = None,
+    hints: Sequence[tuple[str, str]] | None = None,
+) -> dict[str, Any]:
+    """Registers a local file as `path` without copying it; returns its record."""
+
+def registered_file(client: Client, path: str, *, wait_checksum: bool = False) -> dict[str, Any]:
+    """The record of a registered file: path, size, checksum, holders, hints, created_ms."""
+
+def fetch_registered(
+    client: Client,
+    path: str,
+    dest: str | PathLike[str],
+    *,
+    mode: str = "direct",
+    holders: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Fetches a registered file into `dest`, verified; {bytes, served, failures}."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypedDict, cast
@@ -26,6 +27,7 @@ from urllib.parse import parse_qs
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
+from tomus import _native
 from tomus._native import Blob, BlobWriter, Client, VersionInfo
 from tomus.errors import InvalidArgument, NotFound, PreconditionFailed
 
@@ -50,6 +52,7 @@ class Entry(_EntryFields, total=False):
     blob: int
     chunk_size: int
     replication: int
+    registered: bool
 
 
 # A retention policy (``Namespace.retention``, ``TomusFileSystem.retention``): one of
@@ -138,8 +141,8 @@ class TomusFileSystem(AbstractFileSystem):
     def info(self, path: str, version: int | None = None, **kwargs: Any) -> Entry:
         path, query_version = _split_version(self._strip_protocol(path))
         version = version if version is not None else query_version
-        entry = self.ns.stat(path)
-        if version is not None and entry["type"] == "file":
+        entry = self._sized(self.ns.stat(path))
+        if version is not None and entry["type"] == "file" and not entry.get("registered"):
             stat = self.ns.open(path)[1].stat(version)
             entry["size"] = stat.size
             entry["version"] = stat.version
@@ -149,7 +152,14 @@ class TomusFileSystem(AbstractFileSystem):
         path = self._strip_protocol(path)
         entry = self.ns.stat(path)
         entries = [entry] if entry["type"] == "file" else self.ns.list(path, False)
+        entries = [self._sized(e) for e in entries]
         return entries if detail else [e["name"] for e in entries]
+
+    def _sized(self, entry: Entry) -> Entry:
+        """A registered file's entry with its size, from its record."""
+        if entry.get("registered"):
+            entry["size"] = int(_native.registered_file(self.client, "/" + entry["name"])["size"])
+        return entry
 
     def find(
         self,
@@ -317,9 +327,25 @@ class TomusFileSystem(AbstractFileSystem):
         version = kwargs.get("version", version)
         # One manager round trip for the path and the version's record; the read itself
         # goes to the metadata DHT and the providers only.
-        _, blob, stat = self.ns.open_version(path, version)
+        try:
+            _, blob, stat = self.ns.open_version(path, version)
+        except InvalidArgument:
+            if version is not None or not self.ns.stat(path).get("registered"):
+                raise
+            return self._cat_registered(path, start, end)
         lo, hi = _clamp(start, end, stat.size)
         return blob.read(lo, hi - lo, stat.version)
+
+    def _cat_registered(self, path: str, start: int | None, end: int | None) -> bytes:
+        """A registered file, fetched from its holders (checksum verified) through a
+        temporary file."""
+        with tempfile.TemporaryDirectory() as tmp:
+            dest = os.path.join(tmp, "f")
+            _native.fetch_registered(self.client, "/" + path, dest)
+            with open(dest, "rb") as f:
+                data = f.read()
+        lo, hi = _clamp(start, end, len(data))
+        return data[lo:hi]
 
     def cat_ranges(
         self,

@@ -22,6 +22,8 @@ pub mod namespace;
 pub mod placements;
 /// The read path: a version's tree to chunk pieces to bytes.
 pub mod read;
+/// Registered files (workflows): O(1) registration, fetches from their holders.
+pub mod registered;
 /// The consistent-hash ring of the metadata DHT.
 pub mod ring;
 /// Storing a write's chunks: placement, parallel puts, failover.

@@ -76,6 +76,11 @@ impl Client {
 }
 
 impl Namespace {
+    /// The client this namespace goes through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     async fn call<R: Rpc>(&self, req: R) -> Result<R::Response> {
         self.client.cluster.manager(req).await
     }

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use tomus_wire::maintenance::*;
 use tomus_wire::manager::*;
 use tomus_wire::{
-    check_count, wrong_service, ClusterStatus, Envelope, Error, Handler, Reply, Result, Retention,
-    MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ITEMS, MAX_LISTING,
+    check_count, wrong_service, ClusterStatus, Envelope, Error, Handler, Holder, RegisteredFile,
+    Reply, Result, Retention, MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ITEMS, MAX_LISTING,
 };
 
+use crate::namespace::registered::{Registration, Stored};
 use crate::namespace::Namespace;
 use crate::placement::place;
 use crate::registry::Registry;
@@ -182,6 +183,21 @@ impl ManagerService {
                 Reply::of::<RemoveProvider>(removed.map(|_| ()))
             }
             M::GetStatus(_) => Reply::of::<GetStatus>(Ok(self.status())),
+            M::FsRegister(r) => Reply::of::<FsRegister>(self.fs_register(r).await),
+            M::FsRegistered(r) => {
+                let found = self.namespace(move |ns| ns.registered(&r.path)).await;
+                Reply::of::<FsRegistered>(found.map(|(p, s)| self.registered_file(p, s)))
+            }
+            M::FsSetChecksum(r) => Reply::of::<FsSetChecksum>(
+                self.namespace(move |ns| ns.set_checksum(&r.path, &r.name, r.checksum))
+                    .await,
+            ),
+            M::FsDropHolder(r) => {
+                let found = self
+                    .namespace(move |ns| ns.drop_holder(&r.path, r.provider))
+                    .await;
+                Reply::of::<FsDropHolder>(found.map(|(p, s)| self.registered_file(p, s)))
+            }
         }
     }
 
@@ -221,6 +237,54 @@ impl ManagerService {
                 let versions = self.versions.clone();
                 Reply::of::<Fates>(blocking(move || versions.fates(&r.items)).await)
             }
+        }
+    }
+
+    /// Registers a file held by the provider at `r.holder_addr` (see `namespace/registered.rs`).
+    async fn fs_register(&self, r: FsRegister) -> Result<RegisteredFile> {
+        let holder = self
+            .registry
+            .list()
+            .into_iter()
+            .find(|p| p.addr == r.holder_addr)
+            .ok_or_else(|| {
+                Error::not_found(format!("no provider is registered at {}", r.holder_addr))
+            })?;
+        let registration = Registration {
+            path: r.path,
+            size: r.size,
+            checksum: r.checksum,
+            holder: holder.id,
+            name: r.name,
+            hints: r.hints,
+        };
+        let (path, stored) = self.namespace(move |ns| ns.register(registration)).await?;
+        Ok(self.registered_file(path, stored))
+    }
+
+    /// A stored record as readers need it: holders with their current addresses.
+    fn registered_file(&self, path: String, s: Stored) -> RegisteredFile {
+        let providers = self.registry.list();
+        let holders = s
+            .holders
+            .into_iter()
+            .map(|(id, name)| {
+                let p = providers.iter().find(|p| p.id == id);
+                Holder {
+                    provider: id,
+                    addr: p.map(|p| p.addr.clone()).unwrap_or_default(),
+                    alive: p.is_some_and(|p| p.alive),
+                    name,
+                }
+            })
+            .collect();
+        RegisteredFile {
+            path,
+            size: s.size,
+            checksum: s.checksum,
+            holders,
+            hints: s.hints,
+            created_ms: s.created_ms,
         }
     }
 

@@ -7,6 +7,8 @@ mod heartbeat;
 pub mod memory_tier;
 pub mod meta_store;
 mod metrics;
+/// Files registered in place (workflows): adopted by hard link, served by range.
+pub mod registered;
 pub mod service;
 pub mod small_chunks;
 
@@ -25,8 +27,15 @@ use crate::chunk_store::ChunkStore;
 use crate::heartbeat::{Beats, Heartbeat};
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
+use crate::registered::RegisteredFiles;
 use crate::service::ProviderService;
 
+/// Registered files up to this size are kept in memory once adopted: the in-memory transfer
+/// module's threshold (15 MiB, as in the AFM paper).
+const REGISTERED_SMALL_BYTES: u64 = 15 << 20;
+/// Memory for those small registered files (oldest dropped first); apart from the chunk
+/// memory tier, which is off by default.
+const REGISTERED_MEMORY_BYTES: u64 = 256 << 20;
 /// Requests to the manager must fail fast: a stuck heartbeat would hide the provider's state.
 const MANAGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Repair copies from other providers: a peer that does not accept within this is down.
@@ -111,8 +120,18 @@ pub async fn run(
         ));
     }
     let agent = tomus_steward::probe::Agent::new(advertise.clone(), config.secret.clone());
-    let service =
-        Arc::new(ProviderService::new(chunks.clone(), tier, meta, peers).with_agent(agent));
+    let registered = RegisteredFiles::new(
+        config.data_dir.join("registered"),
+        config.manager.clone(),
+        peers.clone(),
+        REGISTERED_SMALL_BYTES,
+        REGISTERED_MEMORY_BYTES,
+    );
+    let service = Arc::new(
+        ProviderService::new(chunks.clone(), tier, meta, peers)
+            .with_agent(agent)
+            .with_registered(Arc::new(registered)),
+    );
     let load = Arc::new(LoadGauge::observed(tomus_metrics::RpcObserver::shared()));
     let pool = Pool::new(RpcConfig {
         connect_timeout: MANAGER_TIMEOUT,

@@ -148,5 +148,25 @@ service! {
         MeasureTopology { rounds: u32, duration_ms: u32, parallel: u32, frame_bytes: u32 } -> TopologyMatrix, once;
         /// The matrix last measured (`None`: never measured).
         GetTopology {} -> Option<TopologyMatrix>;
+        // ---- registered files (workflows)
+        /// Records that the provider at `holder_addr` holds `size` bytes as `name` in its
+        /// `registered` directory, as the immutable file `path` (missing parents are made).
+        /// A registered file already at `path` with the same size (and checksum, when both
+        /// are known) gains the holder; anything else there is `AlreadyExists`.
+        FsRegister {
+            path: String,
+            size: u64,
+            checksum: Option<u32>,
+            holder_addr: String,
+            name: String,
+            hints: Vec<(String, String)>,
+        } -> RegisteredFile, once;
+        /// The record of the registered file `path`, holders with their current addresses.
+        FsRegistered { path: String } -> RegisteredFile;
+        /// The first holder computed the checksum of `path` (its copy `name`): recorded when
+        /// none is yet; a different one already recorded is `Corrupt`.
+        FsSetChecksum { path: String, name: String, checksum: u32 } -> (), once;
+        /// A reader found the copy of `provider` damaged: it stops being a holder.
+        FsDropHolder { path: String, provider: ProviderId } -> RegisteredFile, once;
     }
 }

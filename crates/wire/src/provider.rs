@@ -51,5 +51,15 @@ service! {
         /// Verifies the checksums of the chunks after `start_after`, at most `limit`, and
         /// quarantines the corrupt ones.
         Scrub { start_after: Option<ChunkId>, limit: u32 } -> ScrubReport;
+
+        // ---- registered files (workflows)
+        /// Hard-links the local file `local_path` (which must be the file with inode `ino`
+        /// on device `dev`, i.e. on this host and this file system) into the `registered`
+        /// directory: no byte is copied. The provider then computes its CRC32C in the
+        /// background and records it for `tomus_path` with the manager.
+        AdoptFile { local_path: String, dev: u64, ino: u64, tomus_path: String } -> Adopted, once;
+        /// Bytes `[offset, offset + len)` of the registered file `name`, in the answer's body
+        /// (sent with sendfile); the answer is the file's whole size.
+        ReadRegistered { name: String, offset: u64, len: u64 } -> u64;
     }
 }

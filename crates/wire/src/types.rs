@@ -185,6 +185,9 @@ pub struct ProviderReport {
 pub enum EntryKind {
     Dir,
     File,
+    /// A file registered in place on its holders (workflows): no blob, immutable; its
+    /// record comes with `FsRegistered`.
+    Registered,
 }
 
 /// A namespace entry: a directory, or a file backed by a blob.
@@ -468,4 +471,39 @@ pub struct TopologyMatrix {
     pub measured_ms: u64,
     /// Pairs whose probes failed, with the first error: "from -> to: error".
     pub failures: Vec<String>,
+}
+
+/// A file registered in place (workflows): one manager record naming the providers that
+/// hold its bytes in their data directories, instead of a blob.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisteredFile {
+    /// Normalized path, as in [`FsEntry`].
+    pub path: String,
+    pub size: u64,
+    /// CRC32C of the whole file; `None` while its first holder still computes it.
+    pub checksum: Option<u32>,
+    /// Where the bytes are, first registered first.
+    pub holders: Vec<Holder>,
+    /// Free-form transfer hints given at registration (`key`, `value`).
+    pub hints: Vec<(String, String)>,
+    pub created_ms: u64,
+}
+
+/// One provider holding a registered file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub provider: ProviderId,
+    /// The provider's address now (empty when it left the registry).
+    pub addr: String,
+    pub alive: bool,
+    /// The file's name in that provider's `registered` directory.
+    pub name: String,
+}
+
+/// What a provider answers when it adopted a local file (hard link into its data directory).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adopted {
+    /// Its name in the provider's `registered` directory.
+    pub name: String,
+    pub size: u64,
 }

@@ -38,16 +38,36 @@ pub async fn ls(ns: &Namespace, json_out: bool, arg: &str, recursive: bool) -> R
     let mut entries = Vec::new();
     for entry in resolve(ns, arg).await? {
         match entry.kind {
-            EntryKind::File => entries.push(entry),
+            EntryKind::File | EntryKind::Registered => entries.push(entry),
             EntryKind::Dir if recursive => entries.extend(ns.walk(&entry.path).await?),
             EntryKind::Dir => entries.extend(ns.list(&entry.path).await?),
         }
     }
+    // Registered files are shown with their holders, from their records.
+    let mut rows = Vec::new();
+    for e in &entries {
+        let record = match e.kind {
+            EntryKind::Registered => Some(ns.client().registered(&e.path).await?),
+            _ => None,
+        };
+        rows.push((e, record));
+    }
     if json_out {
-        let rows: Vec<_> = entries.iter().map(entry_json).collect();
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|(e, r)| match r {
+                Some(r) => super::registered::file_json(r),
+                None => entry_json(e),
+            })
+            .collect();
         outln!("{}", Value::Array(rows))?;
     } else {
-        entries.iter().try_for_each(print_entry)?;
+        for (e, r) in &rows {
+            match r {
+                Some(r) => outln!("{}", super::registered::line(r))?,
+                None => print_entry(e)?,
+            }
+        }
     }
     Ok(())
 }
@@ -100,7 +120,7 @@ pub async fn du(ns: &Namespace, json_out: bool, arg: &str, summary: bool) -> Res
     let mut rows: Vec<(String, Usage)> = Vec::new();
     for entry in resolve(ns, arg).await? {
         let below = match entry.kind {
-            EntryKind::File => Vec::new(),
+            EntryKind::File | EntryKind::Registered => Vec::new(),
             EntryKind::Dir => ns.walk(&entry.path).await?,
         };
         if summary || entry.kind == EntryKind::File {

@@ -8,6 +8,8 @@
 mod info;
 /// Clean paths, `tomus://` URLs and patterns.
 pub mod paths;
+/// `register` and `persist`: files registered in place on their holders (workflows).
+mod registered;
 /// `retention`: a file's policy, or the one a directory gives new files below it.
 mod retention;
 /// `put` and `get`, of one file or of a directory tree.
@@ -158,6 +160,44 @@ pub enum FsCommand {
     /// keep the last 3 versions when none is. On a file: its own policy, applied at once.
     /// With no policy: prints the one in effect and where it comes from.
     Retention(retention::RetentionArgs),
+    /// Share the local file LOCAL as PATH without copying it (workflows): a provider of
+    /// this host hard-links it into its data directory (LOCAL must be on the same file
+    /// system) and the manager records it, in O(1) whatever its size. The file is immutable
+    /// from then on; readers fetch it from its holders. Prints the path.
+    Register {
+        local: PathBuf,
+        path: String,
+        /// The provider to hold it (default: the first one of this host that can link it).
+        #[arg(long)]
+        provider: Option<String>,
+        /// A transfer hint KEY=VALUE recorded with the file (repeatable).
+        #[arg(long = "hint", value_parser = parse_hint)]
+        hints: Vec<(String, String)>,
+    },
+    /// Turn a registered file into an ordinary striped, replicated file at the same path
+    /// (durable beyond its holders).
+    Persist {
+        path: String,
+        #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+        chunk_size: u64,
+        #[arg(long, default_value_t = 1)]
+        replication: u32,
+    },
+}
+
+fn parse_hint(s: &str) -> std::result::Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("a hint is KEY=VALUE, not {s:?}"))
+}
+
+/// The registered file a path argument names, if it names exactly one.
+async fn registered_one(ns: &Namespace, arg: &str) -> Result<Option<tomus_wire::FsEntry>> {
+    let found = resolve(ns, arg).await?;
+    Ok(match found.as_slice() {
+        [e] if e.kind == EntryKind::Registered => Some(e.clone()),
+        _ => None,
+    })
 }
 
 pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> {
@@ -190,13 +230,34 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
             local,
             version,
             recursive,
-        } => tree::get(&ns, json_out, &path, local.as_deref(), version, recursive).await?,
+        } => match registered_one(&ns, &path).await? {
+            Some(e) if version.is_none() => match local.filter(|l| l.as_os_str() != "-") {
+                Some(l) => {
+                    let target = if l.is_dir() {
+                        l.join(base_name(&e.path))
+                    } else {
+                        l
+                    };
+                    let row = registered::get_file(client, &e, &target).await?;
+                    if json_out {
+                        outln!("{row}")?;
+                    }
+                }
+                None => registered::cat(client, &e).await?,
+            },
+            _ => tree::get(&ns, json_out, &path, local.as_deref(), version, recursive).await?,
+        },
         FsCommand::Cat {
             path,
             version,
             offset,
             size,
-        } => cat(&ns, &path, version, offset, size).await?,
+        } => match registered_one(&ns, &path).await? {
+            Some(e) if version.is_none() && offset == 0 && size.is_none() => {
+                registered::cat(client, &e).await?
+            }
+            _ => cat(&ns, &path, version, offset, size).await?,
+        },
         FsCommand::Head {
             path,
             bytes,
@@ -246,6 +307,26 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
             }
         }
         FsCommand::Retention(a) => retention::run(&ns, json_out, a).await?,
+        FsCommand::Register {
+            local,
+            path,
+            provider,
+            hints,
+        } => {
+            registered::register(client, json_out, &local, &clean(&path)?, provider, hints).await?
+        }
+        FsCommand::Persist {
+            path,
+            chunk_size,
+            replication,
+        } => {
+            let options = CreateOptions {
+                chunk_size,
+                replication,
+                exclusive: false,
+            };
+            registered::persist(&ns, json_out, &clean(&path)?, options).await?
+        }
         FsCommand::Mv { src, dst } => {
             let from = clean(&src)?;
             let to = into_dir(&ns, &dst, &from).await?;
@@ -317,6 +398,7 @@ async fn cp(
     let mut pairs = Vec::new();
     match from.kind {
         EntryKind::File => pairs.push((from.path.clone(), to)),
+        EntryKind::Registered => return Err(registered::no_copy(&from.path).into()),
         EntryKind::Dir if !recursive => {
             return Err(Error::new(
                 ErrorKind::IsADirectory,
@@ -344,6 +426,7 @@ async fn cp(
                         ns.mkdir(&target, true).await?;
                     }
                     EntryKind::File => pairs.push((e.path, target)),
+                    EntryKind::Registered => return Err(registered::no_copy(&e.path).into()),
                 }
             }
         }

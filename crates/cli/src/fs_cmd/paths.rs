@@ -262,6 +262,10 @@ pub async fn resolve_file(ns: &Namespace, arg: &str) -> Result<FsEntry> {
     let e = resolve_one(ns, arg).await?;
     match e.kind {
         EntryKind::File => Ok(e),
+        EntryKind::Registered => Err(Error::invalid(format!(
+            "{} is a registered file: read it whole with `tomus fs get` or `cat`",
+            display(&e.path)
+        ))),
         EntryKind::Dir => Err(Error::new(
             ErrorKind::IsADirectory,
             format!("{} is a directory", display(&e.path)),

@@ -51,7 +51,7 @@ impl RetentionArgs {
 /// Where a policy comes from, in words.
 fn source(r: &FsRetention) -> String {
     match (&r.kind, &r.from) {
-        (EntryKind::File, _) => "this file's own policy".into(),
+        (EntryKind::File | EntryKind::Registered, _) => "this file's own policy".into(),
         (EntryKind::Dir, Some(from)) if *from == r.path => "set on this directory".into(),
         (EntryKind::Dir, Some(from)) => format!("inherited from {}", display(from)),
         (EntryKind::Dir, None) => format!(
@@ -70,6 +70,7 @@ pub async fn run(ns: &Namespace, json_out: bool, a: RetentionArgs) -> Result<()>
     if json_out {
         let kind = match r.kind {
             EntryKind::File => "file",
+            EntryKind::Registered => "registered",
             EntryKind::Dir => "directory",
         };
         outln!(
@@ -80,7 +81,7 @@ pub async fn run(ns: &Namespace, json_out: bool, a: RetentionArgs) -> Result<()>
         )?;
     } else {
         let what = match r.kind {
-            EntryKind::File => "",
+            EntryKind::File | EntryKind::Registered => "",
             EntryKind::Dir => "new files below ",
         };
         outln!(

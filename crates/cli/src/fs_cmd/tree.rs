@@ -23,7 +23,7 @@ pub struct PutArgs {
 }
 
 /// One file written: where, which version, where it landed, how many bytes.
-struct Put {
+pub(super) struct Put {
     path: String,
     version: u64,
     offset: u64,
@@ -153,7 +153,7 @@ pub async fn put(ns: &Namespace, json_out: bool, a: PutArgs) -> Result<()> {
 
 /// Writes the local file `local` (`-`: stdin) to `path` as one new version (appended with
 /// `append`).
-async fn put_file(
+pub(super) async fn put_file(
     ns: &Namespace,
     local: &Path,
     path: &str,
@@ -374,6 +374,12 @@ pub async fn get(
             let to = local_path(&target, relative(&src.path, &e.path));
             match e.kind {
                 EntryKind::Dir => create_dir(&to)?,
+                // Holders serve it: fetched directly, verified.
+                EntryKind::Registered => {
+                    let row = super::registered::get_file(ns.client(), &e, &to).await?;
+                    tally.add(row["size"].as_u64().unwrap_or(0));
+                    done.push(row);
+                }
                 EntryKind::File => {
                     let row = get_file(ns, &e, None, &to).await?;
                     tally.add(row["size"].as_u64().unwrap_or(0));

@@ -44,6 +44,8 @@ use records::{
 mod blob_delete;
 /// The records, their path keys and the checks every change uses.
 mod records;
+/// Files registered in place on their holders (workflows): one record each.
+pub(crate) mod registered;
 /// Directory retention policies: what files created below a directory keep.
 mod retention;
 
@@ -104,6 +106,7 @@ impl Namespace {
         let txn = store.db().begin_write().map_err(db_err)?;
         txn.open_table(NAMESPACE).map_err(db_err)?;
         txn.open_table(retention::POLICIES).map_err(db_err)?;
+        txn.open_table(registered::REGISTERED).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
         // New files being written when the manager stopped: named again, so their first
         // publication binds them (or the grace drops them when their writers are gone).
@@ -137,6 +140,12 @@ impl Namespace {
                 kind: EntryKind::File,
                 created_ms,
                 blob: Some(self.versions.blob_info(blob)?),
+            },
+            Record::Registered { created_ms, .. } => FsEntry {
+                path,
+                kind: EntryKind::Registered,
+                created_ms,
+                blob: None,
             },
         })
     }
@@ -214,7 +223,9 @@ impl Namespace {
                 Some(Record::Dir { .. }) => {
                     return Err(Error::already_exists(format!("/{path} already exists")))
                 }
-                Some(Record::File { .. }) => return Err(not_a_dir(&path)),
+                Some(Record::File { .. } | Record::Registered { .. }) => {
+                    return Err(not_a_dir(&path))
+                }
                 Some(Record::Pending { .. }) => return Err(being_created(&path)),
                 None => {}
             }
@@ -225,7 +236,9 @@ impl Namespace {
                 let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
                 match get(t, parent)? {
                     Some(Record::Dir { .. }) => {}
-                    Some(Record::File { .. }) => return Err(not_a_dir(parent)),
+                    Some(Record::File { .. } | Record::Registered { .. }) => {
+                        return Err(not_a_dir(parent))
+                    }
                     Some(Record::Pending { .. }) | None => return Err(not_found(parent)),
                 }
             }
@@ -265,6 +278,7 @@ impl Namespace {
             }
             Some(Record::Pending { .. }) => return Err(being_created(&path)),
             Some(Record::Dir { .. }) => return Err(is_a_dir(&path)),
+            Some(Record::Registered { .. }) => return Err(registered::immutable(&path)),
             None => {}
         }
         // Checked before the blob exists, so a refused path leaves no blob behind.
@@ -403,6 +417,7 @@ impl Namespace {
         let entry = self.stat(path)?;
         let blob = match (&entry.kind, &entry.blob) {
             (EntryKind::File, Some(b)) => b.id,
+            (EntryKind::Registered, _) => return Err(registered::not_a_blob(&entry.path)),
             _ => return Err(is_a_dir(&entry.path)),
         };
         let version = self.versions.version(blob, version)?;
@@ -478,6 +493,13 @@ impl Namespace {
                         vec![old]
                     }
                 }
+                // A registered file gives way to a file or another registered one (`tomus fs
+                // persist` renames the persisted copy onto it). Its record stays behind in the
+                // `registered` table, unnamed.
+                (
+                    Some(Record::Registered { .. }),
+                    Record::File { .. } | Record::Registered { .. },
+                ) => Vec::new(),
                 (Some(_), _) => return Err(Error::already_exists(format!("/{to} already exists"))),
             };
             make_parents(t, &to, now_ms())?;
@@ -526,6 +548,8 @@ impl Namespace {
             match visible(get(t, &path)?) {
                 None => return Err(not_found(&path)),
                 Some(Record::File { blob, .. } | Record::Pending { blob, .. }) => blobs.push(blob),
+                // Its holders keep their copies (see `registered.rs`).
+                Some(Record::Registered { .. }) => {}
                 Some(Record::Dir { .. }) if recursive => {
                     // New files being written below go too (their writers are told).
                     for key in subtree_keys(t, &path)? {

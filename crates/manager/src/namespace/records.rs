@@ -33,6 +33,12 @@ pub(super) enum Record {
         blob: BlobId,
         created_ms: u64,
     },
+    /// A file registered in place on its holders (workflows); `id` keys its record in the
+    /// `registered` table (`registered.rs`), so a rename moves only this entry.
+    Registered {
+        id: u64,
+        created_ms: u64,
+    },
 }
 
 /// `r` as the namespace shows it: a pending file is not there yet.
@@ -162,7 +168,9 @@ pub(super) fn check_parents(
     for a in ancestors(path) {
         match get(t, a)? {
             Some(Record::Dir { .. }) | None => {}
-            Some(Record::File { .. } | Record::Pending { .. }) => return Err(not_a_dir(a)),
+            Some(Record::File { .. } | Record::Pending { .. } | Record::Registered { .. }) => {
+                return Err(not_a_dir(a))
+            }
         }
     }
     Ok(())

@@ -138,6 +138,7 @@ impl Namespace {
                 };
                 Ok(answer(path, EntryKind::Dir, found))
             }
+            Some(Record::Registered { .. }) => Err(super::registered::not_a_blob(&path)),
             Some(Record::File { blob, .. } | Record::Pending { blob, .. }) => {
                 // Pending is not visible: listed for completeness.
                 let info = self.versions.blob_info(blob)?;
@@ -163,6 +164,7 @@ impl Namespace {
         };
         match record {
             None => Err(not_found(&path)),
+            Some(Record::Registered { .. }) => Err(super::registered::not_a_blob(&path)),
             Some(Record::File { blob, .. } | Record::Pending { blob, .. }) => {
                 let Some(policy) = policy else {
                     return Err(Error::invalid(format!(

@@ -30,6 +30,7 @@ use tomus_steward::probe::Agent;
 use crate::chunk_store::ChunkStore;
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
+use crate::registered::RegisteredFiles;
 
 /// Most nodes one path request returns.
 const MAX_PATH: u32 = 256;
@@ -52,6 +53,8 @@ pub struct ProviderService {
     copy_buffers: Arc<Semaphore>,
     /// Answers topology probes (every provider is a node of the measured network).
     agent: Option<Agent>,
+    /// Files registered in place (workflows); `None` in tests that need none.
+    registered: Option<Arc<RegisteredFiles>>,
 }
 
 impl ProviderService {
@@ -68,6 +71,7 @@ impl ProviderService {
             peers,
             copy_buffers: Arc::new(Semaphore::new(COPY_BUFFER_BYTES >> 10)),
             agent: None,
+            registered: None,
         }
     }
 
@@ -75,6 +79,18 @@ impl ProviderService {
     pub fn with_agent(mut self, agent: Agent) -> Self {
         self.agent = Some(agent);
         self
+    }
+
+    /// Serves registered files (workflows) from `files`.
+    pub fn with_registered(mut self, files: Arc<RegisteredFiles>) -> Self {
+        self.registered = Some(files);
+        self
+    }
+
+    fn registered(&self) -> Result<&Arc<RegisteredFiles>> {
+        self.registered
+            .as_ref()
+            .ok_or_else(|| Error::invalid("this provider serves no registered files"))
     }
 
     async fn dispatch(&self, req: ProviderRequest, body: Bytes) -> Reply {
@@ -119,6 +135,23 @@ impl ProviderService {
                 Reply::of::<DeleteNodeRanges>(self.meta.delete_nodes(keys).await)
             }
             P::Scrub(r) => Reply::of::<Scrub>(self.scrub(r.start_after, r.limit).await),
+            P::AdoptFile(r) => {
+                let adopted = match self.registered() {
+                    Ok(files) => files.adopt(r.local_path, r.dev, r.ino, r.tomus_path).await,
+                    Err(e) => Err(e),
+                };
+                Reply::of::<AdoptFile>(adopted)
+            }
+            P::ReadRegistered(r) => {
+                let read = match self.registered() {
+                    Ok(files) => files.read(r.name, r.offset, r.len).await,
+                    Err(e) => Err(e),
+                };
+                match read {
+                    Ok((data, size)) => Reply::of::<ReadRegistered>(Ok(size)).with_payload(data),
+                    Err(e) => Reply::error(e),
+                }
+            }
         }
     }
 }

@@ -1,0 +1,173 @@
+"""Transfer modules: how one registered file gets from its holders to a task's directory.
+
+The API (the AFM paper's, section III) is two methods and a name:
+
+- ``score(context) -> float``: how well this module fits this transfer (any scale; the
+  selector compares the best score with a threshold);
+- ``fetch(file, dest, context) -> dict``: puts the file's bytes at ``dest``, verified, and
+  returns what it did (``bytes``, ``served`` per holder, ``failures``);
+- ``serve(file, dest, context)``, optional: offers the fetched copy to later readers.
+
+Built in: ``memory`` (small files, answered by the holder's in-memory copy in one request),
+``direct`` (one stream from one holder, sendfile on its side, failing over to the next),
+``swarm`` (pieces from every holder at once; the reader then registers its copy, becoming a
+holder), ``store`` (ordinary striped, replicated files of the blob store). Users add modules
+with :func:`register_module` or the ``tomus.workflow.modules`` entry point group.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from tomus import _native
+
+__all__ = [
+    "BUILTIN",
+    "DirectModule",
+    "FileInfo",
+    "MemoryModule",
+    "StoreModule",
+    "SwarmModule",
+    "TransferContext",
+    "TransferModule",
+    "register_module",
+    "user_modules",
+]
+
+ENTRY_POINT_GROUP = "tomus.workflow.modules"
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file to move: its namespace path and what its record says."""
+
+    path: str
+    size: int
+    registered: bool
+    holders: tuple[str, ...] = ()
+    """Addresses of the live holders (registered files only)."""
+
+
+@dataclass
+class TransferContext:
+    """What a module scores: the file, its readers and the reading node."""
+
+    file: FileInfo
+    pending_readers: int = 1
+    """Tasks of the workflow that read this file and have not run yet (this one included)."""
+    node_load: float = 0.0
+    """Load of the reading node (tasks running there per core)."""
+    provider: str | None = None
+    """The provider of the reading node: where a fetched copy can be registered."""
+    client: Any = None
+    """The ``tomus.Client`` to use."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class TransferModule(Protocol):
+    """A way to move a file; see the module documentation."""
+
+    name: str
+
+    def score(self, context: TransferContext) -> float: ...
+
+    def fetch(self, file: FileInfo, dest: Path, context: TransferContext) -> dict[str, Any]: ...
+
+
+class DirectModule:
+    """One stream from one holder to the reader (the holder sends with sendfile)."""
+
+    name = "direct"
+
+    def score(self, context: TransferContext) -> float:
+        return 0.0
+
+    def fetch(self, file: FileInfo, dest: Path, context: TransferContext) -> dict[str, Any]:
+        return dict(_native.fetch_registered(context.client, file.path, dest, mode="direct"))
+
+
+class MemoryModule(DirectModule):
+    """Small files: the holder answers from its in-memory copy (kept from registration on),
+    the whole file in one request."""
+
+    name = "memory"
+
+    def fetch(self, file: FileInfo, dest: Path, context: TransferContext) -> dict[str, Any]:
+        return dict(_native.fetch_registered(context.client, file.path, dest, mode="memory"))
+
+
+class SwarmModule:
+    """Pieces from every holder at once; the reader's copy is then registered on its own
+    provider, so the next readers have one more source."""
+
+    name = "swarm"
+
+    def score(self, context: TransferContext) -> float:
+        return 0.0
+
+    def fetch(self, file: FileInfo, dest: Path, context: TransferContext) -> dict[str, Any]:
+        report = dict(_native.fetch_registered(context.client, file.path, dest, mode="swarm"))
+        self.serve(file, dest, context)
+        return report
+
+    def serve(self, file: FileInfo, dest: Path, context: TransferContext) -> None:
+        """Registers the fetched copy as one more holder (a hard link: no copy). A node
+        whose provider cannot link it (other file system) just does not serve."""
+        if context.provider is None or context.provider in file.holders:
+            return
+        try:
+            _native.register_file(context.client, dest, file.path, provider=context.provider)
+        except Exception:  # serving is an optimisation, never a failure
+            return
+
+
+class StoreModule:
+    """Ordinary files of the striped, replicated store (persisted files, or anything not
+    registered)."""
+
+    name = "store"
+
+    def score(self, context: TransferContext) -> float:
+        return 0.0
+
+    def fetch(self, file: FileInfo, dest: Path, context: TransferContext) -> dict[str, Any]:
+        fs = context.client.fs()
+        with fs.open(file.path, "rb") as src, open(dest, "wb") as out:
+            shutil.copyfileobj(src, out, 8 << 20)
+        return {"bytes": file.size, "served": [("store", file.size)], "failures": []}
+
+
+BUILTIN: dict[str, TransferModule] = {
+    m.name: m for m in (MemoryModule(), DirectModule(), SwarmModule(), StoreModule())
+}
+
+_USER: dict[str, TransferModule] = {}
+
+
+def register_module(module: TransferModule) -> TransferModule:
+    """Adds a user module; it competes by score in every later selection."""
+    if not isinstance(module, TransferModule):
+        raise TypeError(f"{module!r} has no name, score() and fetch()")
+    if module.name in BUILTIN:
+        raise ValueError(f"{module.name!r} is a built-in module's name")
+    _USER[module.name] = module
+    return module
+
+
+def user_modules() -> list[TransferModule]:
+    """Modules registered by call, then those of the entry point group (loaded once)."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in _USER:
+            obj = ep.load()
+            module = obj() if isinstance(obj, type) else obj
+            _USER[ep.name] = module
+    return list(_USER.values())
+
+
+def unregister_module(name: str) -> None:
+    _USER.pop(name, None)
