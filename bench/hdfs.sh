@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# HDFS next to tomus: the S2-S5 access patterns on a MiniDFSCluster (Hadoop 3.4.1, 4 DataNodes,
+# in one JVM, bench/hdfs/) and on tomus bench's embedded cluster (release build), the two
+# alternating round by round under one lock so that the machine's noise hits both alike.
+# Medians over the rounds and the tomus/HDFS ratios go to bench/results/hdfs.json.
+#
+# Usage: bench/hdfs.sh [--clients 1,8] [--per-client 64MiB] [--large 256MiB]
+#                      [--large-clients 8] [--s5-clients 8] [--small-ops 1000] [--rounds 3]
+#                      [--out bench/results/hdfs.json]
+# Passes per round: S2 and S3/S4 at --per-client for --clients; S3/S4 at --large for
+# --large-clients (omitted with --large 0); S5 for --s5-clients. Needs java (11+) and mvn: the
+# Hadoop jars come from Maven Central once and are cached in ~/.m2. Without them it says so
+# and exits 0. Everything both systems write is removed as each run ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+clients=1,8 per_client=64MiB large=256MiB large_clients=8 s5_clients=8 small_ops=1000
+rounds=3 out=bench/results/hdfs.json
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --clients) clients=$2 ;;
+    --per-client) per_client=$2 ;;
+    --large) large=$2 ;;
+    --large-clients) large_clients=$2 ;;
+    --s5-clients) s5_clients=$2 ;;
+    --small-ops) small_ops=$2 ;;
+    --rounds) rounds=$2 ;;
+    --out) out=$2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "bench/hdfs.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+
+for tool in java mvn; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "bench/hdfs.sh: skipped: $tool not found (Debian: apt-get install openjdk-17-jdk-headless maven)" >&2
+    exit 0
+  fi
+done
+
+# Offline first: once ~/.m2 holds the jars and plugins this needs no network.
+(cd bench/hdfs && { mvn -q -B -o package 2>/dev/null || mvn -q -B package; })
+jar=bench/hdfs/target/hdfs-bench-0.1.0.jar
+cargo build --release -p tomus-cli
+tomus=./target/release/tomus
+
+# One benchmark at a time on this machine: other users of the lock wait for us and we for them.
+exec 9>/tmp/tomus-bench.lock
+echo "bench/hdfs.sh: waiting for /tmp/tomus-bench.lock" >&2
+flock 9
+
+work=$(mktemp -d /tmp/tomus-bench-hdfs-results.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+passes=("main:--clients $clients --per-client $per_client --scenarios s2,s3s4")
+if [ "$large" != 0 ]; then
+  passes+=("large:--clients $large_clients --per-client $large --scenarios s3s4")
+fi
+passes+=("small:--clients $s5_clients --small-ops $small_ops --scenarios s5")
+
+for round in $(seq 1 "$rounds"); do
+  for pass in "${passes[@]}"; do
+    name=${pass%%:*} opts=${pass#*:}
+    echo "bench/hdfs.sh: round $round/$rounds, $name: hdfs" >&2
+    # shellcheck disable=SC2086 # opts is a list of options
+    java -Xmx2g -jar "$jar" --runs 1 $opts --out "$work/hdfs-$name-$round.json" >/dev/null
+    echo "bench/hdfs.sh: round $round/$rounds, $name: tomus" >&2
+    # shellcheck disable=SC2086
+    "$tomus" bench --runs 1 $opts --out "$work/tomus-$name-$round.json" >/dev/null
+  done
+done
+
+mkdir -p "$(dirname "$out")"
+python3 bench/hdfs_compare.py "$work" "$out"
