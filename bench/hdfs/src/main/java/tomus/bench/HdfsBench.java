@@ -55,6 +55,10 @@ public final class HdfsBench {
    * (--datanodes, --replication, --block-size) is the first pass's.
    */
   public static void main(String[] args) throws Exception {
+    if (Arrays.asList(args).contains("--help") || Arrays.asList(args).contains("-h")) {
+      System.out.println(Opts.USAGE);
+      return;
+    }
     List<Opts> passes = new ArrayList<>();
     try {
       List<String> cur = new ArrayList<>();
