@@ -78,7 +78,8 @@ for round in $(seq 1 "$rounds"); do
     # shellcheck disable=SC2086
     "$tomus" bench --runs 1 $opts --out "$work/tomus-$name-$round.json" >/dev/null
   done
+  # After every round, so that an interrupted sitting still leaves the rounds it finished.
+  mkdir -p "$(dirname "$out")"
+  python3 bench/hdfs_compare.py "$work" "$out" >/dev/null
 done
-
-mkdir -p "$(dirname "$out")"
-python3 bench/hdfs_compare.py "$work" "$out"
+cat "$out"
