@@ -82,4 +82,5 @@ for round in $(seq 1 "$rounds"); do
   mkdir -p "$(dirname "$out")"
   python3 bench/hdfs_compare.py "$work" "$out" >/dev/null
 done
-cat "$out"
+echo "bench/hdfs.sh: wrote $out; tomus/HDFS:" >&2
+python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["ratios_tomus_over_hdfs"], indent=2))' "$out"
