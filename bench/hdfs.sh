@@ -40,7 +40,7 @@ for tool in java mvn; do
 done
 
 # Offline first: once ~/.m2 holds the jars and plugins this needs no network.
-(cd bench/hdfs && { mvn -q -B -o package 2>/dev/null || mvn -q -B package; })
+(cd bench/hdfs && { mvn -q -B -o -Dstyle.color=never package 2>/dev/null || mvn -q -B -Dstyle.color=never package; })
 jar=bench/hdfs/target/hdfs-bench-0.1.0.jar
 cargo build --release -p tomus-cli
 tomus=./target/release/tomus

@@ -7,6 +7,7 @@ the shape of ``tomus bench``'s output. The large pass's S3 and S4 are renamed ``
 ``s4_large`` so that both sizes sit side by side.
 
     python3 bench/hdfs_compare.py WORKDIR bench/results/hdfs.json
+    python3 bench/hdfs_compare.py --recompute bench/results/hdfs.json   # ratios only
 """
 
 from __future__ import annotations
@@ -99,16 +100,37 @@ def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ratios(tomus: dict[str, Any], hdfs: dict[str, Any]) -> dict[str, Any]:
+    """Per point: the ratio of the medians ("value") and, as the machine's noise drifts
+    between rounds, the ratio within each round (the two systems ran back to back) and its
+    median."""
     out: dict[str, Any] = {}
     for scenario, series in SERIES:
-        t = {p["clients"]: p["median"] for p in tomus.get(scenario, {}).get(series, [])}
-        h = {p["clients"]: p["median"] for p in hdfs.get(scenario, {}).get(series, [])}
+        t = {p["clients"]: p for p in tomus.get(scenario, {}).get(series, [])}
+        h = {p["clients"]: p for p in hdfs.get(scenario, {}).get(series, [])}
         for n in sorted(set(t) & set(h)):
             name = f"{scenario}.{series}.n{n}"
-            value = round(t[n] / h[n], 3) if h[n] else None
-            target = TARGETS.get(name)
-            out[name] = value if target is None else {"value": value, "target": target}
+            per_round = [
+                round(a / b, 3) for a, b in zip(t[n]["runs"], h[n]["runs"]) if b
+            ]
+            hm = h[n]["median"]
+            entry: dict[str, Any] = {
+                "value": round(t[n]["median"] / hm, 3) if hm else None,
+                "per_round": per_round,
+                "median_of_rounds": (
+                    round(statistics.median(per_round), 3) if per_round else None
+                ),
+            }
+            if name in TARGETS:
+                entry["target"] = TARGETS[name]
+            out[name] = entry
     return out
+
+
+def recompute(path: str) -> None:
+    """Recomputes the ratios of an existing hdfs.json (its points keep every round)."""
+    r = json.loads(Path(path).read_text())
+    r["ratios_tomus_over_hdfs"] = ratios(r["tomus"], r["hdfs"])
+    Path(path).write_text(json.dumps(r, indent=2) + "\n")
 
 
 def main(work: str, out: str) -> None:
@@ -135,6 +157,9 @@ def main(work: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: hdfs_compare.py WORKDIR OUT.json")
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) == 3 and sys.argv[1] == "--recompute":
+        recompute(sys.argv[2])
+    elif len(sys.argv) == 3:
+        main(sys.argv[1], sys.argv[2])
+    else:
+        sys.exit("usage: hdfs_compare.py WORKDIR OUT.json | --recompute OUT.json")
