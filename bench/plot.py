@@ -1,5 +1,6 @@
 """Plot `tomus bench` JSON: one PNG per scenario, throughput against client count, with the
-loopback TCP limit measured in the same run drawn as a reference line."""
+loopback TCP limit measured in the same run drawn as a reference line; and hdfs.png, the
+tomus/HDFS ratios of bench/hdfs.sh, when its hdfs.json sits beside the run's JSON."""
 
 from __future__ import annotations
 
@@ -105,6 +106,41 @@ def main(path: str) -> None:
             target = out_dir / f"{name}.png"
             plot(title, lines, unit, target, references if name == "s2" else {})
             print(f"wrote {target}")
+    if (out_dir / "hdfs.json").exists():
+        plot_hdfs(out_dir / "hdfs.json", out_dir / "hdfs.png")
+
+
+def plot_hdfs(hdfs: Path, out: Path) -> None:
+    """One bar per compared point: tomus/HDFS (median of the per-round ratios), with 1
+    (parity) and the targets marked."""
+    ratios = json.loads(hdfs.read_text()).get("ratios_tomus_over_hdfs", {})
+    names, values, targets = [], [], []
+    for name, r in ratios.items():
+        value = (r.get("median_of_rounds") or r["value"]) if isinstance(r, dict) else r
+        if value is not None:
+            names.append(name)
+            values.append(value)
+            targets.append(r.get("target") if isinstance(r, dict) else None)
+    if not names:
+        return
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(names) + 1.5))
+    ys = list(range(len(names)))
+    ax.barh(ys, values, color="tab:blue")
+    for y, t in zip(ys, targets):
+        if t:
+            ax.plot([t, t], [y - 0.4, y + 0.4], color="tab:red")
+    ax.axvline(1.0, color="grey", linestyle="--", label="parity")
+    ax.plot([], [], color="tab:red", label="target")
+    ax.set_xscale("log")  # ratios from 0.5 to 20+
+    ax.set_yticks(ys, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("tomus / HDFS (higher: tomus faster)")
+    ax.set_title("tomus vs HDFS, alternating rounds, median ratio")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

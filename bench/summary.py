@@ -1,5 +1,6 @@
 """The storage core's headline figures from one `tomus bench` run, as ratios against the
-baselines measured in the same run, next to the targets they must meet."""
+baselines measured in the same run, next to the targets they must meet; with the tomus/HDFS
+ratios of bench/hdfs.sh when its hdfs.json sits beside the run's JSON."""
 
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ def main(path: str) -> None:
         "manager_in_process_ops_s": {"value": mgr, "target": 50000},
         "manager_rpc_ops_s": r.get("manager", {}).get("rpc_ops_s"),
     }
+    hdfs = Path(path).parent / "hdfs.json"
+    if hdfs.exists():
+        # Measured in another sitting than this run: only its own ratios are meaningful.
+        summary["tomus_over_hdfs"] = json.loads(hdfs.read_text()).get(
+            "ratios_tomus_over_hdfs"
+        )
     print(json.dumps(summary, indent=2))
 
 
