@@ -14,6 +14,22 @@ use tomus_wire::Attrs;
 
 use crate::errors::s3_err;
 
+/// The checksums a write's input (PutObject, UploadPart) declares in its headers, moved
+/// out of it.
+macro_rules! declared_checksums {
+    ($i:expr) => {
+        s3s::dto::Checksum {
+            checksum_crc32: $i.checksum_crc32,
+            checksum_crc32c: $i.checksum_crc32c,
+            checksum_crc64nvme: $i.checksum_crc64nvme,
+            checksum_sha1: $i.checksum_sha1,
+            checksum_sha256: $i.checksum_sha256,
+            ..s3s::dto::Checksum::default()
+        }
+    };
+}
+pub(crate) use declared_checksums;
+
 /// A checksum algorithm S3 offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Alg {

@@ -11,7 +11,7 @@ use tomus_client::{CommitOptions, Extent};
 use tomus_wire::{Attrs, BlobInfo, EntryKind, ErrorKind};
 
 use crate::buckets::owner;
-use crate::checksums::{Checksums, Verifier};
+use crate::checksums::{declared_checksums, Checksums, Verifier};
 use crate::conditional::Expect;
 use crate::errors::{from_store, object_err, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
@@ -217,14 +217,7 @@ impl Gateway {
         check_part_number(i.part_number)?;
         self.upload(&i.bucket, &i.key, &i.upload_id).await?;
         let path = part_path(&i.bucket, &i.upload_id, i.part_number);
-        let declared = Checksum {
-            checksum_crc32: i.checksum_crc32,
-            checksum_crc32c: i.checksum_crc32c,
-            checksum_crc64nvme: i.checksum_crc64nvme,
-            checksum_sha1: i.checksum_sha1,
-            checksum_sha256: i.checksum_sha256,
-            ..Checksum::default()
-        };
+        let declared = declared_checksums!(i);
         let sums = Verifier::new(declared, i.checksum_algorithm.as_ref(), &headers)?;
         let (blob, entry) = self.open_for_write(&path, false, OBJECTS_KEEP).await?;
         let (etag, sums) = match self

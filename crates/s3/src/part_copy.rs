@@ -88,34 +88,14 @@ impl Gateway {
         let i = req.input;
         unsupported::upload_part_copy(&i)?;
         check_part_number(i.part_number)?;
-        let (src_bucket, src_key, src_version) = match &i.copy_source {
-            CopySource::Bucket {
-                bucket,
-                key,
-                version_id,
-            } => (bucket.to_string(), key.to_string(), version_id.clone()),
-            _ => {
-                return Err(s3_err(
-                    S3ErrorCode::NotImplemented,
-                    "copy sources must be bucket/key",
-                ))
-            }
-        };
         self.upload(&i.bucket, &i.key, &i.upload_id).await?;
-        let src = self
-            .find(&src_bucket, &src_key, src_version.as_deref())
-            .await?;
         let conditions = Conditions {
             if_match: i.copy_source_if_match.as_ref(),
             if_none_match: i.copy_source_if_none_match.as_ref(),
             if_modified_since: i.copy_source_if_modified_since.as_ref(),
             if_unmodified_since: i.copy_source_if_unmodified_since.as_ref(),
         };
-        conditions.check(
-            &src.etag,
-            src.modified_ms(),
-            S3ErrorCode::PreconditionFailed,
-        )?;
+        let (src, _, _) = self.copy_source(&i.copy_source, &conditions).await?;
         let (start, end) = copy_range(i.copy_source_range.as_deref(), src.size())?;
         let etag = self.md5_of(&src, start, end).await?;
         let path = part_path(&i.bucket, &i.upload_id, i.part_number);

@@ -100,46 +100,42 @@ pub(crate) fn put_object(i: &PutObjectInput) -> S3Result<()> {
     )])
 }
 
+/// The SSE-C headers naming the key of a copy's source.
+macro_rules! copy_source_key {
+    ($i:expr) => {
+        [
+            (
+                "x-amz-copy-source-server-side-encryption-customer-algorithm",
+                $i.copy_source_sse_customer_algorithm.is_some(),
+            ),
+            (
+                "x-amz-copy-source-server-side-encryption-customer-key",
+                $i.copy_source_sse_customer_key.is_some(),
+            ),
+            (
+                "x-amz-copy-source-server-side-encryption-customer-key-MD5",
+                $i.copy_source_sse_customer_key_md5.is_some(),
+            ),
+        ]
+    };
+}
+
 pub(crate) fn upload_part_copy(i: &UploadPartCopyInput) -> S3Result<()> {
     customer_key(
         i.sse_customer_algorithm.as_ref(),
         i.sse_customer_key.as_ref(),
         i.sse_customer_key_md5.as_ref(),
     )?;
-    refuse(&[
-        (
-            "x-amz-copy-source-server-side-encryption-customer-algorithm",
-            i.copy_source_sse_customer_algorithm.is_some(),
-        ),
-        (
-            "x-amz-copy-source-server-side-encryption-customer-key",
-            i.copy_source_sse_customer_key.is_some(),
-        ),
-        (
-            "x-amz-copy-source-server-side-encryption-customer-key-MD5",
-            i.copy_source_sse_customer_key_md5.is_some(),
-        ),
-    ])
+    refuse(&copy_source_key!(i))
 }
 
 pub(crate) fn copy_object(i: &CopyObjectInput) -> S3Result<()> {
     refuse(&write_headers!(i))?;
+    refuse(&copy_source_key!(i))?;
     refuse(&[
         (
             "x-amz-server-side-encryption-customer-key",
             i.sse_customer_key.is_some(),
-        ),
-        (
-            "x-amz-copy-source-server-side-encryption-customer-algorithm",
-            i.copy_source_sse_customer_algorithm.is_some(),
-        ),
-        (
-            "x-amz-copy-source-server-side-encryption-customer-key",
-            i.copy_source_sse_customer_key.is_some(),
-        ),
-        (
-            "x-amz-copy-source-server-side-encryption-customer-key-MD5",
-            i.copy_source_sse_customer_key_md5.is_some(),
         ),
         (
             "x-amz-tagging-directive: REPLACE",

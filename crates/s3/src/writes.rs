@@ -9,11 +9,11 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders
 use tomus_client::{Blob, BlobWriter, CommitOptions, CreateOptions, Extent};
 use tomus_wire::{ErrorKind, FsEntry, Retention, VersionInfo};
 
-use crate::checksums::Verifier;
+use crate::checksums::{declared_checksums, Verifier};
 use crate::conditional::Expect;
 use crate::errors::{custom, from_store, object_err, path_conflict, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
-use crate::objects::{Conditions, EMPTY_MD5};
+use crate::objects::{Conditions, Found, EMPTY_MD5};
 use crate::paths::{self, Target};
 use crate::service::Gateway;
 use crate::unsupported;
@@ -238,14 +238,7 @@ impl Gateway {
         };
         // If-Match on a missing key is 404 and on another ETag 412, before the body is read.
         self.expect_current(&path, &i.key, &guard.expect).await?;
-        let declared = Checksum {
-            checksum_crc32: i.checksum_crc32,
-            checksum_crc32c: i.checksum_crc32c,
-            checksum_crc64nvme: i.checksum_crc64nvme,
-            checksum_sha1: i.checksum_sha1,
-            checksum_sha256: i.checksum_sha256,
-            ..Checksum::default()
-        };
+        let declared = declared_checksums!(i);
         let checks = Checks {
             content_md5: i.content_md5.as_deref(),
             sums: Verifier::new(declared, i.checksum_algorithm.as_ref(), &headers)?,
@@ -384,47 +377,54 @@ impl Gateway {
         }))
     }
 
+    /// The object a copy reads (`x-amz-copy-source`), once the `x-amz-copy-source-if-*`
+    /// `conditions` hold on it: the version, its file's path, and whether the source named
+    /// a version.
+    pub(crate) async fn copy_source(
+        &self,
+        source: &CopySource,
+        conditions: &Conditions<'_>,
+    ) -> S3Result<(Found, String, bool)> {
+        let CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } = source
+        else {
+            return Err(s3_err(
+                S3ErrorCode::NotImplemented,
+                "copy sources must be bucket/key",
+            ));
+        };
+        let src = self.find(bucket, key, version_id.as_deref()).await?;
+        conditions.check(
+            &src.etag,
+            src.modified_ms(),
+            S3ErrorCode::PreconditionFailed,
+        )?;
+        Ok((src, paths::file_path(bucket, key)?, version_id.is_some()))
+    }
+
     pub(crate) async fn copy_object_op(
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = req.input;
         unsupported::copy_object(&i)?;
-        let (src_bucket, src_key, src_version) = match &i.copy_source {
-            CopySource::Bucket {
-                bucket,
-                key,
-                version_id,
-            } => (bucket.to_string(), key.to_string(), version_id.clone()),
-            _ => {
-                return Err(s3_err(
-                    S3ErrorCode::NotImplemented,
-                    "copy sources must be bucket/key",
-                ))
-            }
-        };
         let dst = self.bucket(&i.bucket).await?;
-        let src = self
-            .find(&src_bucket, &src_key, src_version.as_deref())
-            .await?;
         let conditions = Conditions {
             if_match: i.copy_source_if_match.as_ref(),
             if_none_match: i.copy_source_if_none_match.as_ref(),
             if_modified_since: i.copy_source_if_modified_since.as_ref(),
             if_unmodified_since: i.copy_source_if_unmodified_since.as_ref(),
         };
-        conditions.check(
-            &src.etag,
-            src.modified_ms(),
-            S3ErrorCode::PreconditionFailed,
-        )?;
+        let (src, src_path, src_version) = self.copy_source(&i.copy_source, &conditions).await?;
         let replace = i
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
         let dst_path = paths::file_path(&i.bucket, &i.key)?;
-        let src_path = paths::file_path(&src_bucket, &src_key)?;
-        if dst_path == src_path && !replace && src_version.is_none() {
+        if dst_path == src_path && !replace && !src_version {
             return Err(s3_err(
                 S3ErrorCode::InvalidRequest,
                 "This copy request is illegal because it is trying to copy an object to itself \
