@@ -72,7 +72,7 @@ fn raw(addr: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // The client's hello: magic, protocol version, CR LF CR LF.
-    s.write_all(b"TOMS\x04\r\n\r\n").unwrap();
+    s.write_all(&tomus_wire::auth::CLIENT_HELLO).unwrap();
     let mut hello = [0u8; 38];
     s.read_exact(&mut hello).unwrap();
     assert_eq!(&hello[..4], b"TOMS");

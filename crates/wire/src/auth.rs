@@ -28,8 +28,9 @@ const MAGIC: &[u8; 4] = b"TOMS";
 /// 2: typed requests in service envelopes, varint headers. 3: chunk transfers carry CRC32Cs.
 /// 4: the client says hello first. 5: heartbeats carry the bytes a provider stores.
 const PROTOCOL_VERSION: u8 = 5;
-/// What a client sends as soon as it is connected.
-const CLIENT_HELLO: [u8; 9] = [
+/// What a client sends as soon as it is connected (public for tests that speak the
+/// protocol by hand).
+pub const CLIENT_HELLO: [u8; 9] = [
     MAGIC[0],
     MAGIC[1],
     MAGIC[2],
