@@ -4,6 +4,7 @@ holder serves well under the total (asserted from the per-holder bytes of each f
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +27,9 @@ def test_swarm_broadcast_spreads_the_load(
     workflow.register(client, tmp_path / "src", path, provider=providers[0])
     swarm = SwarmModule()
     served: Counter[str] = Counter()
+    # Readers run in threads: `served[addr] += n` is a read-modify-write that a thread switch
+    # can cut, losing a count, so each reader's counts are added under a lock.
+    count = threading.Lock()
 
     def read(i: int) -> None:
         info = file_info(client, path)
@@ -36,8 +40,9 @@ def test_swarm_broadcast_spreads_the_load(
         dest = tmp_path / f"reader{i}"
         report = swarm.fetch(info, dest, ctx)
         assert dest.read_bytes() == data, f"reader {i} got other bytes"
-        for addr, n in report["served"]:
-            served[addr] += n
+        with count:
+            for addr, n in report["served"]:
+                served[addr] += n
 
     # Waves of 1, 2 and 5 readers: each wave sees the holders the earlier ones left.
     read(1)
