@@ -8,6 +8,8 @@ pub mod checksum;
 pub mod error;
 /// Frames: length prefixes, encoded headers and raw bodies.
 pub mod frame;
+/// Sizes and times for people (the CLI and the dashboard).
+pub mod human;
 /// The requests of the maintenance service to the manager.
 pub mod maintenance;
 /// The requests of the manager.

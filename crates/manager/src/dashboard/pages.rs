@@ -3,6 +3,7 @@
 //! file's versions. Every value shown is escaped.
 
 use std::fmt::Write;
+use tomus_wire::human::size;
 
 use tomus_wire::{EntryKind, FsEntry, MaintenanceStatus, ProviderInfo, VersionList};
 
@@ -319,45 +320,12 @@ fn url(s: &str) -> String {
     out
 }
 
-/// `n` bytes for people: B, KiB, MiB, GiB, TiB.
-fn size(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
-
 /// Unix milliseconds as a UTC date and time ("—" for 0: never).
 fn time(ms: u64) -> String {
     if ms == 0 {
         return "—".to_string();
     }
-    let secs = ms / 1000;
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    format!("{} UTC", tomus_wire::human::utc(ms))
 }
 
 #[cfg(test)]
