@@ -6,6 +6,8 @@
 //! that version. CopyObject and CompleteMultipartUpload compose new versions from existing
 //! chunks without moving data. The protocol (routing, XML, SigV4) is the `s3s` crate's.
 
+/// GetObjectAttributes.
+mod attributes;
 mod auth;
 mod buckets;
 mod checksums;

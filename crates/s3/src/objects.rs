@@ -322,7 +322,7 @@ impl Gateway {
     }
 
     /// The creation time of the directory a `key/` names (an empty "folder" object).
-    async fn find_dir(&self, bucket: &str, path: &str, key: &str) -> S3Result<u64> {
+    pub(crate) async fn find_dir(&self, bucket: &str, path: &str, key: &str) -> S3Result<u64> {
         self.bucket(bucket).await?;
         match self.ns.stat(path).await {
             Ok(e) if e.kind == tomus_wire::EntryKind::Dir => Ok(e.created_ms),

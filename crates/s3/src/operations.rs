@@ -42,6 +42,7 @@ pub fn operation(method: &http::Method, path: &str, query: &str, copy: bool) -> 
     match *method {
         M::GET if has("uploadId") => "ListParts",
         M::GET if has("tagging") => "GetObjectTagging",
+        M::GET if has("attributes") => "GetObjectAttributes",
         M::GET => "GetObject",
         M::HEAD => "HeadObject",
         M::PUT if has("uploadId") && copy => "UploadPartCopy",
@@ -100,6 +101,13 @@ mod tests {
             ),
             (Method::POST, "/b", "delete", false, "DeleteObjects"),
             (Method::GET, "/b/k", "", false, "GetObject"),
+            (
+                Method::GET,
+                "/b/k",
+                "attributes&versionId=3.1",
+                false,
+                "GetObjectAttributes",
+            ),
             (Method::HEAD, "/b/k", "", false, "HeadObject"),
             (Method::DELETE, "/b/k", "", false, "DeleteObject"),
             (Method::PATCH, "/b/k", "", false, "Other"),

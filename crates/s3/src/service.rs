@@ -126,6 +126,13 @@ impl S3 for Gateway {
         self.head_object_op(req).await
     }
 
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        self.get_object_attributes_op(req).await
+    }
+
     async fn delete_object(
         &self,
         req: S3Request<DeleteObjectInput>,
