@@ -29,6 +29,8 @@ mod unsupported;
 mod urlenc;
 mod version_ids;
 mod versions;
+/// Recycled read windows of streamed GETs.
+mod windows;
 mod writes;
 
 use tokio::net::TcpListener;

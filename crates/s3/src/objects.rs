@@ -2,6 +2,7 @@
 //! and the lookup every read and copy starts with.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -20,9 +21,16 @@ use crate::paths::{self, Target};
 use crate::service::Gateway;
 use crate::unsupported;
 use crate::version_ids;
+use crate::windows::WindowPool;
 
-/// Bytes read from the store per request of a streamed GET; two are in flight.
-const WINDOW: u64 = 16 << 20;
+/// Bytes read from the store per request of a streamed GET, and how many are in flight.
+/// Small windows keep what the store wrote into a buffer in cache until hyper sends it:
+/// under 8 concurrent 128 MiB GETs, 2 MiB × 3 moved 1.5-2.5x the bytes of 16 MiB × 2 for
+/// ~20% less gateway CPU per byte (noisy machine; 1 MiB × 4 was level, 8 MiB × 2 between).
+pub(crate) const WINDOW: u64 = 2 << 20;
+const WINDOWS_AHEAD: usize = 3;
+/// The first window, read before the response starts (so a read error is a proper S3 error).
+const FIRST_WINDOW: u64 = 1 << 20;
 /// MD5 of no bytes: the ETag of directory ("folder") objects.
 pub(crate) const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
 
@@ -192,19 +200,32 @@ impl ByteStream for Windows {
     }
 }
 
-async fn read_window(blob: &Blob, info: &VersionInfo, offset: u64, len: u64) -> S3Result<Bytes> {
-    let mut buf = vec![0u8; len as usize];
-    blob.read_version_into(info, offset, &mut buf)
+async fn read_window(
+    pool: &Arc<WindowPool>,
+    blob: &Blob,
+    info: &VersionInfo,
+    offset: u64,
+    len: u64,
+) -> S3Result<Bytes> {
+    let mut window = pool.take(len as usize);
+    blob.read_version_into(info, offset, window.as_mut())
         .await
         .map_err(object_err)?;
-    Ok(Bytes::from(buf))
+    Ok(window.into_bytes())
 }
 
 /// The body of bytes `[start, end)` of a version. One window is read before answering, so a
-/// small object's read errors are proper S3 errors; larger ones stream, two windows ahead.
-async fn body(blob: Blob, info: VersionInfo, start: u64, end: u64) -> S3Result<StreamingBlob> {
-    let first = (end - start).min(WINDOW);
-    let head = read_window(&blob, &info, start, first).await?;
+/// small object's read errors are proper S3 errors; larger ones stream, `WINDOWS_AHEAD`
+/// windows ahead.
+async fn body(
+    pool: Arc<WindowPool>,
+    blob: Blob,
+    info: VersionInfo,
+    start: u64,
+    end: u64,
+) -> S3Result<StreamingBlob> {
+    let first = (end - start).min(FIRST_WINDOW);
+    let head = read_window(&pool, &blob, &info, start, first).await?;
     if start + first == end {
         return Ok(StreamingBlob::from(Body::from(head)));
     }
@@ -216,10 +237,10 @@ async fn body(blob: Blob, info: VersionInfo, start: u64, end: u64) -> S3Result<S
             .map(|o| (o, WINDOW.min(end - o)));
         let mut reads = futures::stream::iter(windows)
             .map(|(o, n)| {
-                let (blob, info) = (&blob, &info);
-                async move { read_window(blob, info, o, n).await }
+                let (pool, blob, info) = (&pool, &blob, &info);
+                async move { read_window(pool, blob, info, o, n).await }
             })
-            .buffered(2);
+            .buffered(WINDOWS_AHEAD);
         while let Some(r) = reads.next().await {
             let failed = r.is_err();
             let item = r.map_err(|e| -> StdError { Box::new(e) });
@@ -372,7 +393,14 @@ impl Gateway {
         let body = if start == end {
             StreamingBlob::from(Body::empty())
         } else {
-            body(f.blob.clone(), f.obj.version.clone(), start, end).await?
+            body(
+                self.windows.clone(),
+                f.blob.clone(),
+                f.obj.version.clone(),
+                start,
+                end,
+            )
+            .await?
         };
         let m = &f.meta;
         Ok(S3Response::new(GetObjectOutput {

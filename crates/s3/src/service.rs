@@ -2,7 +2,7 @@
 //! its resource (buckets, objects, listing, multipart); this file only routes to them.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use s3s::dto::*;
@@ -10,6 +10,11 @@ use s3s::{S3Request, S3Response, S3Result, S3};
 use tomus_client::{Client, CreateOptions, Namespace};
 
 use crate::buckets::BucketState;
+use crate::objects::WINDOW;
+use crate::windows::WindowPool;
+
+/// Idle GET windows kept for reuse (at most 64 MiB).
+const IDLE_WINDOWS: usize = 32;
 
 /// How long a bucket's existence and settings are trusted without asking the manager again
 /// (a bucket removed by another gateway or `tomus fs` may be seen for this long).
@@ -22,6 +27,8 @@ pub struct Gateway {
     /// How new object files are created.
     pub(crate) files: CreateOptions,
     buckets: Mutex<HashMap<String, (Instant, BucketState)>>,
+    /// Recycled read buffers of streamed GETs.
+    pub(crate) windows: Arc<WindowPool>,
 }
 
 impl Gateway {
@@ -34,6 +41,7 @@ impl Gateway {
                 ..files
             },
             buckets: Mutex::new(HashMap::new()),
+            windows: WindowPool::new(WINDOW as usize, IDLE_WINDOWS),
         }
     }
 
