@@ -44,6 +44,7 @@ __all__ = [
     "most_frequent_words_sites",
     "read_local",
     "resident_text_parts",
+    "scatter_abrain",
     "scatter_text",
 ]
 
@@ -85,12 +86,37 @@ def abrain_sites(
     blocks are scattered (``weights``: per-site weights instead of the sites' own;
     ``assignment``: site -> block indexes), each site analyses its blocks, the MetaReducer
     combines. ``.value`` is an ``ABrainResult`` (over the blocks present if any are missing)."""
+    meta, parts = scatter_abrain(
+        sites, x, y, permutations, snp_block=snp_block, weights=weights, assignment=assignment,
+        alpha=alpha, keep_p=keep_p, seed=seed, ratio=ratio, task_seconds=task_seconds,
+        rerun=rerun,
+    )  # fmt: skip
+    return meta.run(sites, parts, on_arrival=on_arrival)
+
+
+def scatter_abrain(
+    sites: OpenSites,
+    x: np.ndarray,
+    y: np.ndarray,
+    permutations: int = 99,
+    *,
+    snp_block: int = 256,
+    weights: Mapping[str, float] | None = None,
+    assignment: Mapping[str, Sequence[int]] | None = None,
+    alpha: float = 0.05,
+    keep_p: float = 1e-3,
+    seed: int = 0,
+    ratio: int = 8,
+    task_seconds: float = 1.0,
+    rerun: bool = True,
+) -> tuple[MetaReducer, list[Part]]:
+    """The scatter step of ``abrain_sites``: stores each site's SNP blocks (and a copy of the
+    imaging) at the site; returns the MetaReducer and the parts for ``MetaReducer.run``."""
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"X has {x.shape[0]} subjects, Y {y.shape[0]}")
     snps = x.shape[1]
     blocks = -(-snps // snp_block)
     shares = plan(blocks, weights or sites.weights(), assignment)
-    params = {"alpha": alpha, "keep_p": keep_p, "seed": seed, "ratio": ratio}
     parts: list[Part] = []
     job = None
     for name, units in shares.items():
@@ -102,7 +128,7 @@ def abrain_sites(
         )
         # Whole blocks in study order: the site's chunks are the single-site run's blocks.
         data = load(rt.tomus, x[:, ids], y, snp_block=snp_block)
-        job = abrain_job(data, permutations, **params)  # type: ignore[arg-type]
+        job = abrain_job(data, permutations, alpha=alpha, keep_p=keep_p, seed=seed, ratio=ratio)
         tasks = abrain_tasks(data, permutations, rt.workers, task_seconds)
         last = [min((b + 1) * snp_block, snps) - 1 for b in units]
         describe = tuple(f"SNPs {b * snp_block}-{e}" for b, e in zip(units, last, strict=True))
@@ -112,7 +138,7 @@ def abrain_sites(
         raise ValueError("A-Brain needs at least one SNP")
     # Reducer and finalize are the same for every site (they do not depend on the data).
     meta = MetaReducer(job.mapper, job.reducer, ratio, finalize=job.finalize, rerun=rerun)
-    return meta.run(sites, parts, on_arrival=on_arrival)
+    return meta, parts
 
 
 # --- MostFrequentWords ------------------------------------------------------------------------
