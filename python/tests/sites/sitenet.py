@@ -115,7 +115,11 @@ class RealSite:
         self.secret = secrets.token_hex(16).encode()
         secret_file = self.dir / "secret"
         secret_file.write_bytes(self.secret)
-        env = {"TOMUS_CLUSTER_SECRET": self.secret.decode()}
+        # Workers import the tests' task functions (sitejobs.py) by name, as Dask workers do.
+        path = os.pathsep.join(
+            p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p
+        )
+        env = {"TOMUS_CLUSTER_SECRET": self.secret.decode(), "PYTHONPATH": path}
         try:
             # A manager and two providers, each a process, on the site's address (``tomus up``
             # keeps its providers on loopback).
