@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+import tomus
 from tomus.compute.apps.abrain import Partial, abrain_job, abrain_tasks, load
 from tomus.compute.apps.text import _count_split, _merge_counts, _TopK
 from tomus.compute.splits import Input, plan_splits
@@ -54,14 +55,19 @@ __all__ = [
 
 @dataclass(frozen=True)
 class _GlobalSnps:
-    """A site's A-Brain mapper with its hits renamed from site-local to study-wide SNPs."""
+    """A site's A-Brain mapper with its hits renamed from site-local to study-wide SNPs: the
+    site's SNPs are its blocks (``units``, in order) of ``snp_block`` SNPs each, so local SNP
+    ``s`` is SNP ``s % snp_block`` of block ``units[s // snp_block]``. (Block numbers, not an
+    array of SNP ids: the mapper travels to the site with the job.)"""
 
     inner: Callable[[Any], Partial]
-    snps: np.ndarray  # study-wide index of each of the site's SNPs
+    units: tuple[int, ...]
+    snp_block: int
 
     def __call__(self, task: Any) -> Partial:
         out = self.inner(task)
-        out.hits = [(int(self.snps[s]), v, r) for s, v, r in out.hits]
+        b = self.snp_block
+        out.hits = [(self.units[s // b] * b + s % b, v, r) for s, v, r in out.hits]
         return out
 
 
@@ -133,7 +139,8 @@ def scatter_abrain(
         last = [min((b + 1) * snp_block, snps) - 1 for b in units]
         describe = tuple(f"SNPs {b * snp_block}-{e}" for b, e in zip(units, last, strict=True))
         # Each site has its own copy of the imaging matrix: the mapper is the part's own.
-        parts.append(Part(name, tuple(tasks), tuple(units), describe, _GlobalSnps(job.mapper, ids)))
+        mapper = _GlobalSnps(job.mapper, tuple(units), snp_block)
+        parts.append(Part(name, tuple(tasks), tuple(units), describe, mapper))
     if job is None:
         raise ValueError("A-Brain needs at least one SNP")
     # Reducer and finalize are the same for every site (they do not depend on the data).
@@ -229,10 +236,23 @@ def resident_text_parts(
         units = tuple(range(unit, unit + len(items)))
         unit += len(items)
         rt = sites.up.get(name)
-        splits = tuple(plan_splits(rt.tomus, list(items), split_size)) if rt else ()
+        try:
+            # A site whose Dask is down may still have a cluster that answers (then its part
+            # can be rerun elsewhere); one that does not gets no items and is reported missing.
+            client = rt.tomus if rt else _connect(sites, name)
+            splits = tuple(plan_splits(client, list(items), split_size))
+        except tomus.TomusError:
+            if rt is not None:
+                raise
+            splits = ()
         describe = tuple(f"{name}:{i}" for i in items)
         parts.append(Part(name, splits, units, describe))
     return parts
+
+
+def _connect(sites: OpenSites, name: str) -> tomus.Client:
+    site = sites.sites[name]
+    return tomus.connect(site.addr, secret=site.secret, connect_timeout=3, timeout=10)
 
 
 def most_frequent_words_sites(

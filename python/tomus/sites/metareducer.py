@@ -238,6 +238,12 @@ class _Run:
     def run(self) -> MultiSiteResult:
         in_flight = 0
         for part in self.parts.values():
+            if not part.items:
+                why = self.sites.down.get(part.site, "no inputs")
+                self.missing.append(
+                    MissingPart(part.site, part.units, part.describe, f"inputs not listed: {why}")
+                )
+                continue
             if part.site in self.sites.up and self._start(part, part.site):
                 in_flight += 1
                 continue
