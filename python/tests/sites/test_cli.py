@@ -85,3 +85,28 @@ def test_abrain_across_sites(sites_file: Path) -> None:
     assert got["complete"] and [tuple(p) for p in got["planted"]] == planted
     assert [(s, v, p) for s, v, _, p in got["pairs"]] == [(s, v, p) for s, v, _, p in ref.pairs]
     assert sorted(r["part"] for r in got["runs"]) == ["a", "b"]
+
+
+def test_resident_inputs_with_a_site_down_give_a_partial_answer(
+    sites_file: Path, site_a: RealSite, site_b: RealSite
+) -> None:
+    import tomus
+
+    texts = {"a": text(3000, seed=7), "b": text(2000, seed=8)}
+    for s in (site_a, site_b):
+        ns = tomus.connect(s.addr, secret=s.secret).namespace()
+        ns.mkdir("logs", True)
+        _, blob = ns.create("logs/day1.txt", 65536, 1, False)
+        blob.replace(texts[s.name])
+    args = ["mfw", "--sites", str(sites_file), "--json", "-k", "8"]
+    out = tomus_compute(*args, "a:logs", "b:logs/day1.txt", "c:logs/day1.txt")
+    assert out.returncode == 3, out.stderr  # a part is missing
+    got = json.loads(out.stdout)
+    assert not got["complete"]
+    (missing,) = got["missing"]
+    assert missing["site"] == "c" and missing["inputs"] == ["c:logs/day1.txt"]
+    assert [tuple(wc) for wc in got["top"]] == reference_top_words(texts["a"] + texts["b"], 8)
+    # Processed where they are: nothing was scattered, so only b's result crossed.
+    assert got["inter_site_bytes"] == next(
+        r["result_bytes"] for r in got["runs"] if r["part"] == "b"
+    )
