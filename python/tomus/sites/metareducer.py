@@ -20,11 +20,15 @@ the parts that arrived, and ``complete`` is False.
 
 Bytes crossing between sites (``MultiSiteResult.inter_site_bytes``) are counted as they are
 moved: the reduced results read by the MetaReducer from sites other than its home site, and
-the bytes rerun tasks read from and write to a cluster of another site.
+the bytes rerun tasks read from and write to a cluster of another site. Not counted: Dask's own
+messages (the job going out, the reference coming back, heartbeats), the job log a part's
+driver keeps in the part's cluster (across the link only in a rerun: a few hundred bytes per
+task), and the job log's creation; bench/sites.py measures everything on the wire.
 """
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 import queue
 import secrets
@@ -310,7 +314,7 @@ class _Run:
         while True:
             try:
                 out = fut.result(timeout=0.5)
-            except TimeoutError:
+            except (TimeoutError, asyncio.TimeoutError):  # distinct classes before 3.11
                 if rt.dask.status == "running":
                     lost_since = None
                     continue
