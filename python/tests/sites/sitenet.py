@@ -1,12 +1,13 @@
-"""Real sites for tests and bench/sites.py: a tomus cluster (``tomus up``), a Dask scheduler and
-Dask workers, each a process of its own, optionally in a Linux network namespace of their own.
+"""Real sites for tests and bench/sites.py: a tomus cluster (a manager and two providers), a Dask
+scheduler and Dask workers, each a process of its own, optionally in a network namespace.
 
 ``Link`` is a network namespace joined to the root namespace by one veth pair (10.79.C.1 inside,
 10.79.C.254 outside): everything a site in it exchanges with the rest of the machine crosses that
 veth, whose kernel counters (``Link.bytes``) count the inter-site traffic, and ``Link.shape``
 puts a ``tc`` token bucket on both ends (a slow wide-area link). Namespaces need root; without
 them (or with ``TOMUS_TEST_NO_NETNS=1``) ``Link.create`` returns None and the site runs on
-loopback, as crates/cli/tests/common/hosts.rs does.
+loopback, as crates/cli/tests/common/hosts.rs does. Namespaces left by killed test processes
+are swept when the next link is made.
 
 ``RealSite`` starts the processes (in the link's namespace if given) and SIGKILLs them on
 ``kill_dask``/``kill_tomus``/``close``, each process group at once, as a machine failing would.
@@ -33,6 +34,22 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
+def _sweep() -> None:
+    """Removes the namespaces of test processes that died without closing their links (their
+    PID is gone); deleting a namespace deletes its veth pair too."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        name = line.split()[0] if line.split() else ""
+        parts = name.split("-")
+        if len(parts) == 3 and parts[0] == "tmsites" and parts[1].isdigit():
+            try:
+                os.kill(int(parts[1]), 0)
+            except ProcessLookupError:
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            except PermissionError:
+                pass
+
+
 class Link:
     """A network namespace and the veth pair joining it to the root namespace."""
 
@@ -51,6 +68,7 @@ class Link:
         if os.geteuid() != 0:
             print("sitenet: not root, sites run on loopback", file=sys.stderr)
             return None
+        _sweep()
         for _ in range(20):
             link = cls(random.randrange(1, 250))
             try:

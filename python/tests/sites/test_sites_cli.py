@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from sitenet import RealSite
-from test_multisite import text
+from test_sites_multisite import text
 
 from tomus.compute.apps.abrain import reference_abrain
 from tomus.compute.apps.synth import genotypes_imaging

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sitejobs import SlowCount
 from sitenet import Link, RealSite
-from test_multisite import text
+from test_sites_multisite import text
 
 from tomus.compute.apps.text import _merge_counts, _TopK, reference_top_words, top_k, words
 from tomus.sites import MetaReducer, MultiSiteResult, Part, Sites, cut_pieces, open_sites
