@@ -16,7 +16,8 @@ The sites file (TOML) has one table per site, in the order the sites are used::
 
     [sites.lyon]
     addr = "10.0.2.10:7000"
-    workers = 2                      # LocalCluster worker processes (default 1)
+    workers = 2                      # LocalCluster processes (default 1); with a scheduler:
+                                     #   workers to wait for before starting
 
 Optional top-level key: ``home = "paris"``, the site whose machine runs the MetaReducer (it
 only decides which results count as crossing between sites; default: the first site).
@@ -68,7 +69,9 @@ class Site:
     addr: str
     secret: bytes | None = field(default=None, repr=False)
     scheduler: str | None = None
-    workers: int = 1  # LocalCluster worker processes when no scheduler is given
+    # LocalCluster worker processes when no scheduler is given; with one, the workers to wait
+    # for before the job starts (scatter weights count the workers present then).
+    workers: int = 1
     share: float | None = None  # scatter weight (default: the site's worker count)
 
 
@@ -256,7 +259,8 @@ def open_sites(sites: Sites, *, require: bool = False) -> Iterator[OpenSites]:
             try:
                 client = tomus.connect(site.addr, secret=site.secret, connect_timeout=5)
                 dask = stack.enter_context(_dask_for(site))
-                dask.wait_for_workers(1, timeout=60)
+                # Weights count the workers: wait for those the site is said to have.
+                dask.wait_for_workers(site.workers, timeout=60)
                 share_secrets(dask, list(sites))
                 n = len(dask.scheduler_info(n_workers=-1)["workers"])
             except Exception as e:  # any failure to reach a site is that site being down
