@@ -5,16 +5,33 @@ b's network namespace when the machine permits one, and by the MetaReducer alway
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
+from sitejobs import SlowCount
 from sitenet import Link, RealSite
 
 from tomus.compute.apps.abrain import abrain, load, reference_abrain
 from tomus.compute.apps.synth import genotypes_imaging
-from tomus.compute.apps.text import most_frequent_words, reference_top_words
+from tomus.compute.apps.text import (
+    _count_split,
+    _merge_counts,
+    _TopK,
+    most_frequent_words,
+    reference_top_words,
+)
 from tomus.compute.engine import Placement, Session
-from tomus.sites import OpenSites, Sites, abrain_sites, most_frequent_words_sites, open_sites
+from tomus.sites import (
+    MetaReducer,
+    OpenSites,
+    PartRun,
+    Sites,
+    abrain_sites,
+    most_frequent_words_sites,
+    open_sites,
+)
 from tomus.sites.apps import scatter_abrain, scatter_text
 
 
@@ -115,3 +132,30 @@ def test_abrain_across_sites_is_the_single_site_answer(sites: OpenSites, link: L
         print(f"veth bytes {crossed}; b's maps read {b_bytes}; results {res.inter_site_bytes}")
         # The genotype blocks b analysed (and re-read per permutation range) stay at b.
         assert crossed < b_bytes
+
+
+def test_results_are_combined_as_they_arrive(sites: OpenSites, tmp_path: Path) -> None:
+    """No barrier across sites: a fast site's result joins the total while a slow site's maps
+    still run."""
+    data = text(6000, seed=9)
+    parts = scatter_text(sites, [("t.txt", data)], piece_size=8 << 10, split_size=8 << 10)
+    # Site b's maps take 0.4 s each, site a's none.
+    marks = str(tmp_path)
+    parts = [replace(p, mapper=SlowCount(marks, 0.4 if p.site == "b" else 0.0)) for p in parts]
+    seen: list[tuple[str, int]] = []
+
+    def arrived(run: PartRun) -> None:
+        # How many of b's maps had started when this part was combined.
+        started_b = sum(1 for m in tmp_path.iterdir() if m.name.startswith(b_port + "-"))
+        seen.append((run.part, started_b))
+
+    b_port = sites.up["b"].site.addr.rsplit(":", 1)[1]
+    meta = MetaReducer(_count_split, _merge_counts, 4, finalize=_TopK(10))
+    res = meta.run(sites, parts, on_arrival=arrived)
+    assert res.complete and res.value == reference_top_words(data, 10)
+    assert res.arrivals == ["a", "b"]
+    runs = {r.part: r for r in res.runs}
+    assert runs["a"].arrived is not None and runs["b"].arrived is not None
+    assert runs["b"].arrived - runs["a"].arrived > 0.8  # b's two or more rounds of 0.4 s maps
+    b_maps = len(parts[1].items) if parts[1].site == "b" else len(parts[0].items)
+    assert seen[0][0] == "a" and seen[0][1] < b_maps  # a joined before b's last map began
