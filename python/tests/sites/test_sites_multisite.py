@@ -27,6 +27,7 @@ from tomus.sites import (
     MetaReducer,
     OpenSites,
     PartRun,
+    Site,
     Sites,
     abrain_sites,
     most_frequent_words_sites,
@@ -159,3 +160,17 @@ def test_results_are_combined_as_they_arrive(sites: OpenSites, tmp_path: Path) -
     assert runs["b"].arrived - runs["a"].arrived > 0.8  # b's two or more rounds of 0.4 s maps
     b_maps = len(parts[1].items) if parts[1].site == "b" else len(parts[0].items)
     assert seen[0][0] == "a" and seen[0][1] < b_maps  # a joined before b's last map began
+
+
+def test_a_site_without_a_scheduler_gets_a_local_cluster_that_knows_its_secret(
+    site_a: RealSite, site_b: RealSite
+) -> None:
+    """Site a's workers here are a LocalCluster started for the job, whose processes have no
+    secret in their environment: the secrets plugin gives them a's."""
+    local_a = Site("a", site_a.addr, site_a.secret, scheduler=None, workers=1)
+    data = text(3000, seed=4)
+    with open_sites(Sites.of([local_a, site_b.site()]), require=True) as opened:
+        assert opened.up["a"].dask.cluster is not None  # ours, not site a's scheduler
+        parts = scatter_text(opened, [("t.txt", data)], piece_size=8 << 10)
+        res = most_frequent_words_sites(opened, parts, k=10)
+    assert res.complete and res.value == reference_top_words(data, 10)
