@@ -10,6 +10,9 @@ pagerank takes an edge list (text lines ``src dst``) like the text apps take the
 ``--addr``: the tomus manager (default ``$TOMUS_ADDR``; without either an embedded cluster runs
 for the job, which only makes sense with ``--synthetic``). ``--scheduler``: a Dask scheduler to
 run on (default: a LocalCluster of ``--workers`` processes made for the job).
+
+``--sites FILE`` (abrain, mfw alias mostfrequentwords): run across several tomus clusters, each
+with its own Dask workers; see ``tomus.sites`` and python/README.md "Multi-site processing".
 """
 
 from __future__ import annotations
@@ -286,11 +289,20 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--limit", type=int, help="print only the N most frequent")
     a.set_defaults(run=_wordcount)
 
-    a = sub.add_parser("mfw", parents=[common, text], help="the k most frequent words")
+    a = sub.add_parser(
+        "mfw",
+        aliases=["mostfrequentwords"],
+        parents=[common, text],
+        help="the k most frequent words (MostFrequentWords)",
+    )
     a.add_argument("-k", type=int, default=10)
     a.add_argument("--ratio", type=int, default=5, help="IterativeReduce reduction ratio")
     a.add_argument("--shape", choices=["tree", "classic"], default="tree")
     a.add_argument("--partitions", type=int, default=2, help="reducers of the classic shape")
+    a.add_argument(
+        "--piece-size", type=int, default=4 << 20, help="with --sites: bytes per scatter unit"
+    )
+    _sites_arguments(a)
     a.set_defaults(run=_mfw)
 
     a = sub.add_parser("grep", parents=[common], help="count the lines matching a regex")
@@ -323,6 +335,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--alpha", type=float, default=0.05)
     a.add_argument("--keep-p", type=float, default=1e-3)
     a.add_argument("--ratio", type=int, default=8)
+    _sites_arguments(a)
     a.set_defaults(run=_abrain)
 
     a = sub.add_parser(
@@ -337,8 +350,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _sites_arguments(p: argparse.ArgumentParser) -> None:
+    from tomus.sites.cli import add_arguments
+
+    add_arguments(p)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "sites", None):
+        from tomus.sites.cli import main as sites_main
+
+        return sites_main(args)
     try:
         with _session(args) as s:
             args.run(args, s)

@@ -50,6 +50,7 @@ __all__ = [
     "execute",
     "host_of",
     "session",
+    "set_secret",
     "tomus_client",
     "use_session",
     "worker_client",
@@ -71,6 +72,21 @@ def host_of(addr: str) -> str:
 
 _clients: dict[str, tomus.Client] = {}
 _clients_lock = threading.Lock()
+_secrets: dict[str, bytes] = {}
+
+
+def set_secret(addr: str, secret: bytes | None) -> None:
+    """The secret this process presents to the cluster at ``addr`` (default:
+    ``$TOMUS_CLUSTER_SECRET``). Jobs spanning several clusters (``tomus.sites``) need one per
+    cluster; a client made for ``addr`` with another secret is dropped."""
+    with _clients_lock:
+        if _secrets.get(addr) == secret:
+            return
+        if secret is None:
+            _secrets.pop(addr, None)
+        else:
+            _secrets[addr] = secret
+        _clients.pop(addr, None)
 
 
 def worker_client(addr: str) -> tomus.Client:
@@ -84,7 +100,7 @@ def worker_client(addr: str) -> tomus.Client:
         with _clients_lock:
             c = _clients.get(addr)
             if c is None:
-                c = tomus.connect(addr)
+                c = tomus.connect(addr, secret=_secrets.get(addr))
                 _clients[addr] = c
     return c
 

@@ -45,6 +45,8 @@ __all__ = [
     "ABrainResult",
     "Partial",
     "abrain",
+    "abrain_job",
+    "abrain_tasks",
     "keep_threshold",
     "load",
     "reference_abrain",
@@ -268,6 +270,46 @@ def corrected(total: Partial, permutations: int, alpha: float, keep_r: float) ->
     return ABrainResult(pairs, null, critical, keep_r, keep_r <= critical)
 
 
+def abrain_job(
+    data: ABrainData,
+    permutations: int,
+    *,
+    alpha: float = 0.05,
+    keep_p: float = 1e-3,
+    seed: int = 0,
+    ratio: int = 8,
+) -> IterativeReduce:
+    """The IterativeReduce of an A-Brain analysis of ``data`` (its inputs: ``abrain_tasks``);
+    multi-site runs (``tomus.sites``) use its mapper, reducer and finalize as they are."""
+    keep_r = keep_threshold(data.subjects, keep_p)
+    (imaging,) = data.imaging.chunks
+    return IterativeReduce(
+        _Associate(imaging, seed, keep_r),
+        _merge,
+        ratio=ratio,
+        finalize=_Finalize(permutations, alpha, keep_r),
+    )
+
+
+def abrain_tasks(
+    data: ABrainData, permutations: int, workers: int, task_seconds: float = 1.0
+) -> list[_Task]:
+    """The map tasks of an A-Brain analysis: (SNP block, permutation range) pairs sized for
+    ``workers`` workers (see ``perms_per_task``)."""
+    blocks = [t.chunks[0] for t in data.genotypes.tasks()]  # round-robin over the objects
+    total = permutations + 1  # permutation 0 is the data as they are
+    block_snps = max((b.records for b in blocks), default=1)
+    step = perms_per_task(
+        data.subjects, block_snps, data.voxels, total, len(blocks), workers, task_seconds
+    )
+    # Permutation-range-major: consecutive tasks read different blocks (and objects).
+    return [
+        _Task(range(p, min(p + step, total)), block)
+        for p in range(0, total, step)
+        for block in blocks
+    ]
+
+
 def abrain(
     data: ABrainData,
     permutations: int = 99,
@@ -288,28 +330,9 @@ def abrain(
     above the corrected threshold; ``result.complete`` tells whether it did). ``task_seconds``:
     the target duration of one task (each takes one SNP block and as many permutations as fit).
     """
-    keep_r = keep_threshold(data.subjects, keep_p)
-    (imaging,) = data.imaging.chunks
-    blocks = [t.chunks[0] for t in data.genotypes.tasks()]  # round-robin over the objects
-    job = IterativeReduce(
-        _Associate(imaging, seed, keep_r),
-        _merge,
-        ratio=ratio,
-        finalize=_Finalize(permutations, alpha, keep_r),
-    )
+    job = abrain_job(data, permutations, alpha=alpha, keep_p=keep_p, seed=seed, ratio=ratio)
     with use_session(session, client, addr) as s:
-        total = permutations + 1  # permutation 0 is the data as they are
-        block_snps = max((b.records for b in blocks), default=1)
-        step = perms_per_task(
-            data.subjects, block_snps, data.voxels, total, len(blocks),
-            len(s.placement.workers), task_seconds,
-        )  # fmt: skip
-        # Permutation-range-major: consecutive tasks read different blocks (and objects).
-        tasks = [
-            _Task(range(p, min(p + step, total)), block)
-            for p in range(0, total, step)
-            for block in blocks
-        ]
+        tasks = abrain_tasks(data, permutations, len(s.placement.workers), task_seconds)
         res = job.run_in(s, tasks, on_task=on_task)
     out: ABrainResult = res.value
     out.job = res
