@@ -137,7 +137,8 @@ pub(super) fn timeline(id: u64, records: &[Value]) -> String {
     let t0 = bars().map(|x| x.start).fold(f64::INFINITY, f64::min);
     let t1 = bars().map(|x| x.end).fold(f64::NEG_INFINITY, f64::max);
     let span = (t1 - t0).max(1e-3);
-    let scale = (WIDTH - LABELS - 10.0) / span;
+    // Room on the right for the last tick's label.
+    let scale = (WIDTH - LABELS - 30.0) / span;
     let height = AXIS + ROW * workers.len() as f64;
     b.push_str(
         "<p class=\"legend\"><span style=\"color:#4a90d9\">■ map</span>\
