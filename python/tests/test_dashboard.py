@@ -228,6 +228,10 @@ def test_progress_shows_maintenance_and_a_real_backup(
     done = [line for line in backup.splitlines() if line.startswith("current point")]
     # Every chunk of the point uploaded: "N of N chunks (100%)".
     assert done and "(100%)" in done[0], backup
+    # tomus's own files (the backup configuration) are not served.
+    for page in ("download", "chunks"):
+        url = f"http://{servers.http}/{page}?path=.tomus-backup/config.json"
+        assert http_get(url)[0] == 404
     maintenance = browser.find_element(By.ID, "maintenance").text  # type: ignore[attr-defined]
     assert "repair passes" in maintenance and "garbage collected (total)" in maintenance
     browser.execute_script("document.getElementById('backup').scrollIntoView()")  # type: ignore[attr-defined]

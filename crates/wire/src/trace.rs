@@ -6,7 +6,7 @@
 //! The id lives in a task-local: [`scope`] sets it for a future, [`crate::Pool`] reads it when
 //! it encodes a request, and the server sets it again around the handler of a traced request,
 //! so requests a server makes on behalf of another (the manager asking providers) carry it on.
-//! Tasks spawned during an operation get it with [`inherit`].
+//! A task spawned during an operation is outside it: wrap its future in [`scope`] with the id.
 
 use std::future::Future;
 
@@ -48,17 +48,5 @@ pub async fn operation<F: Future>(fut: F) -> F::Output {
     match current() {
         Some(_) => fut.await,
         None => scope(new_id(), fut).await,
-    }
-}
-
-/// `fut` with the current task's request id (if any), for a task about to be spawned.
-pub fn inherit<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    let id = current();
-    async move {
-        match id {
-            // A spawned task is outside the spawner's span: it gets a span of its own.
-            Some(id) => scope(id, fut).await,
-            None => fut.await,
-        }
     }
 }

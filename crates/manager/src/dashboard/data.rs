@@ -69,6 +69,13 @@ impl Reader {
         path: &str,
         version: Option<u64>,
     ) -> Result<(FsEntry, tomus_client::Blob, VersionInfo)> {
+        // tomus's own files (S3 gateway settings, backup configuration) are not for browsers.
+        if tomus_client::namespace::is_reserved(path) {
+            return Err(Error::not_found(format!(
+                "no file /{}",
+                path.trim_matches('/')
+            )));
+        }
         let client = self.client().await?;
         let (entry, blob) = client.namespace().open(path).await?;
         let info = blob.stat(version).await.map_err(|e| match e.kind {
