@@ -179,6 +179,11 @@ def test_download_any_version_and_see_where_its_chunks_are(
     )
     # Without a version: the latest.
     assert http_get(f"http://{servers.http}/download?path=dl/data%20%C3%A9.bin")[1] == v2
+    # A file larger than the manager's read window arrives whole, in order.
+    big = os.urandom(9 << 20)
+    client.fs().pipe("dl/big.bin", big)
+    status, body, headers = http_get(f"http://{servers.http}/download?path=dl/big.bin")
+    assert status == 200 and headers["content-length"] == str(len(big)) and body == big
     shot(browser, "file-versions-download")
     # Where the chunks of version 1 are: four 64 KiB chunks, each on two providers.
     rows[1].find_element(By.CLASS_NAME, "chunks").click()
