@@ -118,10 +118,14 @@ def cluster(
     providers: int,
     env: dict[str, str] | None = None,
     manager_args: list[str] | None = None,
+    http_host: str = "127.0.0.1",
 ) -> Iterator[Cluster]:
+    """``http_host``: where the manager's HTTP server listens (``Cluster.http`` is still its
+    loopback address, for requests)."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        http = f"127.0.0.1:{free_port()}"
+        port = free_port()
+        http = f"127.0.0.1:{port}"
         log = root / "manager.log"
         manager = start(
             [
@@ -131,7 +135,7 @@ def cluster(
                 "--data",
                 str(root / "manager"),
                 "--http-addr",
-                http,
+                f"{http_host}:{port}",
                 "--maintenance-interval-ms",
                 "200",
                 *(manager_args or []),

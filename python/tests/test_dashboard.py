@@ -1,18 +1,23 @@
 """The manager's web dashboard in a real headless Chromium (Debian's, driven by Selenium
 through chromium-driver): the overview lists every provider, the namespace browser shows a
-directory and a file's versions, the live chart draws from /metrics. Screenshots go to
-python/tests/artifacts/dashboard/ (git-ignored; CI keeps the work tree)."""
+directory and a file's versions, downloads any version and shows where its chunks are, the
+progress section shows repair, garbage collection and a real backup, the live chart draws from
+/metrics, and a real IterativeReduce job on Dask gets its timeline of task bars per worker.
+Screenshots go to python/tests/artifacts/dashboard/ (git-ignored; CI keeps the work tree)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import Cluster, cluster, http_get
+from servers import Cluster, basic, cluster, http_get
 
 import tomus
 
@@ -137,3 +142,174 @@ def test_missing_pages_are_404(servers: Cluster) -> None:
     status, body, headers = http_get(f"http://{servers.http}/chart.js")
     assert status == 200 and b"polyline" in body
     assert headers["content-type"].startswith("text/javascript")
+
+
+def test_download_any_version_and_see_where_its_chunks_are(
+    servers: Cluster, browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    client = tomus.connect(servers.addr)
+    ns = client.namespace()
+    _, blob = ns.create("dl/data é.bin", chunk_size=64 << 10, replication=2)
+    v1 = os.urandom(200_000)
+    v2 = os.urandom(70_000)
+    blob.replace(v1)
+    blob.replace(v2)
+    browser.get(f"http://{servers.http}/file?path=dl/data%20%C3%A9.bin")  # type: ignore[attr-defined]
+    rows = browser.find_elements(By.CSS_SELECTOR, "#versions tr.version")  # type: ignore[attr-defined]
+    assert [r.find_element(By.TAG_NAME, "td").text for r in rows] == ["2", "1"]
+    link = rows[1].find_element(By.CLASS_NAME, "download").get_attribute("href")
+    # The browser fetches the old version and hashes what it got.
+    got = browser.execute_async_script(  # type: ignore[attr-defined]
+        """const done = arguments[arguments.length - 1];
+        fetch(arguments[0]).then(r => r.arrayBuffer()).then(b =>
+          crypto.subtle.digest('SHA-256', b).then(h => done([b.byteLength,
+            Array.from(new Uint8Array(h)).map(x => x.toString(16).padStart(2, '0')).join('')])));
+        """,
+        link,
+    )
+    assert got == [len(v1), hashlib.sha256(v1).hexdigest()]
+    status, body, headers = http_get(link)
+    assert status == 200 and body == v1
+    assert headers["content-length"] == str(len(v1))
+    assert headers["content-type"] == "application/octet-stream"
+    assert headers["content-disposition"] == (
+        "attachment; filename=\"data _.bin\"; filename*=UTF-8''data%20%C3%A9.bin"
+    )
+    # Without a version: the latest.
+    assert http_get(f"http://{servers.http}/download?path=dl/data%20%C3%A9.bin")[1] == v2
+    # A file larger than the manager's read window arrives whole, in order.
+    big = os.urandom(9 << 20)
+    client.fs().pipe("dl/big.bin", big)
+    status, body, headers = http_get(f"http://{servers.http}/download?path=dl/big.bin")
+    assert status == 200 and headers["content-length"] == str(len(big)) and body == big
+    shot(browser, "file-versions-download")
+    # Where the chunks of version 1 are: four 64 KiB chunks, each on two providers.
+    rows[1].find_element(By.CLASS_NAME, "chunks").click()
+    assert browser.find_element(By.ID, "title").text == "/dl/data é.bin · version 1"  # type: ignore[attr-defined]
+    chunks = browser.find_elements(By.CSS_SELECTOR, "#chunks tr.chunk")  # type: ignore[attr-defined]
+    cells = [[td.text for td in r.find_elements(By.TAG_NAME, "td")] for r in chunks]
+    assert [int(c[0]) for c in cells] == [0, 65536, 131072, 196608]
+    providers = {p.id: p.addr for p in client.providers()}
+    for c in cells:
+        holders = c[4].split(", ")
+        assert len(holders) == 2
+        for h in holders:
+            pid, addr = h.split(" ", 1)
+            assert providers[int(pid)] == addr.strip("()")
+    assert len({c[2] for c in cells}) == 4  # four distinct chunks
+    shot(browser, "chunks")
+    # What does not exist is a 404; a version that is not a number, a 400.
+    base = f"http://{servers.http}"
+    assert http_get(f"{base}/download?path=dl/data%20%C3%A9.bin&version=9")[0] == 404
+    assert http_get(f"{base}/download?path=dl/nothing.bin")[0] == 404
+    assert http_get(f"{base}/chunks?path=dl/nothing.bin&version=1")[0] == 404
+    assert http_get(f"{base}/download?path=dl/data%20%C3%A9.bin&version=x")[0] == 400
+    assert http_get(f"{base}/job?id=123456")[0] == 404
+
+
+def test_progress_shows_maintenance_and_a_real_backup(
+    servers: Cluster, browser: object, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    tomus.connect(servers.addr).fs().pipe("backed/up.txt", b"k" * 5000)
+    cli = [sys.executable, "-m", "tomus", "--addr", servers.addr, "backup"]
+    target = f"file://{tmp_path / 'points'}"
+    (tmp_path / "points").mkdir()
+    for args in (["enable", "--target", target], ["now"]):
+        r = subprocess.run([*cli, *args], capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 30
+    while True:
+        browser.get(f"http://{servers.http}/")  # type: ignore[attr-defined]
+        backup = browser.find_element(By.ID, "backup").text  # type: ignore[attr-defined]
+        if "last point 0" in backup or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert f"target {target}" in backup
+    assert "state idle" in backup and "failed attempts 0" in backup, backup
+    done = [line for line in backup.splitlines() if line.startswith("current point")]
+    # Every chunk of the point uploaded: "N of N chunks (100%)".
+    assert done and "(100%)" in done[0], backup
+    # tomus's own files (the backup configuration) are not served.
+    for page in ("download", "chunks"):
+        url = f"http://{servers.http}/{page}?path=.tomus-backup/config.json"
+        assert http_get(url)[0] == 404
+    maintenance = browser.find_element(By.ID, "maintenance").text  # type: ignore[attr-defined]
+    assert "repair passes" in maintenance and "garbage collected (total)" in maintenance
+    browser.execute_script("document.getElementById('backup').scrollIntoView()")  # type: ignore[attr-defined]
+    shot(browser, "progress")
+
+
+def test_a_compute_job_timeline_has_task_bars_per_worker(servers: Cluster, browser: object) -> None:
+    from distributed import Client, LocalCluster
+    from selenium.webdriver.common.by import By
+
+    from tomus.compute import IterativeReduce
+
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+            silence_logs=50,
+        ) as dask_cluster,
+        Client(dask_cluster, set_as_default=False) as dask,
+    ):
+        dask.wait_for_workers(2, timeout=60)
+        # Lambdas travel by value: the workers need not import this test module.
+        res = IterativeReduce(
+            lambda i: (time.sleep(0.2), [i])[1],
+            lambda parts: sorted(x for p in parts for x in p),
+            ratio=2,
+        ).run(range(6), client=dask, addr=servers.addr)
+    assert res.value == list(range(6))
+    workers = {t.worker for t in res.timeline}
+    browser.get(f"http://{servers.http}/jobs")  # type: ignore[attr-defined]
+    browser.find_element(By.LINK_TEXT, str(res.job_id)).click()  # type: ignore[attr-defined]
+    wait_text(browser, "job-summary", "finished")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#timeline g.worker")  # type: ignore[attr-defined]
+    assert {r.get_attribute("data-worker") for r in rows} == workers
+    drawn = {
+        (r.get_attribute("data-worker"), bar.get_attribute("data-task"))
+        for r in rows
+        for bar in r.find_elements(By.CSS_SELECTOR, "rect.task")
+    }
+    # One bar per task the job ran, in its worker's row.
+    assert drawn == {(t.worker, t.task) for t in res.timeline}
+    maps = browser.find_elements(By.CSS_SELECTOR, "#timeline rect.task.map")  # type: ignore[attr-defined]
+    reduces = browser.find_elements(By.CSS_SELECTOR, "#timeline rect.task.reduce")  # type: ignore[attr-defined]
+    assert len(maps) == 6 and len(reduces) == res.reduce_tasks
+    assert all(float(b.get_attribute("width")) >= 2 for b in maps + reduces)
+    shot(browser, "job-timeline")
+
+
+def test_beyond_loopback_nothing_is_served_without_the_secret(tmp_path: Path) -> None:
+    secret = "dashboard-test-secret-0123456789"
+    env = {"TOMUS_CLUSTER_SECRET": secret}
+    with cluster(tmp_path, providers=1, env=env, http_host="0.0.0.0") as c:
+        client = tomus.connect(c.addr, secret=secret)
+        client.fs().pipe("secret/data.bin", b"s" * 1000)
+        base = f"http://{c.http}"
+        paths = [
+            "/",
+            "/fs?path=secret",
+            "/file?path=secret/data.bin",
+            "/chunks?path=secret/data.bin&version=1",
+            "/download?path=secret/data.bin",
+            "/jobs",
+            "/style.css",
+            "/metrics",
+        ]
+        for p in paths:
+            for auth in (None, basic("wrong"), "Bearer not-the-secret-0123456789"):
+                status, body, _ = http_get(base + p, auth)
+                assert status == 401 and b"s" * 100 not in body, (p, auth, status)
+        status, body, _ = http_get(base + "/download?path=secret/data.bin", basic(secret))
+        assert status == 200 and body == b"s" * 1000
+        status, body, _ = http_get(base + "/download?path=secret/data.bin", f"Bearer {secret}")
+        assert status == 200 and body == b"s" * 1000

@@ -4,6 +4,7 @@ filters, and ``tomus up`` hands both to the servers it starts."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -129,3 +130,67 @@ def test_config_file_sets_flags_and_the_command_line_wins(tmp_path: Path) -> Non
     )
     assert r.returncode != 0
     assert b"--no-such-flag" in r.stderr
+
+
+def request_ids(line: dict[str, object]) -> set[str]:
+    """The request ids of a JSON log line: its span's and those of the spans around it."""
+    spans = [line.get("span"), *(line.get("spans") or [])]  # type: ignore[list-item]
+    return {str(s["request_id"]) for s in spans if isinstance(s, dict) and "request_id" in s}
+
+
+def test_one_request_id_follows_a_write_through_client_manager_and_provider(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "up.log"
+    data = tmp_path / "data"
+    up = [
+        "--addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug",
+        "up", "--providers", "2", "--data", str(data), "--no-fsync",
+    ]  # fmt: skip
+    proc = start(up, log)
+    try:
+        addr = wait_listening(proc, log)
+        src = tmp_path / "f.bin"
+        src.write_bytes(bytes(range(256)) * 40)
+        put = [
+            sys.executable, "-m", "tomus", "--addr", addr, "--log-format", "json",
+            "--log-level", "debug", "fs", "put", str(src), "traced/f.bin",
+        ]  # fmt: skip
+        r = subprocess.run(put, capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        client = json_lines(r.stderr.decode())
+        committed = [x for x in client if x["fields"]["message"] == "committed"]  # type: ignore[index]
+        assert len(committed) == 1, client
+        ids = request_ids(committed[0])
+        assert len(ids) == 1
+        rid = ids.pop()
+        assert len(rid) == 16 and int(rid, 16) > 0
+        # The servers log each request under its id as they answer it (their log files may
+        # lag a moment behind the answers).
+        deadline = time.monotonic() + 10
+        while True:
+            served: dict[str, set[str]] = {}
+            for f in sorted((data / "logs").glob("*.log")):
+                kinds = {
+                    str(x["fields"]["kind"])  # type: ignore[index]
+                    for x in json_lines(f.read_text(errors="replace"))
+                    if rid in request_ids(x) and x["fields"].get("message") == "served"  # type: ignore[union-attr]
+                }
+                served[f.stem] = kinds
+            providers = set().union(*(v for k, v in served.items() if k.startswith("provider")))
+            if ("PutChunk" in providers and "Assign" in served["manager"]) or (
+                time.monotonic() > deadline
+            ):
+                break
+            time.sleep(0.2)
+        assert "Assign" in served["manager"] and "FsCreateRetained" in served["manager"], served
+        assert "PutChunk" in providers, served
+        # Another command is another operation: another id; the text format shows it too.
+        text = [a if a != "json" else "text" for a in put]
+        r = subprocess.run(text, capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        seen = set(re.findall(r"request\{request_id=([0-9a-f]{16})\}", r.stderr.decode()))
+        assert len(seen) == 1 and rid not in seen, r.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)

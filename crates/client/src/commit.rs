@@ -71,7 +71,17 @@ impl Blob {
                     tracing::info!("blob {}: {e}; committing again", self.id);
                     attempt += 1;
                 }
-                other => return other,
+                other => {
+                    if let Ok(v) = &other {
+                        tracing::debug!(
+                            blob = %self.id,
+                            version = v.version,
+                            size = v.size,
+                            "committed"
+                        );
+                    }
+                    return other;
+                }
             }
         }
     }

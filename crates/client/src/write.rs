@@ -41,6 +41,10 @@ impl Blob {
 
     /// Stores `data` and commits it as `op`.
     async fn write_op(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
+        tomus_wire::trace::operation(self.write_op_traced(op, data)).await
+    }
+
+    async fn write_op_traced(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
         if self.is_small(data) {
             return self.commit_small(op, data).await;
         }
@@ -108,6 +112,10 @@ impl Blob {
     /// bytes, whatever the previous size. Returns the new version (the latest one when both
     /// old and new content are empty).
     pub async fn replace(&self, data: &[u8]) -> Result<Version> {
+        tomus_wire::trace::operation(self.replace_traced(data)).await
+    }
+
+    async fn replace_traced(&self, data: &[u8]) -> Result<Version> {
         let stored_at = Instant::now();
         let chunks = if data.is_empty() {
             Vec::new()

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use tomus_metadata::{StoredChunk, Version};
-use tomus_wire::{Error, Result, VersionInfo, WriteOp};
+use tomus_wire::{trace, Error, Result, VersionInfo, WriteOp};
 
 use crate::blob::Blob;
 use crate::commit::{len, Commit, CommitOptions};
@@ -32,6 +32,9 @@ pub struct BlobWriter {
     in_flight: VecDeque<(u64, tokio::task::JoinHandle<Result<Vec<StoredChunk>>>)>,
     /// When the first chunk started to be stored.
     started: Option<Instant>,
+    /// The request id of the whole write (the caller's operation, or one of its own): every
+    /// request storing or committing it carries it.
+    request: u64,
 }
 
 impl BlobWriter {
@@ -42,6 +45,7 @@ impl BlobWriter {
             chunks: Vec::new(),
             in_flight: VecDeque::new(),
             started: None,
+            request: trace::current().unwrap_or_else(trace::new_id),
         }
     }
 
@@ -69,7 +73,8 @@ impl BlobWriter {
                 self.drain().await?;
                 let whole = data.len() - data.len() % self.blob.chunk_size as usize;
                 self.started.get_or_insert_with(Instant::now);
-                let stored = self.blob.store_chunks(&data[..whole]).await?;
+                let stored =
+                    trace::scope(self.request, self.blob.store_chunks(&data[..whole])).await?;
                 self.chunks.extend(stored);
                 data = &data[whole..];
                 continue;
@@ -94,7 +99,9 @@ impl BlobWriter {
         let data = std::mem::take(&mut self.buffer);
         let blob = self.blob.clone();
         let size = data.len() as u64;
-        let task = tokio::spawn(async move { blob.store_chunks(&data).await });
+        let task = tokio::spawn(trace::scope(self.request, async move {
+            blob.store_chunks(&data).await
+        }));
         self.in_flight.push_back((size, task));
         while self.in_flight.len() > WRITER_IN_FLIGHT {
             self.collect_oldest().await?;
@@ -125,7 +132,7 @@ impl BlobWriter {
         mut self,
         op: impl FnOnce(u64) -> Option<WriteOp>,
         options: Option<&'a CommitOptions>,
-    ) -> Result<Option<(Blob, Commit<'a>)>> {
+    ) -> Result<Option<(Traced, Commit<'a>)>> {
         self.send_buffer().await?;
         self.drain().await?;
         let Some(op) = op(len(&self.chunks)) else {
@@ -138,7 +145,13 @@ impl BlobWriter {
             stored_at: Some(self.started.unwrap_or_else(Instant::now)),
             reused_at: None,
         };
-        Ok(Some((self.blob, commit)))
+        Ok(Some((
+            Traced {
+                blob: self.blob,
+                request: self.request,
+            },
+            commit,
+        )))
     }
 
     /// Publishes the data as the blob's whole new content; returns the version.
@@ -146,7 +159,8 @@ impl BlobWriter {
         self.send_buffer().await?;
         self.drain().await?;
         let started = self.started.unwrap_or_else(Instant::now);
-        self.blob.commit_replace(self.chunks, started).await
+        let commit = self.blob.commit_replace(self.chunks, started);
+        trace::scope(self.request, commit).await
     }
 
     /// Publishes the data (possibly none) as the blob's whole new content with `options`;
@@ -154,7 +168,7 @@ impl BlobWriter {
     pub async fn commit_replace_with(self, options: &CommitOptions) -> Result<VersionInfo> {
         let replace = |size| Some(WriteOp::Replace { size });
         match self.finish(replace, Some(options)).await? {
-            Some((blob, c)) => blob.commit(c).await,
+            Some((traced, c)) => traced.commit(c).await,
             None => Err(Error::internal("a replacement always has an operation")),
         }
     }
@@ -163,7 +177,7 @@ impl BlobWriter {
     pub async fn commit_append_with(self, options: &CommitOptions) -> Result<Option<VersionInfo>> {
         let append = |size| (size > 0).then_some(WriteOp::Append { size });
         match self.finish(append, Some(options)).await? {
-            Some((blob, c)) => Ok(Some(blob.commit(c).await?)),
+            Some((traced, c)) => Ok(Some(traced.commit(c).await?)),
             None => Ok(None),
         }
     }
@@ -172,8 +186,8 @@ impl BlobWriter {
     pub async fn commit_append(self) -> Result<Option<(Version, u64)>> {
         let append = |size| (size > 0).then_some(WriteOp::Append { size });
         match self.finish(append, None).await? {
-            Some((blob, c)) => {
-                let info = blob.commit(c).await?;
+            Some((traced, c)) => {
+                let info = traced.commit(c).await?;
                 Ok(Some((info.version, info.span.offset)))
             }
             None => Ok(None),
@@ -184,8 +198,20 @@ impl BlobWriter {
     pub async fn commit_write(self, offset: u64) -> Result<Option<Version>> {
         let write = |size| (size > 0).then_some(WriteOp::Write { offset, size });
         match self.finish(write, None).await? {
-            Some((blob, c)) => Ok(Some(blob.commit(c).await?.version)),
+            Some((traced, c)) => Ok(Some(traced.commit(c).await?.version)),
             None => Ok(None),
         }
+    }
+}
+
+/// A writer's blob and request id, for its commit.
+struct Traced {
+    blob: Blob,
+    request: u64,
+}
+
+impl Traced {
+    async fn commit(self, c: Commit<'_>) -> Result<VersionInfo> {
+        trace::scope(self.request, self.blob.commit(c)).await
     }
 }

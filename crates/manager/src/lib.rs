@@ -109,9 +109,7 @@ pub async fn run(
             "manager dashboard and metrics on http://{}/",
             http.local_addr()?
         );
-        let pages = dashboard::ManagerPages {
-            service: service.clone(),
-        };
+        let pages = dashboard::ManagerPages::new(service.clone(), local, config.secret.clone());
         tokio::spawn(tomus_metrics::serve(
             http,
             config.secret.clone(),

@@ -14,7 +14,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{header, Method, Request, StatusCode};
-use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -23,8 +24,28 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tomus_wire::{check_bind, ClusterSecret, Error, Result};
 
-/// An answer: a status, headers and a body in memory.
-pub type Response = http::Response<Full<Bytes>>;
+/// An answer's body: bytes in memory ([`full`]) or a stream of them ([`streamed`], for file
+/// downloads that must not be held in memory whole).
+pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+/// An answer: a status, headers and a body.
+pub type Response = http::Response<Body>;
+
+/// A body of bytes in memory.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
+}
+
+/// A body whose pieces arrive on `pieces`; an `Err` piece cuts the answer off (the client sees
+/// a connection closed short of its Content-Length, not a truncated file taken as whole).
+pub fn streamed(pieces: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>) -> Body {
+    let stream = futures::stream::unfold(pieces, |mut rx| async move {
+        let piece = rx.recv().await?;
+        Some((piece.map(hyper::body::Frame::data), rx))
+    });
+    StreamBody::new(stream).boxed_unsync()
+}
 
 /// Connections served at once; more are closed at once (scrapers and a few browsers).
 const MAX_CONNECTIONS: usize = 64;
@@ -116,7 +137,7 @@ async fn answer(
     let mut resp = if path == "/metrics" {
         pages.before_scrape();
         with_type(
-            http::Response::new(Full::new(Bytes::from(crate::encode()))),
+            http::Response::new(full(crate::encode())),
             crate::CONTENT_TYPE,
         )
     } else {
@@ -131,7 +152,7 @@ async fn answer(
         header::HeaderValue::from_static("no-store"),
     );
     if head {
-        *resp.body_mut() = Full::new(Bytes::new());
+        *resp.body_mut() = full(Bytes::new());
     }
     resp
 }
@@ -165,10 +186,7 @@ fn strip_scheme<'a>(value: &'a [u8], scheme: &str) -> Option<&'a [u8]> {
 
 /// A response with `status` and a plain-text body.
 pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response {
-    let mut resp = with_type(
-        http::Response::new(Full::new(body.into())),
-        "text/plain; charset=utf-8",
-    );
+    let mut resp = with_type(http::Response::new(full(body)), "text/plain; charset=utf-8");
     *resp.status_mut() = status;
     resp
 }

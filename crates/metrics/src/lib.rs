@@ -13,7 +13,7 @@ pub mod families;
 pub mod http;
 
 pub use families::{manager, provider, rpc, s3, Labels, RpcObserver};
-pub use http::{bind, serve, MetricsOnly, Pages, Response};
+pub use http::{bind, full, serve, streamed, Body, MetricsOnly, Pages, Response};
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 

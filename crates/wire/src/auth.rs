@@ -27,7 +27,8 @@ use crate::error::{Error, ErrorKind, Result};
 const MAGIC: &[u8; 4] = b"TOMS";
 /// 2: typed requests in service envelopes, varint headers. 3: chunk transfers carry CRC32Cs.
 /// 4: the client says hello first. 5: heartbeats carry the bytes a provider stores.
-const PROTOCOL_VERSION: u8 = 5;
+/// 6: requests may carry a request id (`Envelope::Traced`).
+const PROTOCOL_VERSION: u8 = 6;
 /// What a client sends as soon as it is connected (public for tests that speak the
 /// protocol by hand).
 pub const CLIENT_HELLO: [u8; 9] = [

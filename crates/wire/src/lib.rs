@@ -24,6 +24,8 @@ pub mod rpc;
 pub mod server;
 /// The requests of a topology agent (throughput probes between nodes).
 pub mod topology;
+/// Request ids carried from a client operation to every server it reaches, for the logs.
+pub mod trace;
 /// The data requests and answers carry.
 pub mod types;
 

@@ -16,7 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::auth::{self, ClusterSecret};
 use crate::error::{Error, ErrorKind, Result};
 use crate::frame::{read_frame_to, write_frame, Body, BodySink};
-use crate::rpc::{decode, encode, Rpc};
+use crate::rpc::{decode, encode, Envelope, Rpc};
 use crate::server::READ_BUFFER;
 
 /// Connections open to one peer at most (busy or idle): more would only queue at the peer,
@@ -76,8 +76,12 @@ struct Encoded {
 }
 
 fn encoded<R: Rpc>(req: R) -> Result<Encoded> {
+    let envelope = match crate::trace::current() {
+        Some(id) => Envelope::Traced(id, Box::new(req.into_envelope())),
+        None => req.into_envelope(),
+    };
     Ok(Encoded {
-        header: encode(&req.into_envelope())?,
+        header: encode(&envelope)?,
         idempotent: R::IDEMPOTENT,
     })
 }

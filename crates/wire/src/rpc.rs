@@ -41,6 +41,10 @@ pub enum Envelope {
     Provider(ProviderRequest),
     /// Added later (last, so the variants before keep their numbers).
     Agent(AgentRequest),
+    /// A request made for the client operation with this id ([`crate::trace`]): the server
+    /// answers the inner request as usual and logs it under the id. Requests made outside
+    /// any operation are sent bare, as before.
+    Traced(u64, Box<Envelope>),
 }
 
 impl Envelope {
@@ -52,6 +56,7 @@ impl Envelope {
             Envelope::Maintenance(_) => "maintenance",
             Envelope::Provider(_) => "provider",
             Envelope::Agent(_) => "topology agent",
+            Envelope::Traced(_, inner) => inner.service(),
         }
     }
 
@@ -63,6 +68,16 @@ impl Envelope {
             Envelope::Maintenance(r) => r.name(),
             Envelope::Provider(r) => r.name(),
             Envelope::Agent(r) => r.name(),
+            Envelope::Traced(_, inner) => inner.name(),
+        }
+    }
+
+    /// The request without its request id, and the id (a nested id, which no client sends,
+    /// is dropped: only the outer one counts).
+    pub fn untraced(self) -> (Envelope, Option<u64>) {
+        match self {
+            Envelope::Traced(id, inner) => (inner.untraced().0, Some(id)),
+            other => (other, None),
         }
     }
 }

@@ -491,15 +491,34 @@ async fn exchange<H: Handler>(shared: &Shared<H>, stream: &mut BufReader<TcpStre
     }
     let body = read_paced(stream, body_len, header_due, limits.min_transfer_rate).await?;
     let mut named = ("any", "Malformed");
-    let reply = match decode::<Envelope>(&header) {
-        Ok(Envelope::Ping) => {
+    let reply = match decode::<Envelope>(&header).map(Envelope::untraced) {
+        Ok((Envelope::Ping, _)) => {
             named.1 = "Ping";
             Reply::of::<Ping>(Ok(()))
         }
-        Ok(req) => {
+        Ok((req, id)) => {
             named = (req.service(), req.name());
             shared.load.in_progress.fetch_add(1, Ordering::Relaxed);
-            let reply = shared.handler.handle(req, body).await;
+            let reply = match id {
+                None => shared.handler.handle(req, body).await,
+                // Under the client's request id: the handler's log lines carry it, and so do
+                // the requests it makes to other servers.
+                Some(id) => {
+                    let kind = named.1;
+                    crate::trace::scope(id, async {
+                        let reply = shared.handler.handle(req, body).await;
+                        let outcome = reply.failed().map(|e| format!("{:?}", e.kind));
+                        tracing::debug!(
+                            kind,
+                            outcome = outcome.as_deref().unwrap_or("ok"),
+                            elapsed_us = started.elapsed().as_micros() as u64,
+                            "served"
+                        );
+                        reply
+                    })
+                    .await
+                }
+            };
             shared.load.in_progress.fetch_sub(1, Ordering::Relaxed);
             reply
         }

@@ -11,10 +11,10 @@ Dask locality hints from where the chunks are.
 
 Modules: ``engine`` (Dask glue, locality, task records), ``iterative`` (IterativeReduce),
 ``mapreduce`` (MapReduce with shared appended partitions), ``generalized`` (MATE's API),
-``dataset`` (chunked numeric datasets with an index), ``splits`` (chunk-aligned, line-aware
-text splits; inputs may be blob ids or files and directories of the tomus namespace), ``apps``
-(reference applications, runnable as ``python -m tomus.compute APP``), ``demo`` (the demo main
-job).
+``tasklog`` (task records kept in tomus for the dashboard), ``dataset`` (chunked numeric
+datasets with an index), ``splits`` (chunk-aligned, line-aware text splits; inputs may be blob
+ids or files and directories of the tomus namespace), ``apps`` (reference applications,
+runnable as ``python -m tomus.compute APP``), ``demo`` (the demo main job).
 """
 
 from __future__ import annotations

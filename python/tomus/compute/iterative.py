@@ -43,6 +43,7 @@ from tomus.compute.engine import (
 )
 from tomus.compute.joblog import JobLog, StoredResult, create_job
 from tomus.compute.storage import Ref, get_object, put_object
+from tomus.compute.tasklog import TaskLog
 
 if TYPE_CHECKING:
     from distributed import Client as DaskClient
@@ -296,6 +297,10 @@ class _Driver:
 
         started = time.time()
         resumed = self._restore()
+        # Every finished task also goes to the job's task records in tomus (the dashboard's
+        # timeline of tasks per worker).
+        header = {"kind": "iterative", "maps": self.n, "ratio": self.job.ratio}
+        self.tasks = TaskLog(self.s.tomus, self.job_id, header)
         final = next((r for r in self.pool if r.factor == self.n), None)
         # The job's own client's loop: it is not the process-wide default client.
         self.ac = as_completed(loop=self.s.dask.loop)
@@ -325,6 +330,7 @@ class _Driver:
         finally:
             self._cancel()
             self.log.close()
+            self.tasks.close()
         value = get_object(self.s.tomus, final.ref)
         if self.job.finalize is not None:
             value = self.job.finalize(value)
@@ -350,6 +356,7 @@ class _Driver:
             entry = {"type": "map", "index": out.covers[0]}
         self.log.append_later({**entry, "ref": out.ref, "hosts": out.hosts})
         self.timeline.append(record)
+        self.tasks.task(record)
         if self.on_task is not None:
             self.on_task(record)
 

@@ -26,7 +26,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::json;
 use tomus_client::{Client, ClientOptions};
-use tomus_wire::{ClusterSecret, ErrorKind, Placement};
+use tomus_wire::{trace, ClusterSecret, ErrorKind, Placement};
 
 use blob_cmd::BlobCommand;
 use servers::{ManagerArgs, ProviderArgs};
@@ -318,11 +318,15 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
         }
         Command::Manager(a) => servers::run_manager(cli.addr, secret, a),
         Command::Provider(a) => servers::run_provider(cli.addr, explicit_addr, secret, cli.json, a),
-        Command::Blob(cmd) => runtime()?.block_on(blob_cmd::run(&cli.addr, secret, cli.json, cmd)),
-        Command::Fs(cmd) => runtime()?.block_on(async {
+        // One request id per command: every request it makes carries it (see tomus_wire::trace).
+        Command::Blob(cmd) => runtime()?.block_on(trace::scope(
+            trace::new_id(),
+            blob_cmd::run(&cli.addr, secret, cli.json, cmd),
+        )),
+        Command::Fs(cmd) => runtime()?.block_on(trace::scope(trace::new_id(), async {
             let client = connect(&cli.addr, secret, false).await?;
             crate::fs_cmd::run(&client, cli.json, cmd).await
-        }),
+        })),
         Command::Providers => runtime()?.block_on(providers(&cli.addr, secret, cli.json)),
         Command::Status => runtime()?.block_on(async {
             let client = connect(&cli.addr, secret, false).await?;

@@ -2,10 +2,21 @@
 //! providers' heartbeats and the maintenance service's reports, and the web dashboard.
 //! The server itself (access rules included) is `tomus_metrics::http`.
 //!
-//! Pages: `/` (overview: providers, totals, a live chart of `/metrics`, maintenance),
-//! `/fs?path=DIR` (a directory), `/file?path=FILE` (a file's versions), and the two static
-//! files they use (`/style.css`, `/chart.js`), compiled into the binary so it works offline.
+//! Pages: `/` (overview: providers, totals, a live chart of `/metrics`, repair, garbage
+//! collection and backup progress), `/fs?path=DIR` (a directory), `/file?path=FILE` (a file's
+//! versions), `/chunks?path=FILE&version=N` (where each chunk of a version lives),
+//! `/download?path=FILE&version=N` (the version's bytes), `/jobs` and `/job?id=N` (compute
+//! jobs and one job's timeline of tasks per worker), and the two static files they use
+//! (`/style.css`, `/chart.js`), compiled into the binary so it works offline.
+//!
+//! Access is `tomus_metrics::http`'s: with a cluster secret every request, downloads
+//! included, must carry it; without one the server listens on loopback only.
 
+/// Reads of stored data: downloads, chunk locations, backup status, job records.
+mod data;
+/// Compute jobs and their timelines.
+mod jobs;
+/// The HTML of every page.
 mod pages;
 
 use std::sync::Arc;
@@ -26,7 +37,23 @@ const DIRECTORY_PAGE: u32 = 1000;
 
 /// What the manager serves over HTTP.
 pub struct ManagerPages {
-    pub service: Arc<ManagerService>,
+    service: Arc<ManagerService>,
+    reader: Arc<data::Reader>,
+}
+
+impl ManagerPages {
+    /// The pages of the manager `service`, which listens for RPCs on `local` (the dashboard
+    /// reads stored data through a client of it, with `secret`).
+    pub fn new(
+        service: Arc<ManagerService>,
+        local: std::net::SocketAddr,
+        secret: Option<tomus_wire::ClusterSecret>,
+    ) -> Self {
+        ManagerPages {
+            service,
+            reader: Arc::new(data::Reader::new(local, secret)),
+        }
+    }
 }
 
 /// A gauge's value (gauges are i64).
@@ -93,36 +120,75 @@ impl Pages for ManagerPages {
 
     fn get(&self, path: &str, query: &str) -> BoxFuture<'static, Option<Response>> {
         let service = self.service.clone();
+        let reader = self.reader.clone();
         let path = path.to_string();
         let target = param(query, "path").unwrap_or_default();
+        let version = param(query, "version");
+        let id = param(query, "id");
         Box::pin(async move {
             let html = match path.as_str() {
                 "/" => {
                     let providers = service.registry.list_with_stored();
                     let (maintenance, reported) = service.registry.maintenance();
-                    pages::page(
-                        "Cluster",
-                        &pages::overview(&providers, &maintenance, reported),
+                    let backup = reader.backup_status().await.map_err(|e| e.message);
+                    let mut body = pages::overview(&providers, &maintenance, reported);
+                    body.push_str(&pages::backup(&backup));
+                    Ok(pages::page("Cluster", &body))
+                }
+                "/fs" => blocking(move || browse(&service, &target)).await,
+                "/file" => blocking(move || file(&service, &target)).await,
+                "/chunks" => match number(version.as_deref()) {
+                    Ok(v) => reader.chunks(&target, v).await.map(|(entry, info, segs)| {
+                        let providers = service.registry.list_with_stored();
+                        let title = format!("/{} · version {}", entry.path, info.version);
+                        pages::page(&title, &pages::chunks(&entry, &info, &segs, &providers))
+                    }),
+                    Err(e) => Err(e),
+                },
+                "/download" => {
+                    return Some(
+                        match number(version.as_deref()) {
+                            Ok(v) => reader.download(&target, v).await,
+                            Err(e) => Err(e),
+                        }
+                        .unwrap_or_else(failure),
                     )
                 }
-                "/fs" => match blocking(move || browse(&service, &target)).await {
-                    Ok(html) => html,
-                    Err(e) => return Some(failure(e)),
-                },
-                "/file" => match blocking(move || file(&service, &target)).await {
-                    Ok(html) => html,
-                    Err(e) => return Some(failure(e)),
+                "/jobs" => reader
+                    .jobs()
+                    .await
+                    .map(|entries| pages::page("Compute jobs", &jobs::list(&entries))),
+                "/job" => match number(id.as_deref()) {
+                    Ok(Some(id)) => reader.job(id).await.map(|records| {
+                        pages::page(&format!("Job {id}"), &jobs::timeline(id, &records))
+                    }),
+                    Ok(None) => Err(tomus_wire::Error::invalid("which job? (/job?id=N)")),
+                    Err(e) => Err(e),
                 },
                 "/style.css" => return Some(asset(STYLE, "text/css; charset=utf-8")),
                 "/chart.js" => return Some(asset(CHART, "text/javascript; charset=utf-8")),
                 _ => return None,
             };
-            Some(with_type(
-                http::Response::new(Bytes::from(html).into()),
-                "text/html; charset=utf-8",
-            ))
+            Some(match html {
+                Ok(html) => with_type(
+                    http::Response::new(tomus_metrics::full(html)),
+                    "text/html; charset=utf-8",
+                ),
+                Err(e) => failure(e),
+            })
         })
     }
+}
+
+/// An optional number parameter (a version, a job id).
+fn number(value: Option<&str>) -> Result<Option<u64>> {
+    value
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse()
+                .map_err(|_| tomus_wire::Error::invalid(format!("not a number: {v:?}")))
+        })
+        .transpose()
 }
 
 /// Runs a namespace read (database transactions) off the async workers.
@@ -161,7 +227,10 @@ fn failure(e: tomus_wire::Error) -> Response {
         _ => http::StatusCode::INTERNAL_SERVER_ERROR,
     };
     let mut resp = with_type(
-        http::Response::new(Bytes::from(pages::page("Error", &pages::esc(&e.message))).into()),
+        http::Response::new(tomus_metrics::full(pages::page(
+            "Error",
+            &pages::esc(&e.message),
+        ))),
         "text/html; charset=utf-8",
     );
     *resp.status_mut() = status;
@@ -170,7 +239,7 @@ fn failure(e: tomus_wire::Error) -> Response {
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {
     with_type(
-        http::Response::new(Bytes::from_static(body.as_bytes()).into()),
+        http::Response::new(tomus_metrics::full(Bytes::from_static(body.as_bytes()))),
         content_type,
     )
 }

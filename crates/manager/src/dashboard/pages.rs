@@ -5,14 +5,17 @@
 use std::fmt::Write;
 use tomus_wire::human::size;
 
-use tomus_wire::{EntryKind, FsEntry, MaintenanceStatus, ProviderInfo, VersionList};
+use tomus_metadata::Segment;
+use tomus_wire::{
+    EntryKind, FsEntry, MaintenanceStatus, ProviderInfo, VersionInfo, VersionList, VersionState,
+};
 
 /// A whole page around `body`, with the navigation and `title`.
 pub(super) fn page(title: &str, body: &str) -> String {
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t} · tomus</title>\
          <link rel=\"stylesheet\" href=\"/style.css\"></head><body><header><h1>tomus</h1>\
-         <a href=\"/\">Overview</a><a href=\"/fs\">Namespace</a>\
+         <a href=\"/\">Overview</a><a href=\"/fs\">Namespace</a><a href=\"/jobs\">Jobs</a>\
          <a href=\"/metrics\">Metrics</a></header><main><h2 id=\"title\">{t}</h2>{body}\
          </main></body></html>",
         t = esc(title)
@@ -237,13 +240,23 @@ pub(super) fn file(entry: &FsEntry, versions: &VersionList) -> String {
     }
     b.push_str(
         "<table id=\"versions\"><tr><th>version</th><th>size</th><th>wrote</th>\
-         <th>kind</th><th>state</th><th>published</th></tr>",
+         <th>kind</th><th>state</th><th>published</th><th>data</th></tr>",
     );
     for v in versions.versions.iter().rev() {
+        // Only a published version can be read.
+        let links = if v.state == VersionState::Published {
+            let q = format!("path={}&amp;version={}", url(&entry.path), v.version);
+            format!(
+                "<a class=\"download\" href=\"/download?{q}\">download</a> \
+                 <a class=\"chunks\" href=\"/chunks?{q}\">chunks</a>"
+            )
+        } else {
+            String::new()
+        };
         let _ = write!(
             b,
             "<tr class=\"version\"><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td>{} at {}</td><td>{}</td><td>{:?}</td><td>{}</td></tr>",
+             <td>{} at {}</td><td>{}</td><td>{:?}</td><td>{}</td><td>{links}</td></tr>",
             v.version,
             size(v.size),
             size(v.span.size),
@@ -268,6 +281,123 @@ pub(super) fn file(entry: &FsEntry, versions: &VersionList) -> String {
             .collect();
         let _ = write!(b, "<p>Aborted versions: {}</p>", esc(&ranges.join(", ")));
     }
+    b
+}
+
+/// Where each piece of a version lives: its chunk, the chunk's range, and the providers
+/// holding the chunk (holes, never written, are stored nowhere).
+pub(super) fn chunks(
+    entry: &FsEntry,
+    info: &VersionInfo,
+    segments: &[Segment],
+    providers: &[(ProviderInfo, u64)],
+) -> String {
+    let mut b = crumbs(&entry.path);
+    let _ = write!(
+        b,
+        "<p id=\"chunk-summary\">version {} · {} · {} pieces · \
+         <a class=\"download\" href=\"/download?path={}&amp;version={}\">download</a></p>",
+        info.version,
+        size(info.size),
+        segments.len(),
+        url(&entry.path),
+        info.version
+    );
+    b.push_str(
+        "<table id=\"chunks\"><tr><th>offset</th><th>length</th><th>chunk</th>\
+         <th>in chunk at</th><th>providers</th></tr>",
+    );
+    for seg in segments {
+        let span = seg.span();
+        match seg {
+            Segment::Data(p) => {
+                let _ = write!(
+                    b,
+                    "<tr class=\"chunk\"><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+                     <td><code>{}</code></td><td class=\"num\">{}</td>\
+                     <td class=\"holders\">{}</td></tr>",
+                    span.offset,
+                    size(span.size),
+                    p.chunk,
+                    p.chunk_offset,
+                    esc(&super::data::holders(&p.replicas, providers).join(", "))
+                );
+            }
+            Segment::Zeros(_) => {
+                let _ = write!(
+                    b,
+                    "<tr class=\"hole\"><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+                     <td>hole (zeros)</td><td></td><td></td></tr>",
+                    span.offset,
+                    size(span.size)
+                );
+            }
+        }
+    }
+    b.push_str("</table>");
+    b
+}
+
+/// The backup service's progress, from the status it writes (`tomus backup status`).
+pub(super) fn backup(status: &Result<Option<serde_json::Value>, String>) -> String {
+    let mut b = String::from("<h2>Backup</h2>");
+    let s = match status {
+        Err(e) => {
+            let _ = write!(b, "<p id=\"backup\">Status unavailable: {}</p>", esc(e));
+            return b;
+        }
+        Ok(None) => {
+            b.push_str(
+                "<p id=\"backup\">Backup is not enabled (<code>tomus backup enable</code>).</p>",
+            );
+            return b;
+        }
+        Ok(Some(s)) => s,
+    };
+    let field = |k: &str| match s.get(k) {
+        Some(serde_json::Value::String(v)) => v.clone(),
+        Some(serde_json::Value::Null) | None => String::new(),
+        Some(v) => v.to_string(),
+    };
+    let count = |k: &str| s.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let (done, total) = (count("chunks_done"), count("chunks_total"));
+    let pct = if total == 0 {
+        0.0
+    } else {
+        done as f64 * 100.0 / total as f64
+    };
+    let rows = [
+        ("state", field("state")),
+        ("target", field("target")),
+        (
+            "current point",
+            format!(
+                "{done} of {total} chunks ({pct:.0}%), {} uploaded",
+                size(count("bytes_uploaded"))
+            ),
+        ),
+        (
+            "last point",
+            format!(
+                "{} ({}, {} uploaded)",
+                field("last_point"),
+                time(count("last_point_ms")),
+                size(count("last_uploaded_bytes"))
+            ),
+        ),
+        ("failed attempts", count("attempts").to_string()),
+        ("last error", field("error")),
+        ("updated", time(count("updated_ms"))),
+    ];
+    b.push_str("<table id=\"backup\">");
+    for (k, v) in rows {
+        let _ = write!(b, "<tr><th>{k}</th><td>{}</td></tr>", esc(&v));
+    }
+    let _ = write!(
+        b,
+        "<tr><th>progress</th><td><span class=\"barbox\"><span class=\"bar\" \
+         style=\"width:{pct:.0}%\"></span></span></td></tr></table>"
+    );
     b
 }
 
@@ -321,7 +451,7 @@ fn url(s: &str) -> String {
 }
 
 /// Unix milliseconds as a UTC date and time ("—" for 0: never).
-fn time(ms: u64) -> String {
+pub(super) fn time(ms: u64) -> String {
     if ms == 0 {
         return "—".to_string();
     }
