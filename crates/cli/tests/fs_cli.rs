@@ -220,6 +220,9 @@ fn trees_patterns_copies_and_du() {
     assert_eq!(rows, want);
     let text = String::from_utf8(ok(tomus(&addr, &["fs", "du", "-s", "/d"]))).unwrap();
     assert!(text.contains("6 files  /d"), "{text}");
+    let text = String::from_utf8(ok(tomus(&addr, &["fs", "du", "/d"]))).unwrap();
+    assert!(text.contains("       1 file   /d/x.csv\n"), "{text}");
+    assert!(text.contains("       0 files  /d/empty\n"), "{text}");
 
     // cp: metadata only, then independent of the source.
     let copied = json(tomus(
