@@ -286,6 +286,17 @@ fn up_without_restarts_keeps_serving_with_a_provider_down() {
     });
     assert_eq!(provider_pid(&up.dir, 2), None, "it stays down");
     reads_back(&up, &data);
+    // As a person reads it: the workers' states in one column, whatever their names.
+    let out = up.tomus(&["status"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let workers: Vec<&str> = text.lines().filter(|l| l.contains(" worker ")).collect();
+    assert!(workers.len() >= 4, "{text}");
+    let state_at = |l: &str| {
+        let gap = l.find("  ").unwrap_or(l.len());
+        l.len() - l[gap..].trim_start().len()
+    };
+    let columns: std::collections::BTreeSet<usize> = workers.iter().map(|l| state_at(l)).collect();
+    assert_eq!(columns.len(), 1, "{text}");
     assert!(
         up.child.try_wait().unwrap().is_none(),
         "tomus up keeps running"
