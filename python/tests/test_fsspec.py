@@ -217,6 +217,28 @@ def test_bad_input_gives_clear_errors(fs: TomusFileSystem, root: str) -> None:
     assert fs.cat_file(f"{root}/f") == b"x"
 
 
+@pytest.mark.parametrize(
+    "url", ["s3://b/k.csv", "tomus:/x/y.csv", "file:///tmp/x.csv", "HTTPS://host/x.csv"]
+)
+def test_urls_of_other_schemes_are_refused(fs: TomusFileSystem, root: str, url: str) -> None:
+    """A URL that is not tomus:// names no tomus path: refused, not made into a directory
+    named after its scheme (``s3:``)."""
+    for use in (
+        lambda: fs.pipe_file(url, b"x"),
+        lambda: fs.mkdir(url),
+        lambda: fs.open(url, "wb"),
+        lambda: fs.info(url),
+        lambda: fs.mv(f"{root}/f", url),
+    ):
+        with pytest.raises(tomus.InvalidArgument, match="URL"):
+            use()
+    assert not [n for n in fs.ls("", detail=False) if n.endswith(":")]
+    # tomus:// in any case, and tomus:/// (an empty host), name tomus paths.
+    fs.pipe_file(f"TOMUS://{root}/a", b"1")
+    fs.pipe_file(f"tomus:///{root}/b", b"2")
+    assert fs.cat_file(f"{root}/a") + fs.cat_file(f"{root}/b") == b"12"
+
+
 def test_a_failed_write_leaves_no_file_behind(fs: TomusFileSystem, root: str) -> None:
     """A new file appears only when its first version is published: an exception inside the
     ``with`` block publishes nothing, and an overwrite that fails keeps the old content."""
