@@ -197,3 +197,21 @@ def test_delete_blob_refuses_a_files_blob(client: tomus.Client) -> None:
         client.delete_blob(blob.id)
     assert fs.cat("/delete-refused/f.bin") == b"kept"
     fs.rm("/delete-refused", recursive=True)
+
+
+def test_namespace_refuses_urls_as_new_names(client: tomus.Client) -> None:
+    """The namespace API takes paths (``dir/file``): a URL given where a new name goes is
+    refused instead of becoming a directory named after its scheme (``s3:``, ``tomus:``)."""
+    ns = client.namespace()
+    client.fs().pipe("/url-refused/f", b"x")
+    for make in (
+        lambda: ns.mkdir("s3://b/k", True),
+        lambda: ns.create("tomus://x/y.csv"),
+        lambda: ns.create("file:///tmp/x.csv"),
+        lambda: ns.rename("/url-refused/f", "https://host/f"),
+    ):
+        with pytest.raises(tomus.InvalidArgument, match="URL"):
+            make()
+    assert not [e["name"] for e in ns.list("/") if e["name"].endswith(":")]
+    assert ns.stat("/url-refused/f")["type"] == "file"
+    ns.delete("/url-refused", recursive=True)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import signal
+import subprocess
+import sys
 import time
 import tracemalloc
 import uuid
@@ -214,6 +217,28 @@ def test_bad_input_gives_clear_errors(fs: TomusFileSystem, root: str) -> None:
     assert fs.cat_file(f"{root}/f") == b"x"
 
 
+@pytest.mark.parametrize(
+    "url", ["s3://b/k.csv", "tomus:/x/y.csv", "file:///tmp/x.csv", "HTTPS://host/x.csv"]
+)
+def test_urls_of_other_schemes_are_refused(fs: TomusFileSystem, root: str, url: str) -> None:
+    """A URL that is not tomus:// names no tomus path: refused, not made into a directory
+    named after its scheme (``s3:``)."""
+    for use in (
+        lambda: fs.pipe_file(url, b"x"),
+        lambda: fs.mkdir(url),
+        lambda: fs.open(url, "wb"),
+        lambda: fs.info(url),
+        lambda: fs.mv(f"{root}/f", url),
+    ):
+        with pytest.raises(tomus.InvalidArgument, match="URL"):
+            use()
+    assert not [n for n in fs.ls("", detail=False) if n.endswith(":")]
+    # tomus:// in any case, and tomus:/// (an empty host), name tomus paths.
+    fs.pipe_file(f"TOMUS://{root}/a", b"1")
+    fs.pipe_file(f"tomus:///{root}/b", b"2")
+    assert fs.cat_file(f"{root}/a") + fs.cat_file(f"{root}/b") == b"12"
+
+
 def test_a_failed_write_leaves_no_file_behind(fs: TomusFileSystem, root: str) -> None:
     """A new file appears only when its first version is published: an exception inside the
     ``with`` block publishes nothing, and an overwrite that fails keeps the old content."""
@@ -253,6 +278,44 @@ def test_a_failed_write_leaves_no_file_behind(fs: TomusFileSystem, root: str) ->
         f"{root}/new",
         f"{root}/touched",
     ]
+
+
+KILLED_WRITER = """
+import sys, time
+from tomus.fs import TomusFileSystem
+fs = TomusFileSystem(addr=sys.argv[1], chunk_size=1 << 20)
+with fs.open(sys.argv[2], "wb") as f:
+    for _ in range(8):
+        f.write(b"x" * (1 << 20))
+    print("written", flush=True)
+    time.sleep(120)  # killed here, its file still open
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_no_file_behind(
+    cluster: tomus.LocalCluster, client: tomus.Client, fs: TomusFileSystem, root: str
+) -> None:
+    """A process writing through fsspec that is SIGTERMed with its file open (8 MiB of chunks
+    stored) leaves nothing visible: no file, no parent directory made for it."""
+    path = f"{root}/job/out.parquet"
+    blobs_before = len(client.list_blobs())
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, cluster.addr, path], stdout=subprocess.PIPE
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == b"written"
+        # The write is under way (its new file's blob exists) yet nothing shows.
+        assert len(client.list_blobs()) > blobs_before
+        assert fs.ls(root, detail=False) == []
+        writer.send_signal(signal.SIGTERM)
+        assert writer.wait(30) == -signal.SIGTERM
+    finally:
+        writer.kill()
+        writer.wait()
+    assert not fs.exists(path)
+    assert not fs.exists(f"{root}/job")
+    assert fs.ls(root, detail=False) == []
 
 
 def test_reserved_names_cannot_be_written(fs: TomusFileSystem) -> None:

@@ -41,7 +41,8 @@ def examples(document: Path, language: str) -> list[str]:
 
 def run_python(code: str, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.chdir(cwd)
-    namespace: dict[str, Any] = {"__name__": "__readme__"}
+    # Run as a script is: its `if __name__ == "__main__":` part runs.
+    namespace: dict[str, Any] = {"__name__": "__main__"}
     exec(compile(code, "README.md", "exec"), namespace)
     return namespace
 
@@ -56,9 +57,15 @@ def test_top_readme_python_example(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_package_readme_python_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = examples(ROOT / "python" / "README.md", "python")
-    assert blocks, "python/README.md lost its example marker"
-    for block in blocks:
-        run_python(block, tmp_path, monkeypatch)
+    assert len(blocks) == 2, "python/README.md lost an example marker"
+    (tmp_path / "local.bin").write_bytes(os.urandom(100_000))  # the workflow example's input
+    blob_example, workflow_example = (run_python(b, tmp_path, monkeypatch) for b in blocks)
+    assert blob_example["out"][-1] == 999
+    # The workflow ran both tasks, sq read gen's output, and the registered file came back.
+    report = workflow_example["report"]
+    assert sorted(report.tasks) == ["gen", "sq"]
+    assert report.tasks["sq"]["transfers"][0]["file"] == "/wf/py/nums.txt"
+    assert (tmp_path / "copy.bin").read_bytes() == (tmp_path / "local.bin").read_bytes()
 
 
 def free_addr() -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,9 @@ from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 from tomus import _native
 from tomus._native import Blob, BlobWriter, Client, VersionInfo
 from tomus.errors import InvalidArgument, NotFound, PreconditionFailed
+
+# A URL scheme (RFC 3986) followed by `:/`: a path of another file system, not a tomus path.
+_OTHER_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/")
 
 __all__ = ["Entry", "Retention", "TomusFile", "TomusFileSystem"]
 
@@ -124,8 +128,14 @@ class TomusFileSystem(AbstractFileSystem):
     @classmethod
     def _strip_protocol(cls, path: str | os.PathLike[str]) -> str:
         text = os.fspath(path)
-        if text.startswith("tomus://"):
+        if text[: len("tomus://")].lower() == "tomus://":
             text = text[len("tomus://") :]
+        elif other := _OTHER_SCHEME.match(text):
+            # As `tomus fs` does: `s3://b/k` would otherwise become a directory named `s3:`.
+            raise InvalidArgument(
+                f"path {text!r} is a {other.group(1)}: URL; tomus paths are dir/file or "
+                "tomus://dir/file"
+            )
         base, sep, query = text.partition("?")
         return base.strip("/") + sep + query
 

@@ -141,12 +141,24 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
         )?;
     }
     let now = tomus_wire::now_ms();
-    print_workers("manager", &s.workers, now)?;
+    // One column for "PROCESS worker NAME" over both processes, so the states line up.
+    let width = s
+        .workers
+        .iter()
+        .map(|w| "manager worker ".len() + w.name.len())
+        .chain(
+            m.workers
+                .iter()
+                .map(|w| "maintenance worker ".len() + w.name.len()),
+        )
+        .max()
+        .unwrap_or(0);
+    print_workers("manager", &s.workers, now, width)?;
     if s.maintenance_reported_ms == 0 {
         outln!("maintenance: no report yet (repair and garbage collection not running?)")?;
         return Ok(());
     }
-    print_workers("maintenance", &m.workers, now)?;
+    print_workers("maintenance", &m.workers, now, width)?;
     outln!(
         "under-replicated: {} chunks ({}), {} metadata nodes; lost (no live copy): {} chunks",
         m.under_replicated_chunks,
@@ -210,11 +222,13 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-/// One line per background worker: what it does now, what it did last, its errors.
+/// One line per background worker: what it does now, what it did last, its errors; the
+/// worker's name padded to `width` columns.
 fn print_workers(
     process: &str,
     workers: &[tomus_wire::WorkerStatus],
     now_ms: u64,
+    width: usize,
 ) -> std::io::Result<()> {
     for w in workers {
         let ago = match w.last_round_ms {
@@ -231,8 +245,8 @@ fn print_workers(
             (None, n) => format!("; {n} errors"),
         };
         outln!(
-            "{process} worker {:<10} {:<17} {} rounds, {ago}{}{errors}",
-            w.name,
+            "{:<width$}  {:<17} {} rounds, {ago}{}{errors}",
+            format!("{process} worker {}", w.name),
             w.state,
             w.rounds,
             if w.summary.is_empty() {

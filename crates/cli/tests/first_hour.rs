@@ -9,6 +9,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -22,6 +23,8 @@ struct Up {
     addr: String,
     s3: Option<String>,
     dir: PathBuf,
+    /// What `tomus up` said on stderr so far, line by line.
+    said: Arc<Mutex<Vec<String>>>,
 }
 
 impl Up {
@@ -39,13 +42,20 @@ impl Up {
             .then(|| address(&lines.next().unwrap().unwrap()));
         // Keep draining both outputs so `tomus up` never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        let mut stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        let said = Arc::new(Mutex::new(Vec::new()));
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let kept = Arc::clone(&said);
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                kept.lock().unwrap().push(line);
+            }
+        });
         Up {
             child,
             addr,
             s3,
             dir,
+            said,
         }
     }
 
@@ -232,6 +242,11 @@ fn up_restarts_a_provider_that_dies() {
     let pid = provider_pid(&up.dir, 1).unwrap();
     sigkill(pid);
     reads_back(&up, &data);
+    // `tomus up` says which server died, and that it is started again.
+    let said = |what: &str| up.said.lock().unwrap().iter().any(|l| l.contains(what));
+    eventually("tomus up reported the death and the restart", || {
+        said("provider 1 exited (signal: 9") && said("provider 1 restarted")
+    });
     // Started again: another process on the same directory, known to the manager under the
     // same address (no provider was added), and up.
     eventually("provider 1 restarted", || {
@@ -286,6 +301,17 @@ fn up_without_restarts_keeps_serving_with_a_provider_down() {
     });
     assert_eq!(provider_pid(&up.dir, 2), None, "it stays down");
     reads_back(&up, &data);
+    // As a person reads it: the workers' states in one column, whatever their names.
+    let out = up.tomus(&["status"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let workers: Vec<&str> = text.lines().filter(|l| l.contains(" worker ")).collect();
+    assert!(workers.len() >= 4, "{text}");
+    let state_at = |l: &str| {
+        let gap = l.find("  ").unwrap_or(l.len());
+        l.len() - l[gap..].trim_start().len()
+    };
+    let columns: std::collections::BTreeSet<usize> = workers.iter().map(|l| state_at(l)).collect();
+    assert_eq!(columns.len(), 1, "{text}");
     assert!(
         up.child.try_wait().unwrap().is_none(),
         "tomus up keeps running"

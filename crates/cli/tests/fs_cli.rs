@@ -220,6 +220,9 @@ fn trees_patterns_copies_and_du() {
     assert_eq!(rows, want);
     let text = String::from_utf8(ok(tomus(&addr, &["fs", "du", "-s", "/d"]))).unwrap();
     assert!(text.contains("6 files  /d"), "{text}");
+    let text = String::from_utf8(ok(tomus(&addr, &["fs", "du", "/d"]))).unwrap();
+    assert!(text.contains("       1 file   /d/x.csv\n"), "{text}");
+    assert!(text.contains("       0 files  /d/empty\n"), "{text}");
 
     // cp: metadata only, then independent of the source.
     let copied = json(tomus(
@@ -292,7 +295,11 @@ fn versions_head_tail_and_get_into_a_directory() {
         .collect();
     // Every version stays (new files keep the last 3 unless their directory says more).
     ok(tomus(&addr, &["fs", "mkdir", "-p", "/v"]));
-    ok(tomus(&addr, &["fs", "retention", "/v", "--keep-all"]));
+    let said = ok(tomus(&addr, &["fs", "retention", "/v", "--keep-all"]));
+    assert_eq!(
+        String::from_utf8(said).unwrap(),
+        "/v: each new file below it keeps every version (set on this directory)\n"
+    );
     for (i, c) in contents.iter().enumerate() {
         let f = local.join(format!("c{i}"));
         std::fs::write(&f, c).unwrap();

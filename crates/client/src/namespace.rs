@@ -47,6 +47,23 @@ pub fn is_reserved(path: &str) -> bool {
         .is_some_and(|first| first.starts_with(RESERVED_PREFIX))
 }
 
+/// Refuses a URL given where a new name goes (`s3://b/k`, `tomus://x`, `tomus:/x`): the
+/// manager would take it as the path `s3:/b/k` and make a directory named `s3:`. Paths here
+/// are `dir/file`; fsspec and `tomus fs` turn `tomus://dir/file` into one before calling.
+fn check_not_url(path: &str) -> Result<()> {
+    let scheme_len = path
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .unwrap_or(0);
+    let starts_alpha = path.starts_with(|c: char| c.is_ascii_alphabetic());
+    if starts_alpha && scheme_len > 0 && path[scheme_len..].starts_with(":/") {
+        return Err(Error::invalid(format!(
+            "path {path:?} is a {}: URL, not a tomus path (dir/file)",
+            &path[..scheme_len]
+        )));
+    }
+    Ok(())
+}
+
 /// The namespace of a cluster, through one client connection. Cheap to clone.
 #[derive(Clone)]
 pub struct Namespace {
@@ -122,6 +139,7 @@ impl Namespace {
     /// directory is fine.
     pub async fn mkdir(&self, path: &str, parents: bool) -> Result<FsEntry> {
         self.check_changeable(path)?;
+        check_not_url(path)?;
         let req = FsMkdir {
             path: path.into(),
             parents,
@@ -160,6 +178,7 @@ impl Namespace {
         retention: Option<Retention>,
     ) -> Result<(FsEntry, Blob)> {
         self.check_changeable(path)?;
+        check_not_url(path)?;
         let req = FsCreateRetained {
             path: path.into(),
             chunk_size: options.chunk_size,
@@ -321,6 +340,7 @@ impl Namespace {
     pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
         self.check_changeable(from)?;
         self.check_changeable(to)?;
+        check_not_url(to)?;
         let req = FsRename {
             from: from.into(),
             to: to.into(),

@@ -155,8 +155,9 @@ pub async fn du(ns: &Namespace, json_out: bool, arg: &str, summary: bool) -> Res
         outln!("{}", Value::Array(rows))?;
     } else {
         for (p, u) in rows {
+            let noun = if u.files == 1 { "file " } else { "files" };
             outln!(
-                "{:>12}  {:>8} files  {}",
+                "{:>12}  {:>8} {noun}  {}",
                 format_size(u.bytes),
                 u.files,
                 display(&p)

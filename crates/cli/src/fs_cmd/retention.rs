@@ -82,7 +82,7 @@ pub async fn run(ns: &Namespace, json_out: bool, a: RetentionArgs) -> Result<()>
     } else {
         let what = match r.kind {
             EntryKind::File | EntryKind::Registered => "",
-            EntryKind::Dir => "new files below ",
+            EntryKind::Dir => "each new file below it ",
         };
         outln!(
             "{}: {what}{} ({})",
