@@ -255,8 +255,8 @@ fn fs_commands(addr: &str, dir: &std::path::Path) {
     );
 }
 
-/// `tomus status` lists every background worker of the manager (committer, leases,
-/// retention, abandoned new files) and of its maintenance service (gc, repair, audit), with
+/// `tomus status` lists every background worker of the manager process (committer, leases,
+/// retention, abandoned new files, the backup service) and of maintenance (gc, repair, audit), with
 /// what each has done, as text and as JSON: background work runs behind one worker
 /// abstraction that status can show (issue 20).
 #[test]
@@ -298,7 +298,13 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
     };
     assert_eq!(
         names(&status["workers"]),
-        ["abandoned new files", "committer", "leases", "retention"],
+        [
+            "abandoned new files",
+            "backup",
+            "committer",
+            "leases",
+            "retention"
+        ],
         "{status}"
     );
     assert_eq!(
@@ -320,7 +326,13 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for name in ["committer", "leases", "retention", "abandoned new files"] {
+    for name in [
+        "committer",
+        "leases",
+        "retention",
+        "abandoned new files",
+        "backup",
+    ] {
         assert!(
             text.contains(&format!("manager worker {name}")),
             "no manager worker {name} in:\n{text}"
