@@ -141,6 +141,48 @@ fn silent_connections_cannot_lock_clients_out() {
             started.elapsed()
         );
     }
+    // A request head dripped a byte at a time is cut off once the idle timeout passes,
+    // however steadily the bytes come.
+    let mut drip = TcpStream::connect(&addr).unwrap();
+    let head = request(&addr, "GET", "/");
+    let started = Instant::now();
+    let mut cut = false;
+    for b in head.as_bytes() {
+        if drip.write_all(&[*b]).is_err() {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if started.elapsed() > Duration::from_millis(1500 + 3000) {
+            break;
+        }
+    }
+    if !cut {
+        // Closed by the gateway (whatever it said first), not kept waiting for the rest.
+        drip.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut answer = Vec::new();
+        match drip.read_to_end(&mut answer) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!(
+                    "a head dripped over {:?} was kept waiting",
+                    started.elapsed()
+                )
+            }
+            Err(_) => {}
+        }
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            !answer.contains(" 200 "),
+            "a dripped head was answered: {answer}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
     // Every silent connection is closed: made room for others, or idle too long.
     let deadline = Instant::now() + Duration::from_millis(2 * 1500 + 3000);
     for (i, s) in silent.iter_mut().enumerate() {
