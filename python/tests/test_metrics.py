@@ -188,3 +188,47 @@ def test_with_a_secret_every_http_request_must_carry_it(tmp_path: Path) -> None:
         assert value(scrape(c.http, basic(secret)), "tomus_versions_in_flight") == 0
         assert http_get(f"http://{c.provider_metrics[0]}/metrics")[0] == 401
         assert scrape(c.provider_metrics[0], f"Bearer {secret}")
+
+
+# The manager requests a read could make: a file's or a version's record.
+RECORD_KINDS = ("FsObject", "FsStat", "GetVersion", "GetBlob", "VersionsAttrs")
+
+
+def record_requests(http: str) -> float:
+    m = scrape(http)
+    return sum(total(m, "tomus_rpc_requests_total", kind=k) for k in RECORD_KINDS)
+
+
+def test_reads_of_a_known_version_leave_the_manager_alone(tmp_path: Path) -> None:
+    """Published version records never change, so the client keeps them (issue 20: the
+    manager off the read path): the ranges of one ``cat_ranges`` cost one manager request in
+    all (the file's record, not one per range), and reads of an open file or of a blob at a
+    known version cost none. Counted by the manager's own metrics, with no background client
+    (maintenance and backup off) asking it anything."""
+    from tomus.fs import TomusFileSystem
+
+    with cluster(tmp_path, providers=2, manager_args=["--no-maintenance"]) as c:
+        fs = TomusFileSystem(addr=c.addr, chunk_size=64 << 10)
+        data = os.urandom(MiB)
+        fs.pipe_file("/pinned/f", data)
+        starts = [i * 7 * 4096 for i in range(20)]
+        before = record_requests(c.http)
+        got = fs.cat_ranges(["/pinned/f"] * 20, starts, [s + 4096 for s in starts])
+        assert got == [data[s : s + 4096] for s in starts]
+        # The metrics count a request once its answer is written: wait for the first.
+        assert wait_for(lambda: record_requests(c.http) > before, timeout=5)
+        time.sleep(0.3)
+        assert record_requests(c.http) - before == 1
+
+        with fs.open("/pinned/f", "rb") as f:
+            opened = record_requests(c.http)
+            for s in starts:
+                f.seek(s)
+                assert f.read(4096) == data[s : s + 4096]
+        _, blob, stat = fs.ns.open_version("pinned/f")
+        known = record_requests(c.http)
+        for s in starts:
+            assert blob.read(s, 4096, stat.version) == data[s : s + 4096]
+        time.sleep(0.3)
+        assert record_requests(c.http) == known
+        assert known - opened == 1, "opening a version by name is one request"

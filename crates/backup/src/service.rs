@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tomus_client::{Client, ClientOptions, CreateOptions};
 use tomus_wire::{ClusterSecret, ErrorKind, Result, Retention};
+use tomus_worker::{Round, Worker, Workers};
 
 use crate::point::{list_points, now_ms, prune, take_point, Known, Progress, STATE_DIR};
 use crate::target::{transient, Target};
@@ -139,51 +140,111 @@ pub async fn request_now(client: &Client) -> Result<u64> {
     Ok(seq)
 }
 
-/// Runs the service against the manager at `manager` until `stop` turns true.
+/// Runs the service against the manager at `manager` until `stop` turns true, as the
+/// `backup` worker of `workers` (so `tomus status` lists it with the manager's own).
 pub async fn run(
     manager: String,
     secret: Option<ClusterSecret>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+    workers: &Workers,
 ) -> Result<()> {
-    let options = ClientOptions {
-        secret,
-        ..Default::default()
+    let worker = BackupWorker {
+        manager,
+        options: ClientOptions {
+            secret,
+            ..Default::default()
+        },
+        stop: stop.clone(),
+        client: None,
+        st: Status::default(),
+        backoff: None,
+        quiet_since_wait: None,
+        known: Known::default(),
     };
-    let client = loop {
-        match Client::connect(&manager, options.clone()).await {
-            Ok(c) => break c,
-            Err(e) => tracing::debug!("backup service: manager not answering yet: {e}"),
+    workers.run(worker, stop, None).await;
+    Ok(())
+}
+
+/// The service as a worker: each round looks at the configuration and the requests once and
+/// takes a point when one is due.
+struct BackupWorker {
+    manager: String,
+    options: ClientOptions,
+    /// A point in progress stops when this turns true (the next start resumes it).
+    stop: watch::Receiver<bool>,
+    /// Connected at the first round the manager answers.
+    client: Option<Client>,
+    st: Status,
+    /// After a failed point: the pause before the next attempt (doubling up to 30 s).
+    backoff: Option<Duration>,
+    quiet_since_wait: Option<u64>,
+    known: Known,
+}
+
+impl Worker for BackupWorker {
+    fn name(&self) -> &'static str {
+        "backup"
+    }
+
+    fn interval(&self) -> Duration {
+        POLL
+    }
+
+    fn pause(&mut self) -> impl std::future::Future<Output = ()> + Send {
+        tokio::time::sleep(self.backoff.map_or(POLL, |b| b + POLL))
+    }
+
+    async fn work(&mut self) -> Result<Round> {
+        let client = match &self.client {
+            Some(c) => c.clone(),
+            None => match Client::connect(&self.manager, self.options.clone()).await {
+                Ok(c) => {
+                    self.st = status(&c).await.unwrap_or_default();
+                    self.client = Some(c.clone());
+                    c
+                }
+                Err(e) => {
+                    tracing::debug!("backup service: manager not answering yet: {e}");
+                    return Ok(Round::Idle);
+                }
+            },
+        };
+        self.round(&client).await
+    }
+
+    fn summary(&self) -> String {
+        match (&self.st.last_point, &self.st.error) {
+            (_, Some(e)) => format!("{}: {e}", self.st.state),
+            (Some(p), None) => format!("{}; last point {p}", self.st.state),
+            (None, None) => self.st.state.clone(),
         }
-        if pause(&mut stop, Duration::from_secs(1)).await {
-            return Ok(());
-        }
-    };
-    let mut st = status(&client).await.unwrap_or_default();
-    let mut backoff = Duration::from_secs(1);
-    let mut quiet_since_wait: Option<u64> = None;
-    let mut known = Known::default();
-    loop {
-        if pause(&mut stop, POLL).await {
-            return Ok(());
-        }
-        let cfg = match config(&client).await {
+    }
+}
+
+impl BackupWorker {
+    async fn round(&mut self, client: &Client) -> Result<Round> {
+        let st = &mut self.st;
+        let cfg = match config(client).await {
             Ok(Some(c)) if c.enabled => c,
             // Never configured: nothing is written (a cluster being restored must not get
             // files, and so blob ids, of the service's own).
-            Ok(None) => continue,
+            Ok(None) => {
+                st.state = "not configured".into();
+                return Ok(Round::Idle);
+            }
             Ok(Some(_)) => {
                 if st.state != "disabled" {
                     st.state = "disabled".into();
-                    save(&client, &mut st).await;
+                    save(client, st).await;
                 }
-                continue;
+                return Ok(Round::Idle);
             }
             Err(e) => {
                 tracing::debug!("backup service: reading its configuration: {e}");
-                continue;
+                return Ok(Round::Idle);
             }
         };
-        let requested = read_json::<Request>(&client, REQUEST)
+        let requested = read_json::<Request>(client, REQUEST)
             .await
             .ok()
             .flatten()
@@ -192,7 +253,7 @@ pub async fn run(
         if st.target.as_deref() != Some(cfg.target.as_str()) {
             // A new target: its newest point, if any, is the last one.
             st.target = Some(cfg.target.clone());
-            known = Known::default();
+            self.known = Known::default();
             st.last_point = None;
             st.last_point_ms = None;
             if let Ok(t) = Target::open(&cfg.target, 0) {
@@ -209,32 +270,32 @@ pub async fn run(
         if !due && !asked {
             if st.state != "idle" && st.error.is_none() {
                 st.state = "idle".into();
-                save(&client, &mut st).await;
+                save(client, st).await;
             }
-            continue;
+            return Ok(Round::Idle);
         }
         if !asked && st.error.is_none() {
             // Scheduled: wait for a quiet moment, but not past min(interval, 1 min).
-            let waited_from = *quiet_since_wait.get_or_insert(now);
+            let waited_from = *self.quiet_since_wait.get_or_insert(now);
             let limit = cfg.interval_ms.min(60_000);
-            if now < waited_from + limit && busy(&client).await {
+            if now < waited_from + limit && busy(client).await {
                 if st.state != "waiting for a quiet moment" {
                     st.state = "waiting for a quiet moment".into();
-                    save(&client, &mut st).await;
+                    save(client, st).await;
                 }
-                continue;
+                return Ok(Round::Idle);
             }
         }
-        quiet_since_wait = None;
+        self.quiet_since_wait = None;
         st.state = "running".into();
-        save(&client, &mut st).await;
-        match run_point(&client, &cfg, &mut st, &mut stop, &mut known).await {
+        save(client, st).await;
+        match run_point(client, &cfg, st, &mut self.stop, &mut self.known).await {
             Ok(Some(())) => {
                 st.requests_done = st.requests_done.max(requested);
                 st.error = None;
                 st.attempts = 0;
                 st.state = "idle".into();
-                backoff = Duration::from_secs(1);
+                self.backoff = None;
                 if cfg.keep > 0 {
                     if let Ok(t) = Target::open(&cfg.target, 0) {
                         if let Err(e) = prune(&t, cfg.keep as usize).await {
@@ -242,9 +303,15 @@ pub async fn run(
                         }
                     }
                 }
+                save(client, st).await;
+                Ok(Round::Idle)
             }
-            Ok(None) => return Ok(()),
+            Ok(None) => Ok(Round::Done),
             Err(e) => {
+                let backoff = self.backoff.map_or(Duration::from_secs(1), |b| {
+                    (b * 2).min(Duration::from_secs(30))
+                });
+                self.backoff = Some(backoff);
                 st.attempts += 1;
                 st.state = "retrying".into();
                 let kind = if transient(&e) {
@@ -257,16 +324,11 @@ pub async fn run(
                     st.attempts,
                     backoff.as_secs()
                 ));
-                tracing::warn!("backup point: {e}");
-                save(&client, &mut st).await;
-                if pause(&mut stop, backoff).await {
-                    return Ok(());
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-                continue;
+                save(client, st).await;
+                // The worker's status shows the failure; the pause is the back-off.
+                Err(e)
             }
         }
-        save(&client, &mut st).await;
     }
 }
 
@@ -331,16 +393,4 @@ async fn save(client: &Client, st: &mut Status) {
     if let Err(e) = write_json(client, STATUS, st).await {
         tracing::debug!("backup service: writing its status: {e}");
     }
-}
-
-/// Sleeps `d`; whether `stop` turned true meanwhile.
-async fn pause(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
-    if *stop.borrow() {
-        return true;
-    }
-    let stopped = tokio::select! {
-        _ = tokio::time::sleep(d) => false,
-        _ = async { let _ = stop.wait_for(|s| *s).await; } => true,
-    };
-    stopped || *stop.borrow()
 }

@@ -109,6 +109,8 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
                 "provider_timeout_ms": s.provider_timeout_ms,
                 "maintenance": m,
                 "maintenance_reported_ms": s.maintenance_reported_ms,
+                // The manager's own workers; maintenance's are in `maintenance.workers`.
+                "workers": s.workers,
             }))?
         )?;
         return Ok(());

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Result};
 use clap::Args;
 use tomus_client::{ClientOptions, CreateOptions};
-use tomus_s3::{GatewayConfig, Keys};
+use tomus_s3::{ConnectionLimits, GatewayConfig, Keys};
 use tomus_wire::ClusterSecret;
 
 use crate::size::parse_size;
@@ -33,6 +33,14 @@ pub struct S3Args {
     /// a non-loopback address needs the cluster secret).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// Connections served at once (default: from the open-file limit, at most 4096). At the
+    /// cap, the oldest connections are closed once idle to make room.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Close a connection that starts no request for this long; a request head must arrive
+    /// within it too.
+    #[arg(long, default_value_t = 30_000)]
+    pub idle_timeout_ms: u64,
 }
 
 /// Access keys from the environment and `file`.
@@ -72,5 +80,12 @@ pub fn config(manager: &str, secret: Option<ClusterSecret>, a: &S3Args) -> Resul
             exclusive: false,
         },
         metrics_listen: a.metrics_addr.clone(),
+        limits: ConnectionLimits {
+            max_connections: a
+                .max_connections
+                .unwrap_or_else(|| ConnectionLimits::default().max_connections)
+                .max(1),
+            idle_timeout: std::time::Duration::from_millis(a.idle_timeout_ms.max(100)),
+        },
     })
 }

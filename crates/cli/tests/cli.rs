@@ -138,6 +138,15 @@ fn blob_commands_against_tomus_up() {
         tomus("127.0.0.1:1", &["blob", "list"]).status.code(),
         Some(4)
     );
+    // More replicas than live providers is a bad argument (2), not a full disk (7).
+    let too_many = tomus(&addr, &["blob", "create", "--replication", "3"]);
+    assert_eq!(
+        too_many.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&too_many.stderr)
+    );
+    assert!(String::from_utf8_lossy(&too_many.stderr).contains("live providers"));
 
     fs_commands(&addr, &dir);
 
@@ -244,4 +253,95 @@ fn fs_commands(addr: &str, dir: &std::path::Path) {
             .code(),
         Some(3)
     );
+}
+
+/// `tomus status` lists every background worker of the manager process (committer, leases,
+/// retention, abandoned new files, the backup service) and of maintenance (gc, repair, audit), with
+/// what each has done, as text and as JSON: background work runs behind one worker
+/// abstraction that status can show (issue 20).
+#[test]
+fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
+    let tc = common::TestCluster::start_with(2, |s| {
+        s.manager_args = common::fast_maintenance(2000);
+    });
+    let addr = tc.addr();
+    let names = |workers: &Value| -> Vec<String> {
+        let mut n: Vec<String> = workers
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    // Until maintenance has reported rounds of its gc and repair workers.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        let status = json_out(&tomus(&addr, &["status", "--json"]));
+        let rounds = |name: &str| {
+            status["maintenance"]["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["name"] == name)
+                .map_or(0, |w| w["rounds"].as_u64().unwrap())
+        };
+        if rounds("gc") > 0 && rounds("repair") > 0 {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "maintenance reported no rounds: {status}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(
+        names(&status["workers"]),
+        [
+            "abandoned new files",
+            "backup",
+            "committer",
+            "leases",
+            "retention"
+        ],
+        "{status}"
+    );
+    assert_eq!(
+        names(&status["maintenance"]["workers"]),
+        ["audit", "gc", "repair"],
+        "{status}"
+    );
+    // Each says what it is doing; none has stopped.
+    let all = status["workers"].as_array().unwrap().iter();
+    for w in all.chain(status["maintenance"]["workers"].as_array().unwrap()) {
+        assert_ne!(w["state"], "stopped", "{w}");
+        assert!(!w["state"].as_str().unwrap().is_empty(), "{w}");
+    }
+
+    let out = tomus(&addr, &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "committer",
+        "leases",
+        "retention",
+        "abandoned new files",
+        "backup",
+    ] {
+        assert!(
+            text.contains(&format!("manager worker {name}")),
+            "no manager worker {name} in:\n{text}"
+        );
+    }
+    for name in ["gc", "repair", "audit"] {
+        assert!(
+            text.contains(&format!("maintenance worker {name}")),
+            "no maintenance worker {name} in:\n{text}"
+        );
+    }
 }

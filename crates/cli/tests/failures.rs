@@ -168,10 +168,12 @@ async fn bad_input_gives_typed_errors_and_changes_nothing() {
         blob.write(3, b"").await.unwrap_err().kind,
         ErrorKind::InvalidArgument
     );
-    assert_eq!(
-        blob.read(5, 6, None).await.unwrap_err().kind,
-        ErrorKind::OutOfRange
-    );
+    // The range's end is past the end, not its offset: the message says which.
+    let e = blob.read(5, 6, None).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::OutOfRange);
+    assert!(e.to_string().contains("5..11 ends past the end"), "{e}");
+    let e = blob.read(11, 1, None).await.unwrap_err();
+    assert!(e.to_string().contains("offset 11 is past the end"), "{e}");
     assert_eq!(
         blob.read(u64::MAX, 2, None).await.unwrap_err().kind,
         ErrorKind::OutOfRange
@@ -180,13 +182,12 @@ async fn bad_input_gives_typed_errors_and_changes_nothing() {
         blob.read(0, 1, Some(2)).await.unwrap_err().kind,
         ErrorKind::NotFound
     );
-    assert_eq!(
-        blob.write(u64::MAX - 3, b"overflow")
-            .await
-            .unwrap_err()
-            .kind,
-        ErrorKind::OutOfRange
-    );
+    // The offset asked for is reported, not a saturated 2^64 - 1.
+    let e = blob.write(u64::MAX - 3, b"overflow").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::OutOfRange);
+    let said = e.to_string();
+    assert!(said.contains(&(u64::MAX - 3).to_string()), "{said}");
+    assert!(!said.contains(&u64::MAX.to_string()), "{said}");
     // Nothing above changed the blob.
     assert_eq!(blob.latest().await.unwrap(), 1);
     assert_eq!(blob.read(0, 10, None).await.unwrap(), b"0123456789");

@@ -9,7 +9,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{exe, TestCluster};
 
@@ -34,10 +34,10 @@ fn gateway(manager: &str, listen: &str, extra: &[&str]) -> Command {
     cmd
 }
 
-#[test]
-fn the_gateway_serves_next_to_a_cluster() {
-    let tc = TestCluster::start(1);
-    let mut child = gateway(&tc.addr(), "127.0.0.1:0", &["--anonymous"])
+/// A gateway next to the cluster at `manager` with `extra` arguments: the process and the
+/// address it serves on.
+fn start_gateway(manager: &str, extra: &[&str]) -> (std::process::Child, String) {
+    let mut child = gateway(manager, "127.0.0.1:0", extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -51,10 +51,21 @@ fn the_gateway_serves_next_to_a_cluster() {
         .strip_prefix("tomus s3 listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
         .to_string();
+    (child, addr)
+}
 
-    let req = |method: &str, path: &str| {
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-    };
+/// A request without a body on a connection closed after the answer.
+fn request(addr: &str, method: &str, path: &str) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+}
+
+#[test]
+fn the_gateway_serves_next_to_a_cluster() {
+    let tc = TestCluster::start(1);
+    let (mut child, addr) = start_gateway(&tc.addr(), &["--anonymous"]);
+    let req = |method: &str, path: &str| request(&addr, method, path);
     let (status, _) = http(&addr, &req("PUT", "/made-by-cli"));
     assert!(status.contains(" 200 "), "{status}");
     let (status, body) = http(&addr, &req("GET", "/"));
@@ -98,4 +109,98 @@ fn the_gateway_refuses_unsafe_configurations() {
     .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"));
+}
+
+/// Connections that never send a byte cannot lock clients out of the gateway: at its cap
+/// the oldest are closed to make room, and every one is closed after the idle timeout
+/// (issue 20; before, such connections were kept forever and, once they filled the cap,
+/// every new client was refused).
+#[test]
+fn silent_connections_cannot_lock_clients_out() {
+    let tc = TestCluster::start(1);
+    let limits = [
+        "--anonymous",
+        "--max-connections",
+        "16",
+        "--idle-timeout-ms",
+        "1500",
+    ];
+    let (mut child, addr) = start_gateway(&tc.addr(), &limits);
+    // Four times the cap, each silent after connecting.
+    let mut silent: Vec<TcpStream> = (0..64)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for round in 0..3 {
+        let started = Instant::now();
+        let (status, _) = http(&addr, &request(&addr, "GET", "/"));
+        assert!(status.contains(" 200 "), "round {round}: {status:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "round {round}: a client waited {:?} behind silent connections",
+            started.elapsed()
+        );
+    }
+    // A request head dripped a byte at a time is cut off once the idle timeout passes,
+    // however steadily the bytes come.
+    let mut drip = TcpStream::connect(&addr).unwrap();
+    let head = request(&addr, "GET", "/");
+    let started = Instant::now();
+    let mut cut = false;
+    for b in head.as_bytes() {
+        if drip.write_all(&[*b]).is_err() {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if started.elapsed() > Duration::from_millis(1500 + 3000) {
+            break;
+        }
+    }
+    if !cut {
+        // Closed by the gateway (whatever it said first), not kept waiting for the rest.
+        drip.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut answer = Vec::new();
+        match drip.read_to_end(&mut answer) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!(
+                    "a head dripped over {:?} was kept waiting",
+                    started.elapsed()
+                )
+            }
+            Err(_) => {}
+        }
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            !answer.contains(" 200 "),
+            "a dripped head was answered: {answer}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Every silent connection is closed: made room for others, or idle too long.
+    let deadline = Instant::now() + Duration::from_millis(2 * 1500 + 3000);
+    for (i, s) in silent.iter_mut().enumerate() {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(10));
+        s.set_read_timeout(Some(left)).unwrap();
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => {}
+            Err(e)
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            other => panic!("silent connection {i} was kept: {other:?}"),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }

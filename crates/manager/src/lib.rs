@@ -43,6 +43,9 @@ pub struct ManagerConfig {
     pub limits: ServerLimits,
     /// `host:port` of the HTTP server (`/metrics` and the dashboard; `None`: none).
     pub http_listen: Option<String>,
+    /// Where the manager's workers (committer, leases, retention) report, for `tomus
+    /// status`; other background work of the process (the backup service) reports here too.
+    pub workers: Workers,
 }
 
 /// Runs the manager until the process ends (or the future is dropped). Sends the bound
@@ -52,7 +55,7 @@ pub async fn run(
     ready: Option<tokio::sync::oneshot::Sender<String>>,
 ) -> Result<()> {
     let store = Arc::new(store::Store::open(&config.data_dir)?);
-    let workers = Workers::default();
+    let workers = config.workers.clone();
     let versions = VersionManager::open(store.clone(), &workers)?;
     let namespace = Arc::new(namespace::Namespace::open(store.clone(), versions.clone())?);
     // The workers stop when this function ends (its future is dropped with the runtime).

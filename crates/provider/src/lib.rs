@@ -311,6 +311,7 @@ mod tests {
                     new_file_grace: Duration::from_secs(3600),
                     limits: ServerLimits::default(),
                     http_listen: None,
+                    workers: Default::default(),
                 };
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let task = runtime.spawn(tomus_manager::run(config, Some(tx)));

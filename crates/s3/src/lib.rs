@@ -12,6 +12,8 @@ mod auth;
 mod buckets;
 mod checksums;
 mod conditional;
+/// The gateway's connections: the cap, and letting idle ones go.
+mod connections;
 mod deletes;
 mod errors;
 mod hidden;
@@ -38,6 +40,7 @@ use tomus_client::{Client, ClientOptions, CreateOptions};
 use tomus_wire::{check_bind, Error, Result};
 
 pub use auth::{Keys, ACCESS_KEY_ENV, SECRET_KEY_ENV};
+pub use connections::ConnectionLimits;
 pub use service::Gateway;
 
 /// How to run a gateway.
@@ -57,6 +60,8 @@ pub struct GatewayConfig {
     pub files: CreateOptions,
     /// `host:port` to serve `GET /metrics` on over HTTP (`None`: no metrics server).
     pub metrics_listen: Option<String>,
+    /// Connections held at once, and how long an idle one is kept.
+    pub limits: ConnectionLimits,
 }
 
 /// Runs the gateway until the task is dropped. Sends the bound address on `ready` once it
@@ -118,6 +123,6 @@ pub async fn run(
     if let Some(tx) = ready {
         let _ = tx.send(local.to_string());
     }
-    server::serve(listener, service).await;
+    server::serve(listener, service, config.limits).await;
     Ok(())
 }

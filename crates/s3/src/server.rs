@@ -16,24 +16,18 @@ use rand::Rng;
 use s3s::service::S3Service;
 use s3s::{Body, HttpError};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
-/// A request's headers must arrive within this (an idle keep-alive connection is closed
-/// after it too).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::connections::{Activity, ConnectionLimits, Connections};
 
-/// Serves `service` on `listener` until the task is dropped. Connections are capped (as the
-/// cluster's servers are, by the open-file limit) and a client that sends its headers too
-/// slowly is cut off, so no number of idle or dripping clients exhausts the gateway.
-pub async fn serve(listener: TcpListener, service: S3Service) {
+/// Serves `service` on `listener` until the task is dropped, within `limits`: no number of
+/// idle, silent or dripping clients exhausts the gateway (see [`crate::connections`]).
+pub async fn serve(listener: TcpListener, service: S3Service, limits: ConnectionLimits) {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
-    let slots = Arc::new(Semaphore::new(
-        tomus_wire::ServerLimits::default().max_connections,
-    ));
+        .header_read_timeout(limits.idle_timeout);
+    let connections = Connections::new(limits);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -44,25 +38,55 @@ pub async fn serve(listener: TcpListener, service: S3Service) {
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!("refused a connection from {peer}: too many connections");
+        let Some(admitted) = connections.admit().await else {
+            tracing::warn!(
+                "refused a connection from {peer}: every connection (at most {}) is busy",
+                connections.limits().max_connections
+            );
             continue;
         };
         // Small requests must not wait for Nagle's algorithm (~40 ms per 4 KiB GET).
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY on {peer}: {e}");
         }
+        let activity = Arc::new(Activity::default());
         let svc = Tracked {
             inner: service.clone(),
+            activity: activity.clone(),
         };
         let conn = builder
             .serve_connection(TokioIo::new(stream), svc)
             .into_owned();
+        let idle_timeout = connections.limits().idle_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!("connection from {peer}: {e}");
+            let mut conn = std::pin::pin!(conn);
+            // Once asked to close, the connection finishes its exchange in progress (a
+            // download keeps streaming) and ends; it is not asked twice.
+            let mut asked = false;
+            let mut seen = 0;
+            let start = tokio::time::Instant::now() + idle_timeout;
+            let mut tick = tokio::time::interval_at(start, idle_timeout);
+            loop {
+                tokio::select! {
+                    done = conn.as_mut() => {
+                        if let Err(e) = done {
+                            tracing::debug!("connection from {peer}: {e}");
+                        }
+                        break;
+                    }
+                    () = admitted.close.notified(), if !asked => {
+                        conn.as_mut().graceful_shutdown();
+                        asked = true;
+                    }
+                    _ = tick.tick(), if !asked => {
+                        if activity.idle_since(&mut seen) {
+                            conn.as_mut().graceful_shutdown();
+                            asked = true;
+                        }
+                    }
+                }
             }
-            drop(slot);
+            drop(admitted);
         });
     }
 }
@@ -71,6 +95,8 @@ pub async fn serve(listener: TcpListener, service: S3Service) {
 #[derive(Clone)]
 struct Tracked {
     inner: S3Service,
+    /// What the connection's watchdog sees of its requests.
+    activity: Arc<Activity>,
 }
 
 /// A fresh request id: 16 hex digits, as S3's.
@@ -94,9 +120,11 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
             req.headers().contains_key("x-amz-copy-source"),
         );
         let received = content_length(req.headers());
+        let in_progress = self.activity.begin();
         let fut = self.answer(req);
         Box::pin(async move {
             let resp = fut.await;
+            drop(in_progress);
             if let Ok(r) = &resp {
                 let m = tomus_metrics::s3();
                 m.requests

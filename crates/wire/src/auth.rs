@@ -257,3 +257,98 @@ pub async fn connect(stream: &mut TcpStream, secret: Option<&ClusterSecret>) -> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The handshake between a real listener and a real client socket, including servers
+    //! that are not what they claim (issue 20, item 8).
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    fn secret(s: &str) -> ClusterSecret {
+        ClusterSecret::new(s).expect("a long enough secret")
+    }
+
+    /// Runs `accept` with `server` against `connect` with `client`; both outcomes.
+    async fn handshake(
+        server: Option<ClusterSecret>,
+        client: Option<ClusterSecret>,
+    ) -> (Result<()>, Result<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let serving = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            accept(&mut s, server.as_ref()).await
+        });
+        let mut c = TcpStream::connect(addr).await.expect("connect");
+        let client_side = connect(&mut c, client.as_ref()).await;
+        drop(c);
+        (client_side, serving.await.expect("server task"))
+    }
+
+    #[tokio::test]
+    async fn matching_secrets_or_none_at_all_connect() {
+        let (c, s) = handshake(None, None).await;
+        assert!(c.is_ok() && s.is_ok(), "{c:?} {s:?}");
+        let one = "correct horse battery staple";
+        let (c, s) = handshake(Some(secret(one)), Some(secret(one))).await;
+        assert!(c.is_ok() && s.is_ok(), "{c:?} {s:?}");
+    }
+
+    #[tokio::test]
+    async fn a_wrong_or_missing_client_secret_is_refused() {
+        let server = secret("correct horse battery staple");
+        let (c, s) = handshake(Some(server.clone()), Some(secret("not the right secret!"))).await;
+        assert_eq!(c.unwrap_err().kind, ErrorKind::AuthFailed);
+        assert_eq!(s.unwrap_err().kind, ErrorKind::AuthFailed);
+        let (c, _) = handshake(Some(server), None).await;
+        assert_eq!(c.unwrap_err().kind, ErrorKind::AuthFailed);
+    }
+
+    /// A client holding the secret refuses a server that does not ask for it (a rogue
+    /// server at the client's address), before it sends anything past its hello.
+    #[tokio::test]
+    async fn a_client_with_a_secret_refuses_a_server_that_asks_for_none() {
+        let (c, s) = handshake(None, Some(secret("correct horse battery staple"))).await;
+        let e = c.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::AuthFailed, "{e}");
+        assert!(e.to_string().contains("cannot prove"), "{e}");
+        // The server never got the client's proof: the client hung up after its hello.
+        assert!(s.is_err(), "the handshake went on: {s:?}");
+    }
+
+    /// A server that claims to require the secret but cannot prove it knows it (it answers
+    /// "accepted" with a made-up tag) is refused too.
+    #[tokio::test]
+    async fn a_server_that_cannot_prove_the_secret_is_refused() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let rogue = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut hello = Vec::from(&MAGIC[..]);
+            hello.extend_from_slice(&[PROTOCOL_VERSION, 1]);
+            hello.extend_from_slice(&[7u8; 32]);
+            s.write_all(&hello).await.expect("hello");
+            let mut heard = [0u8; CLIENT_HELLO.len() + 64];
+            s.read_exact(&mut heard)
+                .await
+                .expect("client hello and proof");
+            let mut answer = [0u8; 33];
+            answer[0] = STATUS_OK;
+            s.write_all(&answer).await.expect("answer");
+            // Held open, as a server that wants the client's requests would.
+            let _ = s.read(&mut [0u8; 1]).await;
+        });
+        let mut c = TcpStream::connect(addr).await.expect("connect");
+        let e = connect(&mut c, Some(&secret("correct horse battery staple")))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::AuthFailed, "{e}");
+        assert!(e.to_string().contains("did not prove"), "{e}");
+        drop(c);
+        rogue.await.expect("rogue task");
+    }
+}

@@ -42,7 +42,7 @@ pub trait Worker: Send + 'static {
 }
 
 /// The statuses of a process's workers, shared with whatever reports them.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Workers {
     statuses: Arc<Mutex<Vec<WorkerStatus>>>,
 }

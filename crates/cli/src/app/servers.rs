@@ -152,6 +152,7 @@ pub(super) fn run_manager(
         new_file_grace: Duration::from_millis(a.gc_grace_ms),
         limits: a.limits.limits(),
         http_listen: a.http_addr.clone(),
+        workers: tomus_worker::Workers::default(),
     };
     // The backup service runs with maintenance (both are the manager's background clients).
     let backup = (!a.no_maintenance).then(|| secret.clone());
@@ -225,6 +226,7 @@ async fn manager_with_maintenance(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> tomus_wire::Result<()> {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let workers = config.workers.clone();
     let mut manager = tokio::spawn(tomus_manager::run(config, Some(tx)));
     let mut service = None;
     if let Ok(addr) = rx.await {
@@ -246,9 +248,9 @@ async fn manager_with_maintenance(
             let backup_stop = stop.clone();
             let backup_addr = addr.clone();
             tokio::spawn(async move {
-                if let Err(e) =
-                    tomus_backup::service::run(backup_addr, backup_secret, backup_stop).await
-                {
+                let backup =
+                    tomus_backup::service::run(backup_addr, backup_secret, backup_stop, &workers);
+                if let Err(e) = backup.await {
                     tracing::error!("the backup service stopped: {e}");
                 }
             });

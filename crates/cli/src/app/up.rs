@@ -203,6 +203,8 @@ pub(super) fn up(
                 chunk_size: tomus_wire::DEFAULT_CHUNK_SIZE,
                 replication: 1,
                 metrics_addr: None,
+                max_connections: None,
+                idle_timeout_ms: 30_000,
             };
             // Checked before the cluster starts: bad keys fail fast.
             Some(crate::s3_cmd::config("", secret, &args)?)
