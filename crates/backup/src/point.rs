@@ -48,8 +48,9 @@ pub struct Progress {
     pub bytes_uploaded: AtomicU64,
 }
 
-/// Whether `path` lies in one of the subtrees `paths` (empty: everything).
-fn selected(paths: &[String], path: &str) -> bool {
+/// Whether `path` lies in one of the subtrees `paths` (empty: everything). Geo-replication
+/// (crates/sites) selects its subtrees the same way.
+pub fn selected(paths: &[String], path: &str) -> bool {
     paths.is_empty()
         || paths.iter().any(|p| {
             let p = p.trim_matches('/');

@@ -1,0 +1,437 @@
+//! The replication engine: finds the versions of a subtree the site lacks and replays them
+//! there in publication order.
+//!
+//! A scan reads only the source: the subtree's files, and for each file whose latest version
+//! is past the rule's cursor, its retained published versions. Every version past the
+//! cursor is an item; items of all files are replayed in publication order (ties: blob,
+//! version), so the site always holds a prefix of the source's history.
+//!
+//! Replaying a version writes the same bytes as one new version on the site's file at the
+//! same path, with the source's attributes (an S3 ETag, content type...) and one more,
+//! [`REPLICA_OF`] = `BLOB:VERSION` of the source. That attribute, published atomically
+//! with the version, is the truth about what the site holds: before touching a file the
+//! engine reads it from the site's latest version, so a version the site already has (a
+//! pass interrupted after the site published but before the cursor was saved) is never
+//! written twice, and nothing is skipped whatever the cursor says. The cursor (saved in the
+//! source cluster) only spares the scan a round trip per unchanged file.
+//!
+//! When the site's file holds exactly the source's previous version, the version's own
+//! operation is replayed with only the bytes it wrote: an append as an append at the
+//! expected offset (a conditional append: another writer on the site makes it fail instead
+//! of interleaving), a write as a write at its offset, a replacement as a replacement.
+//! Otherwise (a new file, versions removed by retention in between, a file changed on the
+//! site) the version's whole content is written as a replacement.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tomus_client::{Blob, Client, CommitOptions, CreateOptions};
+use tomus_maintenance::throttle::Throttle;
+use tomus_metadata::{BlobId, Version};
+use tomus_wire::{Attrs, BlobInfo, EntryKind, Error, ErrorKind, Result, VersionInfo, VersionState};
+
+/// The version attribute naming the source version a site's version replays
+/// (`BLOB:VERSION`).
+pub const REPLICA_OF: &str = "sites:replica-of";
+
+/// Bytes read from the source and written to the site per step of one version.
+const PIECE: u64 = 8 << 20;
+
+/// What the site holds of one source file, as far as the service knows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileCursor {
+    pub src_blob: BlobId,
+    pub src_version: Version,
+    /// The site's blob at the path (a deletion at the source deletes it only if it is still
+    /// this one).
+    pub dst_blob: BlobId,
+}
+
+/// Where a rule stands: per source path, the last version replayed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    pub files: BTreeMap<String, FileCursor>,
+}
+
+/// Counters a pass advances as it goes (read by the status and the metrics).
+#[derive(Default)]
+pub struct Progress {
+    /// Versions found behind by the last scan and not replayed since.
+    pub versions_behind: AtomicU64,
+    /// Publication time of the oldest of them (0: none).
+    pub oldest_pending_ms: AtomicU64,
+    pub versions_done: AtomicU64,
+    pub bytes_done: AtomicU64,
+    pub files_deleted: AtomicU64,
+    /// When the last version was replayed (Unix ms).
+    pub last_done_ms: AtomicU64,
+}
+
+/// What one [`replicate_once`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassReport {
+    pub versions: u64,
+    pub bytes: u64,
+    pub deleted: u64,
+}
+
+/// One source version to replay.
+pub struct Item {
+    pub path: String,
+    pub blob: BlobInfo,
+    pub version: VersionInfo,
+    pub attrs: Attrs,
+}
+
+/// What a scan found: versions to replay (in order) and files gone from the source.
+#[derive(Default)]
+pub struct Scan {
+    pub items: Vec<Item>,
+    /// Paths in the cursor no longer in the subtree (or now another blob's).
+    pub gone: Vec<String>,
+    /// Aborted version ranges of each blob with items.
+    aborted: HashMap<BlobId, Vec<(Version, Version)>>,
+}
+
+fn in_subtree(root: &str, path: &str) -> bool {
+    tomus_backup::point::selected(&[root.to_string()], path)
+        && !tomus_client::namespace::is_reserved(path)
+}
+
+/// Reads the source: the versions of `root`'s files past `cursor`.
+pub async fn scan(source: &Client, root: &str, cursor: &Cursor) -> Result<Scan> {
+    let ns = source.internal_namespace();
+    let entries = if root.is_empty() {
+        ns.walk("").await?
+    } else {
+        match ns.stat(root).await {
+            Ok(e) if e.kind == EntryKind::File => vec![e],
+            Ok(_) => ns.walk(root).await?,
+            Err(e) if e.kind == ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        }
+    };
+    let mut out = Scan::default();
+    let mut present = HashSet::new();
+    for e in entries {
+        let (EntryKind::File, Some(info)) = (e.kind, e.blob) else {
+            continue;
+        };
+        if !in_subtree(root, &e.path) {
+            continue;
+        }
+        let done = match cursor.files.get(&e.path) {
+            Some(c) if c.src_blob == info.id => c.src_version,
+            _ => 0,
+        };
+        present.insert(e.path.clone());
+        if info.latest <= done {
+            continue;
+        }
+        let blob = source.blob(&info);
+        let (listed, list) = match tokio::try_join!(blob.versions_attrs(), blob.versions()) {
+            Ok(x) => x,
+            // Deleted since the listing: the next scan sees it gone.
+            Err(e) if e.kind == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        out.aborted.insert(info.id, list.aborted);
+        for (v, attrs) in listed {
+            if v.version > done && v.version <= info.latest && v.state == VersionState::Published {
+                out.items.push(Item {
+                    path: e.path.clone(),
+                    blob: info.clone(),
+                    version: v,
+                    attrs,
+                });
+            }
+        }
+    }
+    out.gone = cursor
+        .files
+        .keys()
+        .filter(|p| !present.contains(*p))
+        .cloned()
+        .collect();
+    out.items
+        .sort_by_key(|i| (i.version.published_ms, i.version.blob, i.version.version));
+    Ok(out)
+}
+
+impl Scan {
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty() && self.gone.is_empty()
+    }
+
+    /// Publishes the scan's backlog in `progress`.
+    pub fn publish(&self, progress: &Progress) {
+        progress
+            .versions_behind
+            .store(self.items.len() as u64, Ordering::Relaxed);
+        let oldest = self.items.first().map_or(0, |i| i.version.published_ms);
+        progress.oldest_pending_ms.store(oldest, Ordering::Relaxed);
+    }
+}
+
+/// The site's file at a path, as the engine found it.
+struct SiteFile {
+    blob: Blob,
+    /// The source version its latest version replays, if it is a replica.
+    replica: Option<(BlobId, Version)>,
+    size: u64,
+}
+
+fn parse_replica(attrs: &Attrs) -> Option<(BlobId, Version)> {
+    let (b, v) = attrs.get(REPLICA_OF)?.split_once(':')?;
+    Some((b.parse().ok()?, v.parse().ok()?))
+}
+
+/// Opens (or creates) the site's file at `path` for the source blob `info`.
+async fn open_site_file(target: &Client, path: &str, info: &BlobInfo) -> Result<SiteFile> {
+    let ns = target.namespace();
+    match ns.object(path, None).await {
+        Ok((o, blob)) => {
+            return Ok(SiteFile {
+                replica: parse_replica(&o.attrs),
+                size: o.version.size,
+                blob,
+            })
+        }
+        Err(e) if e.kind == ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    // The site may have fewer providers than the source's replication.
+    let alive = target
+        .providers()
+        .await?
+        .iter()
+        .filter(|p| p.alive && !p.draining)
+        .count() as u32;
+    let options = CreateOptions {
+        chunk_size: info.chunk_size,
+        replication: info.replication.min(alive.max(1)),
+        exclusive: false,
+    };
+    let (entry, blob) = ns.create(path, options).await?;
+    Ok(SiteFile {
+        replica: None,
+        size: entry.blob.map_or(0, |b| b.size),
+        blob,
+    })
+}
+
+/// Whether every version strictly between `from` and `to` was given up (so the site's copy
+/// of `from` is the content `to` was written over).
+fn only_aborted_between(from: Version, to: Version, aborted: &[(Version, Version)]) -> bool {
+    (from + 1..to).all(|v| aborted.iter().any(|(a, b)| *a <= v && v < *b))
+}
+
+enum Op {
+    /// The whole content, as a replacement.
+    Full,
+    Append,
+    Write,
+}
+
+/// Replays a scan's items (then its deletions) from `source` onto `target`, advancing
+/// `cursor` and `progress` after each version. Stops early, with `Ok(false)`, once `budget`
+/// is spent (the caller saves the cursor and calls again); `Ok(true)` when all is done. On
+/// an error the cursor holds everything done before it.
+pub async fn apply(
+    source: &Client,
+    target: &Client,
+    scan: Scan,
+    cursor: &mut Cursor,
+    throttle: &Throttle,
+    progress: &Progress,
+    budget: Duration,
+) -> Result<bool> {
+    let started = Instant::now();
+    let mut files: HashMap<String, SiteFile> = HashMap::new();
+    let mut broken: HashSet<BlobId> = HashSet::new();
+    let total = scan.items.len();
+    for (n, item) in scan.items.into_iter().enumerate() {
+        if started.elapsed() > budget {
+            return Ok(false);
+        }
+        let v = &item.version;
+        let file = match files.entry(item.path.clone()) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(open_site_file(target, &item.path, &item.blob).await?)
+            }
+        };
+        let src = (item.blob.id, v.version);
+        let held = file.replica.filter(|(b, _)| *b == item.blob.id);
+        if held.is_some_and(|(_, hv)| hv >= v.version) {
+            // Already on the site (an earlier pass published it, its cursor was not saved).
+        } else {
+            let aborted = scan.aborted.get(&item.blob.id).map_or(&[][..], |a| a);
+            let chained = !broken.contains(&item.blob.id)
+                && held.is_some_and(|(_, hv)| only_aborted_between(hv, v.version, aborted));
+            let end = v.span.offset + v.span.size;
+            let op = if !chained {
+                Op::Full
+            } else if v.append && v.span.offset == file.size {
+                Op::Append
+            } else if v.span.offset == 0 && end >= file.size {
+                Op::Full
+            } else {
+                Op::Write
+            };
+            match replay_version(source, &item, file, op, throttle, progress).await {
+                Ok(()) => {}
+                // Removed by retention since the scan: not retained, nothing to copy; the
+                // next version goes whole.
+                Err(e) if e.kind == ErrorKind::NotFound => {
+                    broken.insert(item.blob.id);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        cursor.files.insert(
+            item.path.clone(),
+            FileCursor {
+                src_blob: src.0,
+                src_version: src.1,
+                dst_blob: file.blob.id(),
+            },
+        );
+        progress
+            .versions_behind
+            .store((total - n - 1) as u64, Ordering::Relaxed);
+        progress
+            .last_done_ms
+            .store(tomus_wire::now_ms(), Ordering::Relaxed);
+        progress.versions_done.fetch_add(1, Ordering::Relaxed);
+    }
+    progress.oldest_pending_ms.store(0, Ordering::Relaxed);
+    for path in scan.gone {
+        delete_on_site(target, &path, cursor, progress).await?;
+    }
+    Ok(true)
+}
+
+/// Writes one version on the site; updates `file` to it.
+async fn replay_version(
+    source: &Client,
+    item: &Item,
+    file: &mut SiteFile,
+    op: Op,
+    throttle: &Throttle,
+    progress: &Progress,
+) -> Result<()> {
+    let v = &item.version;
+    let (from, len) = match op {
+        Op::Full => (0, v.size),
+        Op::Append | Op::Write => (v.span.offset, v.span.size.min(v.size - v.span.offset)),
+    };
+    let src = source.blob(&item.blob);
+    let mut writer = file.blob.writer();
+    let mut at = from;
+    while at < from + len {
+        let n = PIECE.min(from + len - at);
+        throttle.take(n).await;
+        let data = src.read(at, n, Some(v.version)).await?;
+        writer.write(&data).await?;
+        progress.bytes_done.fetch_add(n, Ordering::Relaxed);
+        at += n;
+    }
+    let mut attrs = item.attrs.clone();
+    attrs.insert(REPLICA_OF.into(), format!("{}:{}", item.blob.id, v.version));
+    let mut options = CommitOptions {
+        attrs,
+        expect_size: None,
+    };
+    let published = match op {
+        Op::Full => Some(writer.commit_replace_with(&options).await?),
+        Op::Append => {
+            options.expect_size = Some(file.size);
+            writer.commit_append_with(&options).await?
+        }
+        Op::Write => writer.commit_write_with(v.span.offset, &options).await?,
+    };
+    let Some(info) = published else {
+        return Err(Error::internal(format!(
+            "/{}: version {} replayed no data",
+            item.path, v.version
+        )));
+    };
+    if info.size != v.size {
+        // Someone else wrote the site's file meanwhile: the next version goes whole.
+        tracing::warn!(
+            "sites: /{} on the site is {} bytes after replaying version {} ({} at the source)",
+            item.path,
+            info.size,
+            v.version,
+            v.size
+        );
+        file.replica = None;
+    } else {
+        file.replica = Some((item.blob.id, v.version));
+    }
+    file.size = info.size;
+    Ok(())
+}
+
+/// Deletes the site's copy of a file gone from the source, if the site's file is still the
+/// one replication wrote.
+async fn delete_on_site(
+    target: &Client,
+    path: &str,
+    cursor: &mut Cursor,
+    progress: &Progress,
+) -> Result<()> {
+    let Some(c) = cursor.files.get(path) else {
+        return Ok(());
+    };
+    let ns = target.namespace();
+    match ns.stat(path).await {
+        Ok(e) if e.blob.as_ref().is_some_and(|b| b.id == c.dst_blob) => {
+            match ns.delete(path, false).await {
+                Ok(()) => {
+                    progress.files_deleted.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) if e.kind == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(_) => {}
+        Err(e) if e.kind == ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    cursor.files.remove(path);
+    Ok(())
+}
+
+/// One catch-up pass of `path` from `source` to `target` without the service (for other
+/// services and tools): everything the scan finds is replayed, deletions included. `cursor`
+/// may start empty: what the site already holds is recognised and not sent again.
+pub async fn replicate_once(
+    source: &Client,
+    target: &Client,
+    path: &str,
+    cursor: &mut Cursor,
+) -> Result<PassReport> {
+    let root = crate::config::normalize(path);
+    let progress = Progress::default();
+    let found = scan(source, &root, cursor).await?;
+    apply(
+        source,
+        target,
+        found,
+        cursor,
+        &Throttle::new(0),
+        &progress,
+        Duration::MAX,
+    )
+    .await?;
+    Ok(PassReport {
+        versions: progress.versions_done.load(Ordering::Relaxed),
+        bytes: progress.bytes_done.load(Ordering::Relaxed),
+        deleted: progress.files_deleted.load(Ordering::Relaxed),
+    })
+}
