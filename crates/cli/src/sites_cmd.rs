@@ -16,9 +16,10 @@ use crate::size::{format_size, parse_size};
 
 #[derive(Subcommand)]
 pub enum SitesCommand {
-    /// Name another tomus cluster (its manager's HOST:PORT) as a replication target. With
-    /// --secret-file, the manager of this cluster reads the site's cluster secret from that
-    /// file (an absolute path on the manager's machine) each time it connects.
+    /// Name another tomus cluster (its manager's HOST:PORT) as a replication target:
+    /// `tomus sites add NAME HOST:PORT`. With --site-secret-file, this cluster's manager reads
+    /// the site's cluster secret from that file (a path on the manager's machine) each time
+    /// it connects; the secret itself is stored nowhere.
     Add(AddArgs),
     /// Forget a site (refused while a subtree is replicated to it).
     Remove { name: String },
@@ -43,12 +44,13 @@ pub enum SitesCommand {
 #[derive(Args)]
 pub struct AddArgs {
     name: String,
-    /// The site's manager, HOST:PORT.
+    /// The site's manager, HOST:PORT (`--addr` names this cluster's manager, as everywhere).
+    #[arg(value_name = "HOST:PORT")]
+    site_addr: String,
+    /// A file holding the site's cluster secret, readable by this cluster's manager
+    /// (`--secret-file` is this cluster's own secret, as everywhere).
     #[arg(long)]
-    addr: String,
-    /// A file holding the site's cluster secret (absolute path, readable by the manager).
-    #[arg(long)]
-    secret_file: Option<PathBuf>,
+    site_secret_file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -99,7 +101,7 @@ pub async fn run(
     let client = connect(addr, secret).await?;
     match cmd {
         SitesCommand::Add(a) => {
-            let secret_file = match a.secret_file {
+            let secret_file = match a.site_secret_file {
                 Some(f) => Some(
                     std::path::absolute(&f)
                         .with_context(|| format!("{}", f.display()))?
@@ -109,7 +111,7 @@ pub async fn run(
                 None => None,
             };
             let site = Site {
-                addr: a.addr,
+                addr: a.site_addr,
                 secret_file,
             };
             tomus_sites::add_site(&client, &a.name, site.clone()).await?;
@@ -136,7 +138,7 @@ pub async fn run(
                 return Ok(());
             }
             if cfg.sites.is_empty() {
-                outln!("no sites (add one with `tomus sites add NAME --addr HOST:PORT`)")?;
+                outln!("no sites (add one with `tomus sites add NAME HOST:PORT`)")?;
             }
             for (name, s) in &cfg.sites {
                 let paths: Vec<String> = cfg

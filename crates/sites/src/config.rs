@@ -149,7 +149,7 @@ pub async fn replicate(client: &Client, path: &str, site: &str, rate: u64) -> Re
     let mut config = load(client).await?;
     if !config.sites.contains_key(site) {
         return Err(Error::not_found(format!(
-            "no site named {site} (add it with `tomus sites add {site} --addr HOST:PORT`)"
+            "no site named {site} (add it with `tomus sites add {site} HOST:PORT`)"
         )));
     }
     let rule = Rule {

@@ -188,7 +188,8 @@ fn parse_replica(attrs: &Attrs) -> Option<(BlobId, Version)> {
     Some((b.parse().ok()?, v.parse().ok()?))
 }
 
-/// Opens (or creates) the site's file at `path` for the source blob `info`.
+/// Opens (or creates, with the source file's chunk size, replication and retention) the
+/// site's file at `path` for the source blob `info`.
 async fn open_site_file(target: &Client, path: &str, info: &BlobInfo) -> Result<SiteFile> {
     let ns = target.namespace();
     match ns.object(path, None).await {
@@ -214,7 +215,8 @@ async fn open_site_file(target: &Client, path: &str, info: &BlobInfo) -> Result<
         replication: info.replication.min(alive.max(1)),
         exclusive: false,
     };
-    let (entry, blob) = ns.create(path, options).await?;
+    // The site's copy keeps what the source file keeps.
+    let (entry, blob) = ns.create_retained(path, options, info.retention).await?;
     Ok(SiteFile {
         replica: None,
         size: entry.blob.map_or(0, |b| b.size),
@@ -269,8 +271,15 @@ pub async fn apply(
             // Already on the site (an earlier pass published it, its cursor was not saved).
         } else {
             let aborted = scan.aborted.get(&item.blob.id).map_or(&[][..], |a| a);
+            // A new (empty) copy takes a version that wrote all its content as it was
+            // written: the first append of a log stays an append.
+            let fresh = file.replica.is_none()
+                && file.size == 0
+                && v.span.offset == 0
+                && v.span.size == v.size;
             let chained = !broken.contains(&item.blob.id)
-                && held.is_some_and(|(_, hv)| only_aborted_between(hv, v.version, aborted));
+                && (fresh
+                    || held.is_some_and(|(_, hv)| only_aborted_between(hv, v.version, aborted)));
             let end = v.span.offset + v.span.size;
             let op = if !chained {
                 Op::Full
@@ -393,6 +402,7 @@ async fn delete_on_site(
         Ok(e) if e.blob.as_ref().is_some_and(|b| b.id == c.dst_blob) => {
             match ns.delete(path, false).await {
                 Ok(()) => {
+                    tracing::info!("sites: /{path} is gone from the source: deleted on the site");
                     progress.files_deleted.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) if e.kind == ErrorKind::NotFound => {}
