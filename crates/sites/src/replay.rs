@@ -24,10 +24,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use serde::{Deserialize, Serialize};
-use tomus_client::{Blob, Client, CommitOptions, CreateOptions};
+use tomus_client::{Blob, BlobWriter, Client, CommitOptions, CreateOptions};
 use tomus_maintenance::throttle::Throttle;
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::{Attrs, BlobInfo, EntryKind, Error, ErrorKind, Result, VersionInfo, VersionState};
@@ -230,6 +233,7 @@ fn only_aborted_between(from: Version, to: Version, aborted: &[(Version, Version
     (from + 1..to).all(|v| aborted.iter().any(|(a, b)| *a <= v && v < *b))
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Op {
     /// The whole content, as a replacement.
     Full,
@@ -237,38 +241,39 @@ enum Op {
     Write,
 }
 
-/// Replays a scan's items (then its deletions) from `source` onto `target`, advancing
-/// `cursor` and `progress` after each version. Stops early, with `Ok(false)`, once `budget`
-/// is spent (the caller saves the cursor and calls again); `Ok(true)` when all is done. On
-/// an error the cursor holds everything done before it.
-pub async fn apply(
-    source: &Client,
-    target: &Client,
-    scan: Scan,
-    cursor: &mut Cursor,
-    throttle: &Throttle,
-    progress: &Progress,
-    budget: Duration,
-) -> Result<bool> {
-    let started = Instant::now();
+/// Versions whose data is read from the source and stored on the site ahead of the one
+/// being published there: stores overlap with the round trips of publication, while
+/// publications stay one at a time, in order.
+const PIPELINE: usize = 4;
+
+/// One version to replay, with the operation chosen for it (`None`: the site has it) and
+/// what the site's file will be once it is published.
+struct Planned {
+    item: Item,
+    op: Option<Op>,
+    dst: Blob,
+    /// The site's file size before it.
+    size_before: u64,
+}
+
+/// Chooses each item's operation from the site's files as found, assuming each version
+/// before it is published as planned (publication checks that: see [`commit`]).
+async fn plan(target: &Client, scan: &mut Scan) -> Result<Vec<Planned>> {
     let mut files: HashMap<String, SiteFile> = HashMap::new();
-    let mut broken: HashSet<BlobId> = HashSet::new();
-    let total = scan.items.len();
-    for (n, item) in scan.items.into_iter().enumerate() {
-        if started.elapsed() > budget {
-            return Ok(false);
-        }
-        let v = &item.version;
+    let mut out = Vec::new();
+    for item in std::mem::take(&mut scan.items) {
         let file = match files.entry(item.path.clone()) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(open_site_file(target, &item.path, &item.blob).await?)
             }
         };
-        let src = (item.blob.id, v.version);
+        let v = &item.version;
         let held = file.replica.filter(|(b, _)| *b == item.blob.id);
-        if held.is_some_and(|(_, hv)| hv >= v.version) {
+        let size_before = file.size;
+        let op = if held.is_some_and(|(_, hv)| hv >= v.version) {
             // Already on the site (an earlier pass published it, its cursor was not saved).
+            None
         } else {
             let aborted = scan.aborted.get(&item.blob.id).map_or(&[][..], |a| a);
             // A new (empty) copy takes a version that wrote all its content as it was
@@ -277,11 +282,10 @@ pub async fn apply(
                 && file.size == 0
                 && v.span.offset == 0
                 && v.span.size == v.size;
-            let chained = !broken.contains(&item.blob.id)
-                && (fresh
-                    || held.is_some_and(|(_, hv)| only_aborted_between(hv, v.version, aborted)));
+            let chained =
+                fresh || held.is_some_and(|(_, hv)| only_aborted_between(hv, v.version, aborted));
             let end = v.span.offset + v.span.size;
-            let op = if !chained {
+            Some(if !chained {
                 Op::Full
             } else if v.append && v.span.offset == file.size {
                 Op::Append
@@ -289,100 +293,195 @@ pub async fn apply(
                 Op::Full
             } else {
                 Op::Write
+            })
+        };
+        if op.is_some() {
+            file.replica = Some((item.blob.id, v.version));
+            file.size = v.size;
+        }
+        out.push(Planned {
+            dst: file.blob.clone(),
+            item,
+            op,
+            size_before,
+        });
+    }
+    Ok(out)
+}
+
+/// A task that is aborted when dropped (prepared versions no one will publish).
+struct Task<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Task<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for Task<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// Replays a scan's items (then its deletions) from `source` onto `target`, advancing
+/// `cursor` and `progress` after each version. Stops early, with `Ok(false)`, once `budget`
+/// is spent or a version is gone from the source meanwhile (the caller saves the cursor and
+/// calls again, after a new scan); `Ok(true)` when all is done. On an error the cursor holds
+/// everything done before it.
+pub async fn apply(
+    source: &Client,
+    target: &Client,
+    mut scan: Scan,
+    cursor: &mut Cursor,
+    throttle: &Arc<Throttle>,
+    progress: &Progress,
+    budget: Duration,
+) -> Result<bool> {
+    let started = Instant::now();
+    let planned = plan(target, &mut scan).await?;
+    let total = planned.len();
+    let next_ms: Vec<u64> = planned
+        .iter()
+        .map(|p| p.item.version.published_ms)
+        .collect();
+    // Data is read and stored up to PIPELINE versions ahead, in tasks of their own so that
+    // it goes on while a version is being published.
+    let mut prepared = futures::stream::iter(planned.into_iter().map(|p| {
+        let (source, throttle) = (source.clone(), throttle.clone());
+        Task(tokio::spawn(async move {
+            let writer = match p.op {
+                Some(op) => Some(prepare(&source, &p, op, &throttle).await),
+                None => None,
             };
-            match replay_version(source, &item, file, op, throttle, progress).await {
-                Ok(()) => {}
-                // Removed by retention since the scan: not retained, nothing to copy; the
-                // next version goes whole.
-                Err(e) if e.kind == ErrorKind::NotFound => {
-                    broken.insert(item.blob.id);
-                    continue;
-                }
+            (p, writer)
+        }))
+    }))
+    .buffered(PIPELINE);
+    let mut n = 0;
+    while let Some(joined) = prepared.next().await {
+        let (p, writer) =
+            joined.map_err(|e| Error::internal(format!("replication task failed: {e}")))?;
+        if let Some(writer) = writer {
+            let writer = match writer {
+                Ok(w) => w,
+                // Removed by retention since the scan: a new scan plans without it.
+                Err(e) if e.kind == ErrorKind::NotFound => return Ok(false),
                 Err(e) => return Err(e),
-            }
+            };
+            let op = p.op.unwrap_or(Op::Full);
+            commit(source, &p, op, writer, throttle, progress).await?;
         }
         cursor.files.insert(
-            item.path.clone(),
+            p.item.path.clone(),
             FileCursor {
-                src_blob: src.0,
-                src_version: src.1,
-                dst_blob: file.blob.id(),
+                src_blob: p.item.blob.id,
+                src_version: p.item.version.version,
+                dst_blob: p.dst.id(),
             },
         );
+        n += 1;
         progress
             .versions_behind
-            .store((total - n - 1) as u64, Ordering::Relaxed);
+            .store((total - n) as u64, Ordering::Relaxed);
+        progress
+            .oldest_pending_ms
+            .store(next_ms.get(n).copied().unwrap_or(0), Ordering::Relaxed);
         progress
             .last_done_ms
             .store(tomus_wire::now_ms(), Ordering::Relaxed);
         progress.versions_done.fetch_add(1, Ordering::Relaxed);
+        if n < total && started.elapsed() > budget {
+            return Ok(false);
+        }
     }
-    progress.oldest_pending_ms.store(0, Ordering::Relaxed);
-    for path in scan.gone {
+    for path in std::mem::take(&mut scan.gone) {
         delete_on_site(target, &path, cursor, progress).await?;
     }
     Ok(true)
 }
 
-/// Writes one version on the site; updates `file` to it.
-async fn replay_version(
-    source: &Client,
-    item: &Item,
-    file: &mut SiteFile,
-    op: Op,
-    throttle: &Throttle,
-    progress: &Progress,
-) -> Result<()> {
-    let v = &item.version;
-    let (from, len) = match op {
+/// The bytes `op` writes for a planned version: `(from, len)` of its content.
+fn range(p: &Planned, op: Op) -> (u64, u64) {
+    let v = &p.item.version;
+    match op {
         Op::Full => (0, v.size),
         Op::Append | Op::Write => (v.span.offset, v.span.size.min(v.size - v.span.offset)),
-    };
-    let src = source.blob(&item.blob);
-    let mut writer = file.blob.writer();
+    }
+}
+
+/// Reads a version's bytes from the source and stores them on the site (not yet visible).
+async fn prepare(source: &Client, p: &Planned, op: Op, throttle: &Throttle) -> Result<BlobWriter> {
+    let (from, len) = range(p, op);
+    let src = source.blob(&p.item.blob);
+    let mut writer = p.dst.writer();
     let mut at = from;
     while at < from + len {
         let n = PIECE.min(from + len - at);
         throttle.take(n).await;
-        let data = src.read(at, n, Some(v.version)).await?;
+        let data = src.read(at, n, Some(p.item.version.version)).await?;
         writer.write(&data).await?;
-        progress.bytes_done.fetch_add(n, Ordering::Relaxed);
         at += n;
     }
-    let mut attrs = item.attrs.clone();
-    attrs.insert(REPLICA_OF.into(), format!("{}:{}", item.blob.id, v.version));
+    Ok(writer)
+}
+
+/// Publishes a prepared version on the site. When the site's file was not what the plan
+/// expected (someone else wrote it, so an append's expected size fails or the result has
+/// another size), the version is written again whole, so the site's file is the source's
+/// version after all and the plan of the versions after it holds.
+async fn commit(
+    source: &Client,
+    p: &Planned,
+    op: Op,
+    writer: BlobWriter,
+    throttle: &Throttle,
+    progress: &Progress,
+) -> Result<()> {
+    let v = &p.item.version;
+    let mut attrs = p.item.attrs.clone();
+    attrs.insert(
+        REPLICA_OF.into(),
+        format!("{}:{}", p.item.blob.id, v.version),
+    );
     let mut options = CommitOptions {
         attrs,
         expect_size: None,
     };
     let published = match op {
-        Op::Full => Some(writer.commit_replace_with(&options).await?),
+        Op::Full => writer.commit_replace_with(&options).await.map(Some),
         Op::Append => {
-            options.expect_size = Some(file.size);
-            writer.commit_append_with(&options).await?
+            options.expect_size = Some(p.size_before);
+            writer.commit_append_with(&options).await
         }
-        Op::Write => writer.commit_write_with(v.span.offset, &options).await?,
+        Op::Write => writer.commit_write_with(v.span.offset, &options).await,
     };
-    let Some(info) = published else {
-        return Err(Error::internal(format!(
-            "/{}: version {} replayed no data",
-            item.path, v.version
-        )));
+    let size = match published {
+        Ok(Some(info)) => Some(info.size),
+        Ok(None) => None,
+        Err(e) if e.kind == ErrorKind::PreconditionFailed => None,
+        Err(e) => return Err(e),
     };
-    if info.size != v.size {
-        // Someone else wrote the site's file meanwhile: the next version goes whole.
-        tracing::warn!(
-            "sites: /{} on the site is {} bytes after replaying version {} ({} at the source)",
-            item.path,
-            info.size,
-            v.version,
-            v.size
-        );
-        file.replica = None;
-    } else {
-        file.replica = Some((item.blob.id, v.version));
+    progress
+        .bytes_done
+        .fetch_add(range(p, op).1, Ordering::Relaxed);
+    if size == Some(v.size) || op == Op::Full {
+        return Ok(());
     }
-    file.size = info.size;
+    tracing::warn!(
+        "sites: /{} on the site was changed by someone else; writing version {} whole",
+        p.item.path,
+        v.version
+    );
+    let writer = prepare(source, p, Op::Full, throttle).await?;
+    options.expect_size = None;
+    writer.commit_replace_with(&options).await?;
+    progress.bytes_done.fetch_add(v.size, Ordering::Relaxed);
     Ok(())
 }
 
@@ -428,17 +527,22 @@ pub async fn replicate_once(
 ) -> Result<PassReport> {
     let root = crate::config::normalize(path);
     let progress = Progress::default();
-    let found = scan(source, &root, cursor).await?;
-    apply(
+    let mut found = scan(source, &root, cursor).await?;
+    let throttle = Arc::new(Throttle::new(0));
+    while !apply(
         source,
         target,
         found,
         cursor,
-        &Throttle::new(0),
+        &throttle,
         &progress,
         Duration::MAX,
     )
-    .await?;
+    .await?
+    {
+        // A version went away meanwhile: scan again.
+        found = scan(source, &root, cursor).await?;
+    }
     Ok(PassReport {
         versions: progress.versions_done.load(Ordering::Relaxed),
         bytes: progress.bytes_done.load(Ordering::Relaxed),

@@ -267,7 +267,7 @@ async fn run_rule(
             return;
         }
     };
-    let throttle = Throttle::new(rule.rate);
+    let throttle = Arc::new(Throttle::new(rule.rate));
     let mut target: Option<Client> = None;
     let mut backoff = Duration::from_secs(1);
     loop {
@@ -346,7 +346,7 @@ async fn step(
     site: &Site,
     target: &mut Option<Client>,
     cursor: &mut Cursor,
-    throttle: &Throttle,
+    throttle: &Arc<Throttle>,
     progress: &Progress,
     shared: &Mutex<RuleStatus>,
 ) -> Result<(bool, bool)> {
