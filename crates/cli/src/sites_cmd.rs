@@ -43,6 +43,7 @@ pub enum SitesCommand {
 
 #[derive(Args)]
 pub struct AddArgs {
+    /// The site's name in this cluster (letters, digits, '-', '_', '.').
     name: String,
     /// The site's manager, HOST:PORT (`--addr` names this cluster's manager, as everywhere).
     #[arg(value_name = "HOST:PORT")]

@@ -549,3 +549,26 @@ pub async fn replicate_once(
         deleted: progress.files_deleted.load(Ordering::Relaxed),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_follows_on_only_across_given_up_numbers() {
+        assert!(only_aborted_between(3, 4, &[]));
+        assert!(!only_aborted_between(3, 5, &[]));
+        assert!(only_aborted_between(3, 7, &[(4, 6), (6, 7)]));
+        assert!(!only_aborted_between(3, 7, &[(4, 6)]));
+    }
+
+    #[test]
+    fn the_replica_record_names_blob_and_version() {
+        let mut attrs = Attrs::new();
+        assert_eq!(parse_replica(&attrs), None);
+        attrs.insert(REPLICA_OF.into(), "12:345".into());
+        assert_eq!(parse_replica(&attrs), Some((12, 345)));
+        attrs.insert(REPLICA_OF.into(), "garbage".into());
+        assert_eq!(parse_replica(&attrs), None);
+    }
+}
