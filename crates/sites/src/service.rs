@@ -87,6 +87,8 @@ struct Running {
     progress: Arc<Progress>,
     shared: Arc<Mutex<RuleStatus>>,
     task: tokio::task::JoinHandle<()>,
+    /// The task's totals already added to the counters (the task counts from zero).
+    counted: (u64, u64),
 }
 
 fn labels(rule: &Rule) -> Labels {
@@ -174,13 +176,14 @@ pub async fn run(
                     progress,
                     shared,
                     task,
+                    counted: (0, 0),
                 },
             );
         }
         // The status and the gauges, from every rule's counters.
         let now = tomus_wire::now_ms();
         let mut st = ServiceStatus::default();
-        for (id, r) in &running {
+        for (id, r) in running.iter_mut() {
             let mut s = r.shared.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let p = &r.progress;
             s.versions_behind = p.versions_behind.load(Ordering::Relaxed);
@@ -200,8 +203,16 @@ pub async fn run(
                 .get_or_create(&l)
                 .set(s.versions_behind as i64);
             metrics.lag_seconds.get_or_create(&l).set(s.seconds_behind);
-            counter_to(&metrics.versions, &l, s.versions_replicated);
-            counter_to(&metrics.bytes, &l, s.bytes_replicated);
+            let (versions, bytes) = r.counted;
+            metrics
+                .versions
+                .get_or_create(&l)
+                .inc_by(s.versions_replicated.saturating_sub(versions));
+            metrics
+                .bytes
+                .get_or_create(&l)
+                .inc_by(s.bytes_replicated.saturating_sub(bytes));
+            r.counted = (s.versions_replicated, s.bytes_replicated);
             st.rules.insert(id.clone(), s);
         }
         // Written when something but the clock moved, and every 5 s while there are rules
@@ -230,15 +241,6 @@ pub async fn run(
         r.task.abort();
     }
     Ok(())
-}
-
-/// Raises a counter to `total` (the rule's running total).
-fn counter_to(family: &tomus_metrics::families::Counters, l: &Labels, total: u64) {
-    let c = family.get_or_create(l);
-    let now = c.get();
-    if total > now {
-        c.inc_by(total - now);
-    }
 }
 
 fn set_state(shared: &Mutex<RuleStatus>, f: impl FnOnce(&mut RuleStatus)) {
