@@ -48,8 +48,9 @@ pub struct Progress {
     pub bytes_uploaded: AtomicU64,
 }
 
-/// Whether `path` lies in one of the subtrees `paths` (empty: everything).
-fn selected(paths: &[String], path: &str) -> bool {
+/// Whether `path` lies in one of the subtrees `paths` (empty: everything). Geo-replication
+/// (crates/sites) selects its subtrees the same way.
+pub fn selected(paths: &[String], path: &str) -> bool {
     paths.is_empty()
         || paths.iter().any(|p| {
             let p = p.trim_matches('/');
@@ -106,7 +107,13 @@ pub async fn take_point(
     let blobs = client.list_blobs().await?;
     let ns = client.internal_namespace();
     let all: Vec<FsEntry> = ns.walk("").await?;
-    let own = |p: &str| p == STATE_DIR || p.starts_with(&format!("{STATE_DIR}/"));
+    // Neither this service's state nor geo-replication's: a cluster restored from a point
+    // must not start replicating to a site on its own (the site may hold newer versions).
+    let own = |p: &str| {
+        [STATE_DIR, ".tomus-sites"]
+            .iter()
+            .any(|d| p == *d || p.starts_with(&format!("{d}/")))
+    };
     let mut files: std::collections::HashSet<BlobId> = std::collections::HashSet::new();
     for e in &all {
         if let Some(b) = &e.blob {

@@ -83,30 +83,41 @@ fn state_path(name: &str) -> String {
 }
 
 async fn read_json<T: for<'a> Deserialize<'a>>(client: &Client, name: &str) -> Result<Option<T>> {
+    read_state(client, &state_path(name)).await
+}
+
+async fn write_json<T: Serialize>(client: &Client, name: &str, value: &T) -> Result<()> {
+    write_state(client, &state_path(name), value).await
+}
+
+/// A service's JSON state file at `path` in the cluster's namespace (reserved names
+/// included), `None` when there is none. Geo-replication (crates/sites) keeps its
+/// configuration, cursors and status the same way.
+pub async fn read_state<T: for<'a> Deserialize<'a>>(
+    client: &Client,
+    path: &str,
+) -> Result<Option<T>> {
     let ns = client.internal_namespace();
-    let (entry, blob) = match ns.open(&state_path(name)).await {
+    let (_, blob) = match ns.open(path).await {
         Ok(x) => x,
         Err(e) if e.kind == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let _ = entry;
     let info = blob.stat(None).await?;
     let data = blob.read(0, info.size, Some(info.version)).await?;
     serde_json::from_slice(&data)
         .map(Some)
-        .map_err(|e| tomus_wire::Error::corrupt(format!("/{STATE_DIR}/{name}: {e}")))
+        .map_err(|e| tomus_wire::Error::corrupt(format!("/{path}: {e}")))
 }
 
-async fn write_json<T: Serialize>(client: &Client, name: &str, value: &T) -> Result<()> {
+/// Writes `value` as the new content of the state file at `path` (the last two versions
+/// kept).
+pub async fn write_state<T: Serialize>(client: &Client, path: &str, value: &T) -> Result<()> {
     let body =
         serde_json::to_vec_pretty(value).map_err(|e| tomus_wire::Error::internal(e.to_string()))?;
     let ns = client.internal_namespace();
     let (_, blob) = ns
-        .create_retained(
-            &state_path(name),
-            CreateOptions::default(),
-            Retention::KeepLast(2),
-        )
+        .create_retained(path, CreateOptions::default(), Retention::KeepLast(2))
         .await?;
     blob.replace(&body).await?;
     Ok(())
@@ -372,13 +383,14 @@ async fn run_point(
 
 /// Whether anyone but the service published a version in the last [`QUIET`].
 async fn busy(client: &Client) -> bool {
-    let own: Vec<u64> = match client.internal_namespace().list(STATE_DIR).await {
-        Ok(entries) => entries
-            .iter()
-            .filter_map(|e| e.blob.as_ref().map(|b| b.id))
-            .collect(),
-        Err(_) => Vec::new(),
-    };
+    // The state files of this service and of geo-replication's (which writes its status
+    // every few seconds) are not the users' traffic.
+    let mut own: Vec<u64> = Vec::new();
+    for dir in [STATE_DIR, ".tomus-sites"] {
+        if let Ok(entries) = client.internal_namespace().walk(dir).await {
+            own.extend(entries.iter().filter_map(|e| e.blob.as_ref().map(|b| b.id)));
+        }
+    }
     let Ok(blobs) = client.list_blobs().await else {
         return false;
     };
@@ -393,4 +405,16 @@ async fn save(client: &Client, st: &mut Status) {
     if let Err(e) = write_json(client, STATUS, st).await {
         tracing::debug!("backup service: writing its status: {e}");
     }
+}
+
+/// Sleeps `d`; whether `stop` turned true meanwhile.
+pub async fn pause(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    if *stop.borrow() {
+        return true;
+    }
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = async { let _ = stop.wait_for(|s| *s).await; } => true,
+    };
+    stopped || *stop.borrow()
 }

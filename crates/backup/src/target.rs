@@ -2,7 +2,9 @@
 //!
 //! - `s3://bucket/prefix`: any S3-compatible endpoint. Credentials, region and endpoint come
 //!   from the usual AWS environment variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-//!   `AWS_REGION`, `AWS_ENDPOINT_URL`; an `http://` endpoint is allowed, for a local server).
+//!   `AWS_REGION`, `AWS_ENDPOINT_URL`; an `http://` endpoint is allowed, for a local server);
+//!   without `AWS_ACCESS_KEY_ID`, the keys come from the AWS shared credentials file
+//!   (`AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`; profile `AWS_PROFILE`).
 //!   Requests are path-style unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true`.
 //! - `file:///absolute/dir`: a local (or mounted) directory.
 //!
@@ -58,6 +60,16 @@ impl Target {
                 let mut builder = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
                     .with_retry(retry);
+                if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+                    if let Some(keys) = shared_credentials()? {
+                        builder = builder
+                            .with_access_key_id(keys.access_key_id)
+                            .with_secret_access_key(keys.secret_access_key);
+                        if let Some(token) = keys.session_token {
+                            builder = builder.with_token(token);
+                        }
+                    }
+                }
                 let endpoint = std::env::var("AWS_ENDPOINT_URL")
                     .or_else(|_| std::env::var("AWS_ENDPOINT"))
                     .ok();
@@ -177,8 +189,115 @@ impl Target {
     }
 }
 
+/// Keys of one profile of an AWS shared credentials file.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Keys {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+/// The keys of profile `AWS_PROFILE` (default `default`) in the AWS shared credentials file:
+/// `AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials` if it exists. `None` when there
+/// is no such file; an error when the named file cannot be read or lacks the profile.
+pub fn shared_credentials() -> Result<Option<Keys>> {
+    let explicit = std::env::var_os("AWS_SHARED_CREDENTIALS_FILE");
+    let path = match &explicit {
+        Some(p) => std::path::PathBuf::from(p),
+        None => match std::env::var_os("HOME") {
+            Some(home) => std::path::Path::new(&home).join(".aws/credentials"),
+            None => return Ok(None),
+        },
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if explicit.is_none() && e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(e) => {
+            return Err(Error::invalid(format!(
+                "AWS credentials file {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+    match parse_credentials(&text, &profile) {
+        Some(k) => Ok(Some(k)),
+        None if explicit.is_none() => Ok(None),
+        None => Err(Error::invalid(format!(
+            "AWS credentials file {}: no profile [{profile}] with aws_access_key_id and \
+             aws_secret_access_key",
+            path.display()
+        ))),
+    }
+}
+
+/// The keys of `[profile]` in the INI text of an AWS shared credentials file.
+pub fn parse_credentials(text: &str, profile: &str) -> Option<Keys> {
+    let mut section = String::new();
+    let (mut id, mut secret, mut token) = (None, None, None);
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim().to_string();
+            continue;
+        }
+        if section != profile {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            let v = v.trim().to_string();
+            match k.trim().to_ascii_lowercase().as_str() {
+                "aws_access_key_id" => id = Some(v),
+                "aws_secret_access_key" => secret = Some(v),
+                "aws_session_token" => token = Some(v),
+                _ => {}
+            }
+        }
+    }
+    Some(Keys {
+        access_key_id: id?,
+        secret_access_key: secret?,
+        session_token: token,
+    })
+}
+
 /// Whether `e` may pass with time (the target or the cluster unreachable): the service
 /// retries these, and says so in its status.
 pub fn transient(e: &Error) -> bool {
     matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Retry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_profile_asked_for() {
+        let text = "# keys\n[default]\naws_access_key_id = AK1\naws_secret_access_key=SK1\n\n\
+                    [other]\n aws_access_key_id = AK2 \n aws_secret_access_key = SK2\n\
+                    aws_session_token = T2\n";
+        assert_eq!(
+            parse_credentials(text, "default"),
+            Some(Keys {
+                access_key_id: "AK1".into(),
+                secret_access_key: "SK1".into(),
+                session_token: None
+            })
+        );
+        let other = parse_credentials(text, "other").unwrap();
+        assert_eq!(
+            (other.access_key_id.as_str(), other.session_token.as_deref()),
+            ("AK2", Some("T2"))
+        );
+        assert_eq!(parse_credentials(text, "missing"), None);
+        assert_eq!(
+            parse_credentials("[default]\naws_access_key_id=x\n", "default"),
+            None
+        );
+    }
 }

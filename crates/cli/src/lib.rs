@@ -20,6 +20,7 @@ pub mod fs_cmd;
 pub mod ops_cmd;
 pub mod pattern;
 pub mod s3_cmd;
+pub mod sites_cmd;
 pub mod size;
 pub mod topology_cmd;
 pub mod transfer;

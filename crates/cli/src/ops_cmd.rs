@@ -99,6 +99,9 @@ fn state_of(p: &ProviderInfo) -> &'static str {
 pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
     let s = status(client).await?;
     let m = &s.maintenance;
+    // The background services' own status files (absent: never enabled).
+    let backup = tomus_backup::service::status(client).await.ok();
+    let sites = tomus_sites::status(client).await.ok();
     if json_out {
         outln!(
             "{}",
@@ -111,6 +114,8 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
                 "maintenance_reported_ms": s.maintenance_reported_ms,
                 // The manager's own workers; maintenance's are in `maintenance.workers`.
                 "workers": s.workers,
+                "backup": backup,
+                "replication": sites.map(|st| st.rules),
             }))?
         )?;
         return Ok(());
@@ -156,6 +161,12 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
         .max()
         .unwrap_or(0);
     print_workers("manager", &s.workers, now, width)?;
+    if let Some(b) = backup.filter(|b| b.state != "disabled") {
+        print_backup(&b)?;
+    }
+    if let Some(st) = sites.filter(|st| !st.rules.is_empty()) {
+        crate::sites_cmd::print_status(&st)?;
+    }
     if s.maintenance_reported_ms == 0 {
         outln!("maintenance: no report yet (repair and garbage collection not running?)")?;
         return Ok(());
@@ -220,6 +231,24 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
     }
     if let Some(e) = &m.last_error {
         outln!("last maintenance error: {e}")?;
+    }
+    Ok(())
+}
+
+/// The backup service in one or two lines.
+fn print_backup(b: &tomus_backup::service::Status) -> Result<()> {
+    outln!(
+        "backup to {}: {}; last point {}{}",
+        b.target.as_deref().unwrap_or("?"),
+        b.state,
+        b.last_point.as_deref().unwrap_or("none"),
+        match b.last_point_ms {
+            Some(ms) => format!(" ({})", tomus_wire::human::utc(ms)),
+            None => String::new(),
+        }
+    )?;
+    if let Some(e) = &b.error {
+        outln!("  last backup error: {e}")?;
     }
     Ok(())
 }

@@ -142,6 +142,29 @@ async fn points_at_an_s3_endpoint_restore_and_survive_its_outage() {
         &["backup", "verify", "--target", url, "--json"],
     ));
     assert!(report["chunks"].as_u64().unwrap() > 0, "{report}");
+
+    // Keys from the AWS shared credentials file instead of the environment: the right ones
+    // list the same points, wrong ones are refused.
+    let list_with = |keys: &str| {
+        let file = store.dir.join(format!("credentials-{}", keys.len()));
+        std::fs::write(&file, keys).unwrap();
+        Command::new(exe())
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env("AWS_SHARED_CREDENTIALS_FILE", &file)
+            .env("AWS_PROFILE", "backup")
+            .args(["--json", "backup", "list", "--target", url])
+            .output()
+            .unwrap()
+    };
+    let good = format!(
+        "[default]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n\n\
+         [backup]\naws_access_key_id = {ACCESS}\naws_secret_access_key = {SECRET}\n"
+    );
+    let listed = json(list_with(&good));
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed}");
+    let wrong = format!("[backup]\naws_access_key_id = {ACCESS}\naws_secret_access_key = x\n");
+    assert!(!list_with(&wrong).status.success());
     let _ = gw.kill();
     let _ = gw.wait();
 }

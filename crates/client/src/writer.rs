@@ -194,6 +194,20 @@ impl BlobWriter {
         }
     }
 
+    /// Publishes the data as one write at `offset` with `options`; `None` when nothing was
+    /// written.
+    pub async fn commit_write_with(
+        self,
+        offset: u64,
+        options: &CommitOptions,
+    ) -> Result<Option<VersionInfo>> {
+        let write = |size| (size > 0).then_some(WriteOp::Write { offset, size });
+        match self.finish(write, Some(options)).await? {
+            Some((blob, c)) => Ok(Some(blob.commit(c).await?)),
+            None => Ok(None),
+        }
+    }
+
     /// Publishes the data as one write at `offset`; `None` when nothing was written.
     pub async fn commit_write(self, offset: u64) -> Result<Option<Version>> {
         let write = |size| (size > 0).then_some(WriteOp::Write { offset, size });

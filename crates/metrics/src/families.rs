@@ -467,3 +467,65 @@ pub fn s3() -> &'static S3Metrics {
         m
     })
 }
+
+/// Geo-replication (crates/sites), from the service in the manager's process: one series
+/// per rule (`site`, `path`).
+pub struct SitesMetrics {
+    /// `tomus_replication_lag_versions{site, path}`: versions published at the source and
+    /// not yet on the site, as of the last scan.
+    pub lag_versions: Gauges,
+    /// `tomus_replication_lag_seconds{site, path}`: age of the oldest of them (0: caught up).
+    pub lag_seconds: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// `tomus_replication_versions_total{site, path}` / `_bytes_total`: replayed on the site.
+    pub versions: Counters,
+    pub bytes: Counters,
+    /// `tomus_replication_errors_total{site, path}`: failed attempts (each is retried).
+    pub errors: Counters,
+    /// `tomus_replication_site_reachable{site, path}`: 1 when the last attempt reached it.
+    pub reachable: Gauges,
+}
+
+pub fn sites() -> &'static SitesMetrics {
+    static CELL: OnceLock<SitesMetrics> = OnceLock::new();
+    group(&CELL, |r| {
+        let m = SitesMetrics {
+            lag_versions: gauges(),
+            lag_seconds: Family::default(),
+            versions: counters(),
+            bytes: counters(),
+            errors: counters(),
+            reachable: gauges(),
+        };
+        r.register(
+            "tomus_replication_lag_versions",
+            "Versions published at the source and not yet replayed on the site",
+            m.lag_versions.clone(),
+        );
+        r.register(
+            "tomus_replication_lag_seconds",
+            "Age of the oldest version not yet replayed on the site (0: caught up)",
+            m.lag_seconds.clone(),
+        );
+        r.register(
+            "tomus_replication_versions",
+            "Versions replayed on the site",
+            m.versions.clone(),
+        );
+        r.register(
+            "tomus_replication_bytes",
+            "Bytes replayed on the site",
+            m.bytes.clone(),
+        );
+        r.register(
+            "tomus_replication_errors",
+            "Failed replication attempts (each is retried with back-off)",
+            m.errors.clone(),
+        );
+        r.register(
+            "tomus_replication_site_reachable",
+            "1 when the last attempt reached the site, 0 when it did not",
+            m.reachable.clone(),
+        );
+        m
+    })
+}

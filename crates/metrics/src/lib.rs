@@ -3,7 +3,7 @@
 //! Every metric is listed, with its labels and meaning, in docs/metrics.md.
 //!
 //! One process runs one server, so the metric families are process-wide: each group
-//! registers itself on first use ([`rpc`], [`provider`], [`manager`], [`s3`]), and a process
+//! registers itself on first use ([`rpc`], [`provider`], [`manager`], [`s3`], [`sites`]), and a process
 //! exports only the groups it used. (Tests that run several servers in one process see their
 //! sums.)
 
@@ -12,7 +12,7 @@ pub mod families;
 /// The HTTP server: `/metrics`, pages of whoever embeds it, the cluster-secret check.
 pub mod http;
 
-pub use families::{manager, provider, rpc, s3, Labels, RpcObserver};
+pub use families::{manager, provider, rpc, s3, sites, Labels, RpcObserver};
 pub use http::{bind, full, serve, streamed, Body, MetricsOnly, Pages, Response};
 
 use std::sync::{Mutex, MutexGuard, OnceLock};

@@ -145,6 +145,10 @@ enum Command {
     /// verify, restore.
     #[command(subcommand)]
     Backup(crate::backup_cmd::BackupCommand),
+    /// Geo-replication to other tomus clusters ("sites"): add a site, replicate a subtree
+    /// to it (versions replayed in order, asynchronously), see the lag.
+    #[command(subcommand)]
+    Sites(crate::sites_cmd::SitesCommand),
     /// The measured network and dedicated storage nodes (DataSteward): measure, show, select.
     #[command(subcommand)]
     Topology(crate::topology_cmd::TopologyCommand),
@@ -343,6 +347,9 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Backup(cmd) => {
             runtime()?.block_on(crate::backup_cmd::run(&cli.addr, secret, cli.json, cmd))
+        }
+        Command::Sites(cmd) => {
+            runtime()?.block_on(crate::sites_cmd::run(&cli.addr, secret, cli.json, cmd))
         }
         Command::Topology(cmd) => {
             runtime()?.block_on(crate::topology_cmd::run(&cli.addr, secret, cli.json, cmd))

@@ -27,7 +27,7 @@ pub(super) struct ManagerArgs {
     #[arg(long, default_value_t = 10_000)]
     writer_lease_ms: u64,
     /// Do not run the maintenance service (repair, draining, garbage collection) in this
-    /// process, nor the backup service (`tomus backup`).
+    /// process, nor the backup service (`tomus backup`) and geo-replication (`tomus sites`).
     #[arg(long)]
     no_maintenance: bool,
     /// Pause between maintenance passes, in milliseconds. A pass costs what changed since
@@ -245,6 +245,17 @@ async fn manager_with_maintenance(
         // The backup service (idle until `tomus backup enable`): a point it leaves
         // unfinished at shutdown resumes at the next start.
         if let Some(backup_secret) = backup {
+            // Geo-replication (idle until `tomus sites replicate`) runs beside it: its
+            // cursors are durable, so a pass cut short at shutdown resumes at the next start.
+            let (sites_stop, sites_addr) = (stop.clone(), addr.clone());
+            let sites_secret = backup_secret.clone();
+            tokio::spawn(async move {
+                if let Err(e) =
+                    tomus_sites::service::run(sites_addr, sites_secret, sites_stop).await
+                {
+                    tracing::error!("the geo-replication service stopped: {e}");
+                }
+            });
             let backup_stop = stop.clone();
             let backup_addr = addr.clone();
             tokio::spawn(async move {

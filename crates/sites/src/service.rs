@@ -1,0 +1,392 @@
+//! The replication service: runs in the `tomus manager` process beside maintenance and
+//! backup, as a client of the manager, and carries out the rules of `tomus sites`.
+//!
+//! One task per rule, so a site that is down holds up only its own rules. A task scans the
+//! source (this needs only the source, so the backlog and the lag stay current while the
+//! site is unreachable), connects to the site if it has no connection, and replays what
+//! the scan found in bounded steps, saving its cursor after each. A failure (site down,
+//! link cut, site refusing) drops the connection and retries the same versions after a
+//! back-off (1 s doubling to 30 s): nothing is skipped and nothing is reordered, since the
+//! next attempt starts from what the site says it holds.
+//!
+//! Each task keeps its cursor in `/.tomus-sites/cursors/` of the source cluster; the status
+//! of every rule goes to `/.tomus-sites/status.json` (read by `tomus sites status` and
+//! `tomus status`) about once a second while it changes, and to the Prometheus gauges of
+//! [`tomus_metrics::sites`].
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tomus_backup::service::{pause, read_state, write_state};
+use tomus_client::{Client, ClientOptions};
+use tomus_maintenance::throttle::Throttle;
+use tomus_metrics::Labels;
+use tomus_wire::{ClusterSecret, Result};
+
+use crate::config::{self, state_path, Rule, Site};
+use crate::replay::{apply, scan, Cursor, Progress};
+
+/// How one rule stands (`tomus sites status`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RuleStatus {
+    pub site: String,
+    pub path: String,
+    /// `scanning`, `replicating`, `caught up`, `site unreachable`, `retrying`.
+    pub state: String,
+    /// Versions published at the source and not yet on the site (as of the last scan).
+    pub versions_behind: u64,
+    /// Age of the oldest of them (0: caught up).
+    pub seconds_behind: f64,
+    /// Totals since the manager started.
+    pub versions_replicated: u64,
+    pub bytes_replicated: u64,
+    pub files_deleted: u64,
+    /// When a version was last replayed (Unix ms; 0: not since the manager started).
+    pub last_replicated_ms: u64,
+    /// The last failure, until an attempt succeeds.
+    pub error: Option<String>,
+    /// Failed attempts since the last success.
+    pub attempts: u64,
+}
+
+/// Everything the service says (`/.tomus-sites/status.json`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    /// By rule id (`SITE:/PATH`).
+    pub rules: BTreeMap<String, RuleStatus>,
+    pub updated_ms: u64,
+}
+
+const STATUS: &str = "status.json";
+/// How often the service reads its configuration, and how long an idle rule waits between
+/// scans.
+const POLL: Duration = Duration::from_millis(500);
+/// Longest replay step between two cursor saves.
+const STEP: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What the service last wrote (an empty status when it never ran).
+pub async fn status(client: &Client) -> Result<ServiceStatus> {
+    Ok(read_state(client, &state_path(STATUS))
+        .await?
+        .unwrap_or_default())
+}
+
+fn cursor_path(rule: &Rule) -> String {
+    state_path(&format!("cursors/{}", rule.file_name()))
+}
+
+/// One running rule.
+struct Running {
+    rule: Rule,
+    site: Site,
+    progress: Arc<Progress>,
+    shared: Arc<Mutex<RuleStatus>>,
+    task: tokio::task::JoinHandle<()>,
+    /// The task's totals already added to the counters (the task counts from zero).
+    counted: (u64, u64),
+}
+
+fn labels(rule: &Rule) -> Labels {
+    vec![
+        ("site", rule.site.clone()),
+        ("path", format!("/{}", rule.path)),
+    ]
+}
+
+/// Runs the service against the manager at `manager` until `stop` turns true.
+pub async fn run(
+    manager: String,
+    secret: Option<ClusterSecret>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let options = ClientOptions {
+        secret,
+        ..Default::default()
+    };
+    let client = loop {
+        match Client::connect(&manager, options.clone()).await {
+            Ok(c) => break c,
+            Err(e) => tracing::debug!("sites service: manager not answering yet: {e}"),
+        }
+        if pause(&mut stop, Duration::from_secs(1)).await {
+            return Ok(());
+        }
+    };
+    let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    let mut written = ServiceStatus::default();
+    let metrics = tomus_metrics::sites();
+    loop {
+        if pause(&mut stop, POLL).await {
+            break;
+        }
+        let cfg = match config::load(&client).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("sites service: reading its configuration: {e}");
+                continue;
+            }
+        };
+        // Rules removed or whose site changed stop; new ones start.
+        let wanted: BTreeMap<String, (Rule, Site)> = cfg
+            .rules
+            .iter()
+            .filter_map(|r| Some((r.id(), (r.clone(), cfg.sites.get(&r.site)?.clone()))))
+            .collect();
+        running.retain(|id, r| {
+            let keep = wanted
+                .get(id)
+                .is_some_and(|(rule, site)| *rule == r.rule && *site == r.site);
+            if !keep {
+                r.task.abort();
+                let l = labels(&r.rule);
+                metrics.lag_versions.remove(&l);
+                metrics.lag_seconds.remove(&l);
+            }
+            keep
+        });
+        for (id, (rule, site)) in wanted {
+            if running.contains_key(&id) {
+                continue;
+            }
+            let progress = Arc::new(Progress::default());
+            let shared = Arc::new(Mutex::new(RuleStatus {
+                site: rule.site.clone(),
+                path: format!("/{}", rule.path),
+                state: "scanning".into(),
+                ..Default::default()
+            }));
+            let task = tokio::spawn(run_rule(
+                client.clone(),
+                rule.clone(),
+                site.clone(),
+                progress.clone(),
+                shared.clone(),
+                stop.clone(),
+            ));
+            running.insert(
+                id,
+                Running {
+                    rule,
+                    site,
+                    progress,
+                    shared,
+                    task,
+                    counted: (0, 0),
+                },
+            );
+        }
+        // The status and the gauges, from every rule's counters.
+        let now = tomus_wire::now_ms();
+        let mut st = ServiceStatus::default();
+        for (id, r) in running.iter_mut() {
+            let mut s = r.shared.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let p = &r.progress;
+            s.versions_behind = p.versions_behind.load(Ordering::Relaxed);
+            let oldest = p.oldest_pending_ms.load(Ordering::Relaxed);
+            s.seconds_behind = if s.versions_behind == 0 || oldest == 0 {
+                0.0
+            } else {
+                now.saturating_sub(oldest) as f64 / 1000.0
+            };
+            s.versions_replicated = p.versions_done.load(Ordering::Relaxed);
+            s.bytes_replicated = p.bytes_done.load(Ordering::Relaxed);
+            s.files_deleted = p.files_deleted.load(Ordering::Relaxed);
+            s.last_replicated_ms = p.last_done_ms.load(Ordering::Relaxed);
+            let l = labels(&r.rule);
+            metrics
+                .lag_versions
+                .get_or_create(&l)
+                .set(s.versions_behind as i64);
+            metrics.lag_seconds.get_or_create(&l).set(s.seconds_behind);
+            let (versions, bytes) = r.counted;
+            metrics
+                .versions
+                .get_or_create(&l)
+                .inc_by(s.versions_replicated.saturating_sub(versions));
+            metrics
+                .bytes
+                .get_or_create(&l)
+                .inc_by(s.bytes_replicated.saturating_sub(bytes));
+            r.counted = (s.versions_replicated, s.bytes_replicated);
+            st.rules.insert(id.clone(), s);
+        }
+        // Written when something but the clock moved, and every 5 s while there are rules
+        // (the age grows; `tomus sites status --wait` needs a status newer than its start).
+        let behind = !st.rules.is_empty();
+        let changed = {
+            let strip = |s: &ServiceStatus| {
+                let mut s = s.clone();
+                s.updated_ms = 0;
+                for r in s.rules.values_mut() {
+                    r.seconds_behind = 0.0;
+                }
+                s
+            };
+            strip(&st) != strip(&written)
+        };
+        if changed || (behind && now >= written.updated_ms + 5_000) {
+            st.updated_ms = now;
+            match write_state(&client, &state_path(STATUS), &st).await {
+                Ok(()) => written = st,
+                Err(e) => tracing::debug!("sites service: writing its status: {e}"),
+            }
+        }
+    }
+    for r in running.values() {
+        r.task.abort();
+    }
+    Ok(())
+}
+
+fn set_state(shared: &Mutex<RuleStatus>, f: impl FnOnce(&mut RuleStatus)) {
+    let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
+    f(&mut s);
+}
+
+/// Carries out one rule until stopped (or aborted when the rule changes).
+async fn run_rule(
+    source: Client,
+    rule: Rule,
+    site: Site,
+    progress: Arc<Progress>,
+    shared: Arc<Mutex<RuleStatus>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let metrics = tomus_metrics::sites();
+    let l = labels(&rule);
+    let path = cursor_path(&rule);
+    let mut cursor: Cursor = loop {
+        match read_state(&source, &path).await {
+            Ok(c) => break c.unwrap_or_default(),
+            Err(e) => tracing::debug!("sites: reading the cursor of {}: {e}", rule.id()),
+        }
+        if pause(&mut stop, Duration::from_secs(1)).await {
+            return;
+        }
+    };
+    let throttle = Arc::new(Throttle::new(rule.rate));
+    let mut target: Option<Client> = None;
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let outcome = step(
+            &source,
+            &rule,
+            &site,
+            &mut target,
+            &mut cursor,
+            &throttle,
+            &progress,
+            &shared,
+        )
+        .await;
+        let saved = match outcome {
+            Ok((_, true)) => true,
+            Ok(_) => false,
+            Err(_) => true,
+        };
+        if saved {
+            if let Err(e) = write_state(&source, &path, &cursor).await {
+                tracing::warn!("sites: saving the cursor of {}: {e}", rule.id());
+            }
+        }
+        let wait = match outcome {
+            // More to do: at once.
+            Ok((true, _)) => {
+                backoff = Duration::from_secs(1);
+                Duration::ZERO
+            }
+            Ok((false, _)) => {
+                backoff = Duration::from_secs(1);
+                set_state(&shared, |s| s.state = "caught up".into());
+                POLL
+            }
+            Err(e) => {
+                target = None;
+                metrics.errors.get_or_create(&l).inc();
+                let unreachable = tomus_backup::target::transient(&e);
+                metrics
+                    .reachable
+                    .get_or_create(&l)
+                    .set(i64::from(!unreachable));
+                let wait = backoff;
+                set_state(&shared, |s| {
+                    s.attempts += 1;
+                    s.state = if unreachable {
+                        "site unreachable"
+                    } else {
+                        "retrying"
+                    }
+                    .into();
+                    s.error = Some(format!(
+                        "attempt {}, retrying in {}s: {e}",
+                        s.attempts,
+                        wait.as_secs()
+                    ));
+                });
+                tracing::warn!("sites: {}: {e} (retrying in {wait:?})", rule.id());
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                wait
+            }
+        };
+        if pause(&mut stop, wait).await {
+            return;
+        }
+    }
+}
+
+/// One scan and one bounded replay step. `Ok((more, changed))`: whether work remains, and
+/// whether the cursor changed (to be saved).
+#[allow(clippy::too_many_arguments)]
+async fn step(
+    source: &Client,
+    rule: &Rule,
+    site: &Site,
+    target: &mut Option<Client>,
+    cursor: &mut Cursor,
+    throttle: &Arc<Throttle>,
+    progress: &Progress,
+    shared: &Mutex<RuleStatus>,
+) -> Result<(bool, bool)> {
+    let found = scan(source, &rule.path, cursor).await?;
+    found.publish(progress);
+    if found.is_empty() {
+        return Ok((false, false));
+    }
+    let site_client = match target {
+        Some(c) => c.clone(),
+        None => {
+            let c = config::connect(site).await?;
+            *target = Some(c.clone());
+            c
+        }
+    };
+    tomus_metrics::sites()
+        .reachable
+        .get_or_create(&labels(rule))
+        .set(1);
+    set_state(shared, |s| s.state = "replicating".into());
+    let before = cursor.clone();
+    let done = apply(
+        source,
+        &site_client,
+        found,
+        cursor,
+        throttle,
+        progress,
+        STEP,
+    )
+    .await;
+    let changed = *cursor != before;
+    // On an error the caller saves the cursor too: what was replayed before it is kept.
+    let all = done?;
+    set_state(shared, |s| {
+        s.error = None;
+        s.attempts = 0;
+    });
+    Ok((!all || changed, changed))
+}
