@@ -1,26 +1,31 @@
-"""Many similar result files: what grouped compression is for (shared by tests and bench)."""
+"""Many similar result files: what grouped compression is for (shared by tests and bench).
+
+Each file is one run of a simulation: the same CSV schema, and rows taken from one shared
+template except a fraction ``fresh`` of them drawn anew per file. ``fresh=0.02``: near-repeats
+(runs differing in a few outputs); ``fresh=1.0``: only the schema and value formats shared.
+"""
 
 from __future__ import annotations
 
 import random
 
+HEADER = "step,x,y,z,energy,flag\n"
 
-def similar_files(n: int, size: int, seed: int = 7, mutate: float = 0.02) -> list[bytes]:
-    """``n`` files of ``size`` bytes: one random-looking CSV template (compresses poorly on
-    its own) with ``mutate`` of its values changed per file, as results of one simulation run
-    with different parameters look."""
+
+def _row(rng: random.Random) -> str:
+    vals = [f"{rng.random():.6f}" for _ in range(4)]
+    return ",".join([str(rng.randint(0, 10**6)), *vals, rng.choice("ab")]) + "\n"
+
+
+def similar_files(n: int, size: int, seed: int = 7, fresh: float = 0.02) -> list[bytes]:
+    """``n`` files of ``size`` bytes (see the module doc)."""
     rng = random.Random(seed)
-    rows: list[str] = []
-    header = "step,x,y,z,energy,flag\n"
-    while sum(len(r) for r in rows) < size:
-        vals = [rng.randint(0, 10**6), rng.random(), rng.random(), rng.random(), rng.random()]
-        row = ",".join([str(vals[0]), *(f"{v:.6f}" for v in vals[1:])]) + "," + rng.choice("ab")
-        rows.append(row + "\n")
+    template: list[str] = []
+    while sum(len(r) for r in template) < size:
+        template.append(_row(rng))
     files = []
     for i in range(n):
         r = random.Random(seed * 1000 + i)
-        out = [header]
-        for row in rows:
-            out.append(f"{r.random():.6f},{row}" if r.random() < mutate else row)
+        out = [HEADER, *(_row(r) if r.random() < fresh else row for row in template)]
         files.append("".join(out).encode()[:size])
     return files

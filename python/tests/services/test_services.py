@@ -167,3 +167,28 @@ def test_failures_are_visible_and_retried_when_asked(client: tomus.Client, dask:
     st = services.submit_replicate(client, dask, "/results", "elsewhere:7000").wait(timeout=120)
     assert st.state == "failed" and "geo-replication is not available" in (st.error or "")
     assert st.params == {"subtree": "/results", "target": "elsewhere:7000", "options": {}}
+
+
+def test_status_asks_the_scheduler_about_unfinished_services(client: tomus.Client) -> None:
+    from distributed import Client, LocalCluster
+
+    # A Dask cluster without storage workers: the service waits, and status says why.
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as lc,
+        Client(lc, set_as_default=False) as dask,
+    ):
+        with pytest.warns(UserWarning, match="no Dask worker has the 'storage' resource"):
+            svc = services.submit_function(client, dask, servicejobs.fails)
+        st = svc.status()  # asks the scheduler named in the log
+        assert st.state == "queued"
+        assert st.progress == {"note": "waiting for a Dask worker with the 'storage' resource"}
+        # The scheduler drops it (as a restarted one would): the next status records it lost.
+        dask.run_on_scheduler(_forget, key=st.key)
+        st = svc.status()
+        assert st.state == "lost" and "no longer has this service" in (st.error or "")
+        assert st.attempts == []
+    assert svc.id in [s.id for s in services.list_services(client)]
+
+
+def _forget(dask_scheduler: Any, key: str) -> None:
+    dask_scheduler.client_releases_keys(keys=[key], client="fire-and-forget", stimulus_id="test")

@@ -52,6 +52,8 @@ __all__ = [
 STORAGE_RESOURCE = "storage"
 # Progress events are appended at most this often (seconds); the last one always is.
 _PROGRESS_EVERY = 0.5
+# ``wait`` asks the scheduler about an unfinished service this often (seconds).
+_ASK_EVERY = 5.0
 
 
 class ServiceError(tomus.TomusError):
@@ -380,10 +382,17 @@ def wait(
     dask: DaskClient | None = None,
     poll: float = 0.2,
 ) -> ServiceState:
-    """Waits until the service finished (done, failed or lost); TimeoutError after ``timeout``."""
+    """Waits until the service finished (done, failed or lost); TimeoutError after ``timeout``.
+
+    Reads the log every ``poll`` seconds and asks the scheduler every ``_ASK_EVERY`` seconds
+    (``status``), so a service the scheduler dropped or gave up on ends the wait too."""
     deadline = time.monotonic() + timeout
+    ask = time.monotonic() + _ASK_EVERY
     while True:
         st = ServiceLog(client, service_id).replay()
+        if not st.finished and time.monotonic() >= ask:
+            st = status(client, service_id, dask=dask)
+            ask = time.monotonic() + _ASK_EVERY
         if st.finished:
             return st
         if time.monotonic() > deadline:
