@@ -174,7 +174,7 @@ def test_status_asks_the_scheduler_about_unfinished_services(client: tomus.Clien
 
     # A Dask cluster without storage workers: the service waits, and status says why.
     with (
-        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as lc,
+        LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as lc,
         Client(lc, set_as_default=False) as dask,
     ):
         with pytest.warns(UserWarning, match="no Dask worker has the 'storage' resource"):
@@ -192,3 +192,31 @@ def test_status_asks_the_scheduler_about_unfinished_services(client: tomus.Clien
 
 def _forget(dask_scheduler: Any, key: str) -> None:
     dask_scheduler.client_releases_keys(keys=[key], client="fire-and-forget", stimulus_id="test")
+
+
+def test_the_worker_command_starts_a_storage_worker(dask: Any) -> None:
+    sched = dask.scheduler.address
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tomus", "service", "worker", "--scheduler", sched,
+         "--name", "cli-storage"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            named = {w["name"]: w for w in dask.scheduler_info(n_workers=-1)["workers"].values()}
+            if "cli-storage" in named:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the worker never joined the scheduler")
+        assert named["cli-storage"]["resources"] == {"storage": 1}
+        assert len(services.storage_workers(dask)) == 3  # the fixture's two and this one
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # Gone again, so the session's cluster is as the other tests expect it.
+    deadline = time.monotonic() + 30
+    while len(services.storage_workers(dask)) != 2 and time.monotonic() < deadline:
+        time.sleep(0.2)

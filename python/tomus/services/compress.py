@@ -49,11 +49,12 @@ def resolve(client: tomus.Client, patterns: list[str], exclude: str | None = Non
     fs = client.fs()
     found: set[str] = set()
     for pat in patterns:
-        names = fs.glob(pat.strip("/")) if any(c in pat for c in "*?[") else [pat]
-        for n in names:
-            info = fs.info(n)
-            if info["type"] == "file":
-                found.add(_abs(n))
+        if any(c in pat for c in "*?["):
+            # One listing per directory, with the entries' types: no stat per match.
+            matches = fs.glob(pat.strip("/"), detail=True)
+            found.update(_abs(n) for n, e in matches.items() if e["type"] == "file")
+        elif fs.info(pat.strip("/"))["type"] == "file":
+            found.add(_abs(pat))
     if exclude is not None:
         found.discard(_abs(exclude))
     return sorted(found)
