@@ -220,3 +220,20 @@ def test_the_worker_command_starts_a_storage_worker(dask: Any) -> None:
     deadline = time.monotonic() + 30
     while len(services.storage_workers(dask)) != 2 and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def test_archive_members_through_fsspec(cluster: tomus.LocalCluster, client: tomus.Client,
+                                        dask: Any) -> None:  # fmt: skip
+    import fsspec
+    import pandas as pd
+
+    files = put_results(client, "results-fsspec", n=6, size=2 << 10)
+    st = services.submit_compress(client, dask, ["/results-fsspec/*"], "/fsspec.tzst").wait()
+    assert st.state == "done", st.error
+    url = "tzst://results-fsspec/run-003.csv::tomus://fsspec.tzst"
+    with fsspec.open(url, "rb", tomus={"addr": cluster.addr}) as f:
+        assert f.read() == files["/results-fsspec/run-003.csv"]
+    fs = fsspec.filesystem("tzst", fo="tomus://fsspec.tzst", target_options={"addr": cluster.addr})
+    assert fs.ls("results-fsspec", detail=False) == sorted(p.lstrip("/") for p in files)
+    df = pd.read_csv(url, storage_options={"tomus": {"addr": cluster.addr}})
+    assert list(df.columns) == ["step", "x", "y", "z", "energy", "flag"]

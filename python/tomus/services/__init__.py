@@ -18,6 +18,8 @@ Modules:
   dictionary) and its reader.
 - ``compress``: the grouped-compression service; ``extract`` and ``read`` (reads a file from
   its archive once the original is gone).
+- ``tzstfs``: the fsspec file system ``tzst://`` (archive members, chained onto the archive's
+  URL: ``tzst://results/a.csv::tomus://results.tzst``).
 - ``user``: user functions as services (``fn(ctx, *args)``).
 - ``replicate``: the hook for geo-replication (kind ``replicate``).
 - ``cli``: ``tomus service submit|status|list|extract|cat|worker``.
