@@ -109,7 +109,9 @@ class ArchiveWriter:
     _pending: bytearray = field(default_factory=bytearray)
     _held: list[bytes] = field(default_factory=list)
     _per_file: int = 0
-    _t0: float = field(default_factory=time.perf_counter)
+    # Seconds spent compressing (training included), grouped and per file: the writer's
+    # caller reads the members in between, which neither figure should count.
+    _grouped_seconds: float = 0.0
     _baseline_seconds: float = 0.0
 
     def __post_init__(self) -> None:
@@ -128,6 +130,12 @@ class ArchiveWriter:
         self.sink(data)
         self._written += len(data)
         return at
+
+    def _compress(self, cctx: zstd.ZstdCompressor, data: bytes) -> bytes:
+        t = time.perf_counter()
+        out = cctx.compress(data)
+        self._grouped_seconds += time.perf_counter() - t
+        return out
 
     def _frame(self, compressed: bytes, u_off: int, u_len: int) -> None:
         at = self._put(compressed)
@@ -149,7 +157,7 @@ class ArchiveWriter:
             while len(self._pending) >= self.frame_size:
                 piece = bytes(self._pending[: self.frame_size])
                 del self._pending[: self.frame_size]
-                self._frame(self._cctx.compress(piece), start, len(piece))
+                self._frame(self._compress(self._cctx, piece), start, len(piece))
                 start += len(piece)
         self._total += len(data)
 
@@ -164,7 +172,9 @@ class ArchiveWriter:
         dict_range: list[int] | None = None
         cctx = self._alone
         try:
+            t = time.perf_counter()
             d = zstd.train_dictionary(self.dict_size, samples, level=self.level)
+            self._grouped_seconds += time.perf_counter() - t
         except zstd.ZstdError as e:  # too few or too small samples: no dictionary
             self.stats["dict_error"] = str(e)
         else:
@@ -172,7 +182,7 @@ class ArchiveWriter:
             dict_range = [self._put(raw), len(raw)]
             cctx = zstd.ZstdCompressor(level=self.level, dict_data=d, write_checksum=True)
         for member, data in zip(self.members, self._held, strict=True):
-            self._frame(cctx.compress(data), member.offset, member.size)
+            self._frame(self._compress(cctx, data), member.offset, member.size)
         self._held.clear()
         return dict_range
 
@@ -184,15 +194,14 @@ class ArchiveWriter:
         elif self._pending:
             piece = bytes(self._pending)
             self._pending.clear()
-            self._frame(self._cctx.compress(piece), self._total - len(piece), len(piece))
+            self._frame(self._compress(self._cctx, piece), self._total - len(piece), len(piece))
         grouped = self._written - len(MAGIC)
-        seconds = time.perf_counter() - self._t0 - self._baseline_seconds
         self.stats.update(
             members=len(self.members),
             input_bytes=self._total,
             grouped_bytes=grouped,
             grouped_ratio=self._total / grouped if grouped else 0.0,
-            grouped_seconds=seconds,
+            grouped_seconds=self._grouped_seconds,
         )
         if self.baseline:
             self.stats.update(
