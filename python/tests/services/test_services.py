@@ -70,6 +70,9 @@ def test_grouped_compression_round_trip_from_the_cli(
         assert (tmp_path / p.lstrip("/")).read_bytes() == d
     # ... and the archive's size is what the service said.
     assert client.fs().info("results-cli.tzst")["size"] == res["archive_bytes"]
+    # The log lives in the namespace, in two copies (the cluster has four providers).
+    log = client.fs().info(f".tomus/services/{sid}.log")
+    assert log["replication"] == 2 and log["size"] > 0
     listed = {s["id"]: s for s in cli(cluster.addr, "list")}
     assert listed[sid]["state"] == "done" and listed[sid]["kind"] == "compress"
 

@@ -255,6 +255,9 @@ def submit(
     sid = new_id()
     key = f"tomus-service-{sid}"
     scheduler = str(dask.scheduler.address) if dask.scheduler is not None else None
+    # Two copies of the log when the cluster has two providers: a service's record should
+    # outlive the loss of one storage node, as its data does with replication.
+    alive = sum(1 for p in client.providers() if p.alive and not p.draining)
     ServiceLog(client, sid).create(
         ServiceLog.event(
             "submitted",
@@ -267,7 +270,8 @@ def submit(
             key=key,
             retries=retries,
             by=here(),
-        )
+        ),
+        replication=min(2, max(1, alive)),
     )
     spec = {
         "id": sid,
