@@ -47,7 +47,13 @@ def _parser() -> argparse.ArgumentParser:
     c = kinds.add_parser("compress", parents=[common, sched], help="grouped compression")
     c.add_argument("--paths", nargs="+", required=True, help="files or globs ('/results/*')")
     c.add_argument("--into", required=True, help="the archive to write (e.g. /results.tzst)")
-    c.add_argument("--mode", choices=["solid", "dict"], default="solid")
+    c.add_argument(
+        "--mode",
+        choices=["solid", "dict"],
+        default="solid",
+        help="solid: one stream cut in frames (default); dict: a trained dictionary, a frame "
+        "per file (many small files)",
+    )
     c.add_argument("--level", type=int, default=9, help="zstd level (default 9)")
     c.add_argument("--frame-size", type=int, default=16 << 20, help="solid frame bytes")
     c.add_argument("--no-baseline", action="store_true", help="skip the per-file comparison")
@@ -64,14 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--retries", type=int, default=0)
     for k in (c, f, r):
         k.add_argument("--wait", action="store_true", help="wait for it to finish")
-        k.add_argument("--json", action="store_true")
+        k.add_argument("--json", action="store_true", help="print {id} (or the state) as JSON")
 
     st = sub.add_parser("status", parents=[common], help="one service's state")
     st.add_argument("id")
     st.add_argument("--wait", action="store_true", help="until it finishes")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="the state as JSON")
     ls = sub.add_parser("list", parents=[common], help="every service, oldest first")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="the states as a JSON list")
     ex = sub.add_parser("extract", parents=[common], help="members of a .tzst archive")
     ex.add_argument("archive")
     ex.add_argument("members", nargs="*", help="default: all")
@@ -163,10 +169,10 @@ def main(argv: list[str]) -> int:
     if not args.addr:
         print("tomus service: give --addr or set TOMUS_ADDR", file=sys.stderr)
         return 2
-    client = tomus.connect(args.addr)
     from tomus.services import compress, runner
 
     try:
+        client = tomus.connect(args.addr)
         if args.cmd == "submit":
             return _submit(args, client)
         if args.cmd == "status":
@@ -195,7 +201,8 @@ def main(argv: list[str]) -> int:
         if args.cmd == "cat":
             sys.stdout.buffer.write(compress.read(client, args.path))
             return 0
-    except (tomus.TomusError, ValueError) as e:
+    except (tomus.TomusError, ValueError, OSError) as e:
+        # OSError: the Dask scheduler did not answer (TimeoutError is one).
         print(f"tomus service: {e}", file=sys.stderr)
         return 1
     return 2
