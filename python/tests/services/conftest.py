@@ -14,8 +14,10 @@ STORAGE_WORKERS = 2
 
 
 @contextmanager
-def storage_dask() -> Iterator[Any]:
-    from distributed import Client, Nanny, Scheduler, SpecCluster
+def storage_dask(allowed_failures: int | None = None) -> Iterator[Any]:
+    """``allowed_failures``: worker deaths the scheduler tolerates per task (Dask: 3)."""
+    import dask.config
+    from distributed import Client, Nanny
 
     def worker(resources: dict[str, float]) -> dict[str, Any]:
         return {
@@ -23,7 +25,23 @@ def storage_dask() -> Iterator[Any]:
             "options": {"nthreads": 1, "host": "127.0.0.1", "resources": resources},
         }
 
-    cluster = SpecCluster(
+    config = (
+        {}
+        if allowed_failures is None
+        else {"distributed.scheduler.allowed-failures": allowed_failures}
+    )
+    with dask.config.set(config):  # read by the scheduler when it starts
+        cluster = _spec_cluster(worker)
+    with Client(cluster, set_as_default=False) as c:
+        c.wait_for_workers(1 + STORAGE_WORKERS, timeout=60)
+        yield c
+    cluster.close()
+
+
+def _spec_cluster(worker: Any) -> Any:
+    from distributed import Scheduler, SpecCluster
+
+    return SpecCluster(
         scheduler={
             "cls": Scheduler,
             "options": {"host": "127.0.0.1", "dashboard_address": ":0"},
@@ -34,10 +52,6 @@ def storage_dask() -> Iterator[Any]:
         },
         silence_logs=50,
     )
-    with Client(cluster, set_as_default=False) as c:
-        c.wait_for_workers(1 + STORAGE_WORKERS, timeout=60)
-        yield c
-    cluster.close()
 
 
 @pytest.fixture(scope="session")
@@ -50,4 +64,12 @@ def dask() -> Iterator[Any]:
 def dask_to_kill() -> Iterator[Any]:
     """A Dask cluster of the test's own, for tests that SIGKILL a worker."""
     with storage_dask() as c:
+        yield c
+
+
+@pytest.fixture
+def dask_no_second_chance() -> Iterator[Any]:
+    """A Dask cluster of the test's own whose scheduler gives a task up at its first worker
+    death (``allowed-failures`` 0)."""
+    with storage_dask(allowed_failures=0) as c:
         yield c

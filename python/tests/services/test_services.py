@@ -129,10 +129,9 @@ def test_function_by_name_from_the_cli(cluster: tomus.LocalCluster, client: tomu
     assert len(json.loads(client.fs().cat_file("out/cli.json"))) == 3
 
 
-def test_a_service_whose_worker_is_killed_is_retried(
-    client: tomus.Client, dask_to_kill: Any, tmp_path: Path
-) -> None:
-    dask = dask_to_kill
+def kill_first_attempt(dask: Any, marks: Path) -> tuple[threading.Thread, list[int]]:
+    """A thread that SIGKILLs the storage worker running attempt 1 of ``slow_first_attempt``
+    (once its mark appears in ``marks``); the list gets the pid killed."""
     storage = set(services.storage_workers(dask))
     pids = {pid for addr, pid in dask.run(os.getpid).items() if addr in storage}
     killed: list[int] = []
@@ -140,19 +139,27 @@ def test_a_service_whose_worker_is_killed_is_retried(
     def killer() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not killed:
-            for m in tmp_path.glob("attempt1-*"):
+            for m in marks.glob("attempt1-*"):
                 pid = int(m.name.split("-")[1])
-                assert pid in pids  # the service runs on a storage worker
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+                if pid in pids:  # else not a storage worker: the test fails on `killed`
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
             time.sleep(0.02)
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
+    return t, killed
+
+
+def test_a_service_whose_worker_is_killed_is_retried(
+    client: tomus.Client, dask_to_kill: Any, tmp_path: Path
+) -> None:
+    dask = dask_to_kill
+    t, killed = kill_first_attempt(dask, tmp_path)
     svc = services.submit_function(client, dask, servicejobs.slow_first_attempt, str(tmp_path))
     st = svc.wait(timeout=120)
     t.join()
-    assert killed, "the first attempt never started"
+    assert killed, "the first attempt never ran on a storage worker"
     assert st.state == "done", st.error
     assert [a.outcome for a in st.attempts] == ["died", "done"]
     assert st.attempts[0].pid == killed[0] and st.attempts[1].pid != killed[0]
@@ -240,3 +247,17 @@ def test_archive_members_through_fsspec(cluster: tomus.LocalCluster, client: tom
     assert fs.ls("results-fsspec", detail=False) == sorted(p.lstrip("/") for p in files)
     df = pd.read_csv(url, storage_options={"tomus": {"addr": cluster.addr}})
     assert list(df.columns) == ["step", "x", "y", "z", "energy", "flag"]
+
+
+def test_a_service_the_scheduler_gives_up_on_is_failed(
+    client: tomus.Client, dask_no_second_chance: Any, tmp_path: Path
+) -> None:
+    dask = dask_no_second_chance
+    t, killed = kill_first_attempt(dask, tmp_path)
+    svc = services.submit_function(client, dask, servicejobs.slow_first_attempt, str(tmp_path))
+    st = svc.wait(timeout=120)  # asks the scheduler: nobody else writes the verdict
+    t.join()
+    assert killed, "the first attempt never ran on a storage worker"
+    assert st.state == "failed", st
+    assert "died" in (st.error or ""), st.error  # Dask's KilledWorker: all workers died
+    assert len(st.attempts) == 1 and st.attempts[0].pid == killed[0]

@@ -209,10 +209,16 @@ def _near(dask: DaskClient, hosts: Counter[str]) -> list[str] | None:
 
 @dataclass
 class Service:
-    """A submitted service: its id and the cluster whose namespace holds its log."""
+    """A submitted service: its id and the cluster whose namespace holds its log.
+
+    ``future`` (the Dask future) keeps the task known to the scheduler while this handle
+    lives, so a service the scheduler gives up on reads ``failed`` with Dask's reason; once no
+    client holds it, the scheduler forgets an erred fire-and-forget task and ``status`` can only
+    say ``lost``."""
 
     id: str
     client: tomus.Client
+    future: Any = field(default=None, repr=False, compare=False)
 
     def status(self, dask: DaskClient | None = None) -> ServiceState:
         return status(self.client, self.id, dask=dask)
@@ -302,7 +308,7 @@ def submit(
         if time.monotonic() > deadline:
             raise ServiceError(f"the Dask scheduler did not take service {sid}")
         time.sleep(0.05)
-    return Service(sid, client)
+    return Service(sid, client, future)
 
 
 def _has_task(dask_scheduler: Any, key: str) -> bool:
@@ -310,10 +316,22 @@ def _has_task(dask_scheduler: Any, key: str) -> bool:
 
 
 def _task_state(dask_scheduler: Any, key: str) -> tuple[str | None, str | None]:
+    """Runs on the scheduler: the task's state and, if it erred, why."""
     ts = dask_scheduler.tasks.get(key)
     if ts is None:
         return None, None
-    return str(ts.state), (str(ts.exception_text) if ts.exception_text else None)
+    text = str(ts.exception_text) if ts.exception_text else None
+    if text is None and ts.exception is not None:
+        # The scheduler's own verdicts (KilledWorker: every worker that ran it died) come
+        # only as the pickled exception.
+        try:
+            from distributed.protocol import pickle
+
+            exc = pickle.loads(ts.exception)
+            text = f"{type(exc).__name__}: {exc}"
+        except Exception:
+            text = None
+    return str(ts.state), text
 
 
 def _reconcile(
@@ -343,11 +361,11 @@ def _reconcile(
     if fresh.finished:
         return fresh, None
     if state is None:
-        log.append(
-            ServiceLog.event(
-                "lost", error="the Dask scheduler no longer has this service and it never finished"
-            )
-        )
+        why = "the Dask scheduler no longer has this service and it never finished"
+        if fresh.attempts and fresh.attempts[-1].outcome == "running":
+            a = fresh.attempts[-1]
+            why += f" (attempt {a.number} on {a.worker} never ended: that worker likely died)"
+        log.append(ServiceLog.event("lost", error=why))
         return log.replay(), None
     if state == "erred":
         log.append(
