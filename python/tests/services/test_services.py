@@ -193,8 +193,12 @@ def test_status_asks_the_scheduler_about_unfinished_services(client: tomus.Clien
         assert st.state == "queued"
         assert st.progress == {"note": "waiting for a Dask worker with the 'storage' resource"}
         # The scheduler drops it (as a restarted one would): the next status records it lost.
-        dask.run_on_scheduler(_forget, key=st.key)
-        st = svc.status()
+        # (The handle's future would keep it there: the CLI's submitter holds none.)
+        svc.future.release()
+        deadline = time.monotonic() + 20
+        while st.state != "lost" and time.monotonic() < deadline:  # the release is async
+            dask.run_on_scheduler(_forget, key=st.key)
+            st = svc.status()
         assert st.state == "lost" and "no longer has this service" in (st.error or "")
         assert st.attempts == []
     assert svc.id in [s.id for s in services.list_services(client)]
