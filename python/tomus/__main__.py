@@ -33,6 +33,11 @@ def _main() -> None:
         from tomus.workflow.cli import main as workflow_main
 
         sys.exit(workflow_main(args[1:]))
+    if args[:1] == ["service"]:
+        # Data services on the storage nodes (Python, on Dask): tomus service submit ...
+        from tomus.services.cli import main as service_main
+
+        sys.exit(service_main(args[1:]))
     if args[:1] == ["demo"]:
         if "--storage" not in args:
             # The main job runs the compute layer (Python, on Dask).
