@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import servicejobs
+from servers import cluster
 from similar import similar_files
 
 import tomus
@@ -173,10 +174,47 @@ def test_failures_are_visible_and_retried_when_asked(client: tomus.Client, dask:
     assert [a.outcome for a in st.attempts] == ["failed", "failed"]
     assert "broken on purpose (attempt 2)" in (st.error or "")
     assert "RuntimeError" in (st.traceback or "")
-    # The geo-replication hook: a clear refusal until its engine is wired.
-    st = services.submit_replicate(client, dask, "/results", "elsewhere:7000").wait(timeout=120)
-    assert st.state == "failed" and "geo-replication is not available" in (st.error or "")
-    assert st.params == {"subtree": "/results", "target": "elsewhere:7000", "options": {}}
+    # A replicate service to an address that is not a site name: refused, with the reason.
+    st = services.submit_replicate(client, dask, "/results", "elsewhere").wait(timeout=120)
+    assert st.state == "failed" and "HOST:PORT" in (st.error or "")
+    assert st.params == {"subtree": "/results", "target": "elsewhere", "options": {}}
+
+
+def test_a_replicate_service_copies_a_subtree_to_another_cluster(
+    client: tomus.Client, dask: Any, tmp_path: Path
+) -> None:
+    fs = client.fs()
+    files = {f"georep/{i}.bin": os.urandom(1000 + i) for i in range(5)}
+    for path, data in files.items():
+        fs.pipe_file(path, data)
+    fs.pipe_file("georep/0.bin", b"second version")  # versions are replayed in order
+    with cluster(tmp_path, 1) as site:
+        st = services.submit_replicate(client, dask, "/georep", site.addr).wait(timeout=180)
+        assert st.state == "done", st.error
+        assert st.result["state"] == "caught up" and st.result["versions_behind"] == 0
+        assert st.result["versions_replicated"] >= len(files) + 1
+        there = tomus.connect(site.addr).fs()
+        assert there.cat_file("georep/0.bin") == b"second version"
+        for path, data in list(files.items())[1:]:
+            assert there.cat_file(path) == data
+        # Submitting it again changes nothing and finds the site caught up.
+        again = services.submit_replicate(client, dask, "/georep", site.addr).wait(timeout=180)
+        assert again.state == "done" and again.result["versions_behind"] == 0
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tomus",
+                "sites",
+                "--addr",
+                client.addr,
+                "stop",
+                "/georep",
+                "--to",
+                st.result["site"],
+            ],
+            check=True,
+        )
 
 
 def test_status_asks_the_scheduler_about_unfinished_services(client: tomus.Client) -> None:

@@ -21,7 +21,7 @@ Modules:
 - ``tzstfs``: the fsspec file system ``tzst://`` (archive members, chained onto the archive's
   URL: ``tzst://results/a.csv::tomus://results.tzst``).
 - ``user``: user functions as services (``fn(ctx, *args)``).
-- ``replicate``: the hook for geo-replication (kind ``replicate``).
+- ``replicate``: geo-replication of a subtree through the manager's engine (``tomus sites``).
 - ``cli``: ``tomus service submit|status|list|extract|cat|worker``.
 """
 

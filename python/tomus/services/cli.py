@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--retries", type=int, default=0)
     r = kinds.add_parser("replicate", parents=[common, sched], help="geo-replicate a subtree")
     r.add_argument("--subtree", required=True)
-    r.add_argument("--target", required=True, help="the other cluster's manager")
+    r.add_argument("--target", required=True, help="the other cluster's manager (HOST:PORT)")
     r.add_argument("--retries", type=int, default=0)
     for k in (c, f, r):
         k.add_argument("--wait", action="store_true", help="wait for it to finish")
