@@ -15,6 +15,7 @@ pub mod bench_manager;
 pub mod bench_objects;
 pub mod bench_repair;
 pub mod demo;
+pub mod deploy_cmd;
 pub mod embedded;
 pub mod fs_cmd;
 pub mod ops_cmd;

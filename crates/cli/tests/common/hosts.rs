@@ -387,6 +387,30 @@ impl Hosts {
         self.procs.len() - 1
     }
 
+    /// Runs `tomus --secret-file F ARGS...` as a client on host `host` against the manager
+    /// at `manager`, to completion.
+    pub fn run(&self, host: usize, manager: &str, args: &[&str]) -> std::process::Output {
+        let exe = super::exe();
+        let mut cmd = match self.mode {
+            Mode::Netns => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &self.hosts[host].ns]).arg(&exe);
+                c
+            }
+            Mode::Loopback => Command::new(&exe),
+        };
+        cmd.arg("--secret-file")
+            .arg(&self.secret_file)
+            .args(args)
+            .env("TOMUS_ADDR", manager)
+            .env_remove("TOMUS_MANAGER")
+            .env_remove("TOMUS_CLUSTER_SECRET")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run tomus on host {host}: {e}"))
+    }
+
     pub fn proc(&self, p: usize) -> &Proc {
         &self.procs[p]
     }
