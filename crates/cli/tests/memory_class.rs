@@ -1,0 +1,217 @@
+//! The memory storage class end to end on real processes: `blob create --storage memory`
+//! and `fs put --storage memory` round trips with the data in the providers' RAM (their
+//! reported memory use, not their disks), a clear `NoSpace` when the class is full, copies
+//! re-created in memory after a provider dies (replication 2), and the class surviving a
+//! manager restart.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::{fast_maintenance, json, ok, tomus, TestCluster};
+
+const MEMORY: &str = "1MiB";
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn content(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(seed).wrapping_add(seed))
+        .collect()
+}
+
+/// Memory-class bytes used per live provider address, as `tomus status` shows them.
+fn memory_used(addr: &str) -> HashMap<String, u64> {
+    let s = json(tomus(addr, &["--json", "status"]));
+    s["memory_class"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            (
+                u["addr"].as_str().unwrap().to_string(),
+                u["used"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until `check` holds for the reported memory use.
+fn wait_memory(addr: &str, what: &str, check: impl Fn(&HashMap<String, u64>) -> bool) {
+    let started = Instant::now();
+    loop {
+        let used = memory_used(addr);
+        if check(&used) {
+            return;
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "{what}: memory use is {used:?}; status: {}",
+            String::from_utf8_lossy(&tomus(addr, &["status"]).stdout)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn write_file(dir: &std::path::Path, name: &str, data: &[u8]) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, data).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn with_memory_class(spec: &mut tomus_cli::embedded::ClusterSpec) {
+    spec.provider_args = vec!["--memory-class".into(), MEMORY.into()];
+}
+
+#[test]
+fn memory_blobs_and_files_round_trip_in_ram_and_refuse_when_full() {
+    let c = TestCluster::start_with(2, with_memory_class);
+    let addr = c.addr();
+    wait_memory(&addr, "both providers report", |u| u.len() == 2);
+
+    // A blob: 256 KiB in 64 KiB chunks, on both providers (replication 2).
+    let created = json(tomus(
+        &addr,
+        &[
+            "--json",
+            "blob",
+            "create",
+            "--storage",
+            "memory",
+            "--replication",
+            "2",
+            "--chunk-size",
+            "64KiB",
+        ],
+    ));
+    assert_eq!(created["storage"], "memory");
+    let id = created["id"].as_u64().unwrap().to_string();
+    let data = content(3, 256 << 10);
+    let input = write_file(&c.dir, "blob-in", &data);
+    ok(tomus(&addr, &["blob", "write", &id, "0", &input]));
+    assert!(ok(tomus(&addr, &["blob", "read", &id])) == data);
+    wait_memory(&addr, "the blob is in both providers' memory", |u| {
+        u.values().all(|&b| b == 256 << 10)
+    });
+
+    // A file, and a disk file next to it that leaves the memory class alone.
+    let small = content(5, 10_000);
+    let small_in = write_file(&c.dir, "small-in", &small);
+    ok(tomus(
+        &addr,
+        &[
+            "fs",
+            "put",
+            "--storage",
+            "memory",
+            "--replication",
+            "2",
+            &small_in,
+            "/mem/small",
+        ],
+    ));
+    ok(tomus(&addr, &["fs", "put", &small_in, "/disk/small"]));
+    assert!(ok(tomus(&addr, &["fs", "cat", "/mem/small"])) == small);
+    assert!(ok(tomus(&addr, &["fs", "cat", "/disk/small"])) == small);
+    wait_memory(&addr, "the memory file is counted once", |u| {
+        u.values().all(|&b| b == (256 << 10) + 10_000)
+    });
+    // An append to the memory file stays in memory.
+    ok(tomus(
+        &addr,
+        &["fs", "put", "--append", &small_in, "/mem/small"],
+    ));
+    wait_memory(&addr, "the append is in memory", |u| {
+        u.values().all(|&b| b == (256 << 10) + 20_000)
+    });
+
+    // 1 MiB more does not fit: a clear NoSpace, and nothing of it is published.
+    let big = write_file(&c.dir, "big-in", &content(7, 1 << 20));
+    let out = tomus(&addr, &["--json", "blob", "append", &id, &big]);
+    assert!(!out.status.success());
+    let err: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["error"]["kind"], "NoSpace", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("memory storage class"),
+        "{err}"
+    );
+    assert!(ok(tomus(&addr, &["blob", "read", &id])) == data);
+
+    let text = String::from_utf8(ok(tomus(&addr, &["status"]))).unwrap();
+    assert!(text.contains("memory class:"), "{text}");
+}
+
+#[test]
+fn memory_copies_are_repaired_in_memory_and_the_class_survives_a_manager_restart() {
+    let mut c = TestCluster::start_with(3, |spec| {
+        with_memory_class(spec);
+        spec.manager_args = fast_maintenance(60_000);
+    });
+    let addr = c.addr();
+    wait_memory(&addr, "three providers report", |u| u.len() == 3);
+    let data = content(11, 512 << 10);
+    let input = write_file(&c.dir, "in", &data);
+    ok(tomus(
+        &addr,
+        &[
+            "fs",
+            "put",
+            "--storage",
+            "memory",
+            "--replication",
+            "2",
+            "--chunk-size",
+            "64KiB",
+            &input,
+            "/m/data",
+        ],
+    ));
+    let total = 2 * (512u64 << 10);
+    wait_memory(&addr, "two copies in memory", |u| {
+        u.values().sum::<u64>() == total
+    });
+    // Nothing of it is on the providers' disks.
+    for i in 0..3 {
+        let files = common::chunk_files(&c.cluster.provider_dir(i));
+        assert!(files.is_empty(), "memory-class chunks on disk: {files:?}");
+    }
+    let before = memory_used(&addr);
+    let victim = c.cluster.provider_addr(0).to_string();
+    assert!(before[&victim] > 0, "provider 0 holds copies: {before:?}");
+
+    // Provider 0 dies with its RAM: repair copies its chunks into the others' memory.
+    c.cluster.kill_provider(0);
+    wait_memory(&addr, "repaired into the survivors' memory", |u| {
+        !u.contains_key(&victim) && u.values().sum::<u64>() == total
+    });
+    assert!(ok(tomus(&addr, &["fs", "cat", "/m/data"])) == data);
+    let after = memory_used(&addr);
+    assert!(after.values().all(|&b| b == 512 << 10), "{after:?}");
+
+    // The manager restarts: the file is still memory-class, its appends still go to RAM.
+    c.cluster.kill_manager();
+    c.cluster.start_manager().unwrap();
+    let addr = c.addr();
+    wait_memory(&addr, "the providers report to the new manager", |u| {
+        u.len() == 2
+    });
+    let stat = json(tomus(&addr, &["--json", "fs", "stat", "/m/data"]));
+    assert_eq!(stat["storage"], "memory", "{stat}");
+    let more = content(13, 20_000);
+    let more_in = write_file(&c.dir, "more", &more);
+    ok(tomus(
+        &addr,
+        &["fs", "put", "--append", &more_in, "/m/data"],
+    ));
+    wait_memory(&addr, "the append after the restart is in memory", |u| {
+        u.values().sum::<u64>() == total + 2 * 20_000
+    });
+    let mut want = data;
+    want.extend_from_slice(&more);
+    assert!(ok(tomus(&addr, &["fs", "cat", "/m/data"])) == want);
+}
