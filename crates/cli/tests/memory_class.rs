@@ -215,3 +215,80 @@ fn memory_copies_are_repaired_in_memory_and_the_class_survives_a_manager_restart
     want.extend_from_slice(&more);
     assert!(ok(tomus(&addr, &["fs", "cat", "/m/data"])) == want);
 }
+
+/// Sends one HTTP/1.1 request with `body` and returns the whole response.
+fn http(addr: &str, head: &str, body: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn s3_reduced_redundancy_puts_land_in_the_memory_class() {
+    use std::io::BufRead;
+    let c = TestCluster::start_with(1, with_memory_class);
+    let manager = c.addr();
+    wait_memory(&manager, "the provider reports", |u| u.len() == 1);
+    let mut child = std::process::Command::new(common::exe())
+        .args([
+            "s3",
+            "--addr",
+            &manager,
+            "--listen",
+            "127.0.0.1:0",
+            "--anonymous",
+        ])
+        .env_remove("TOMUS_S3_ACCESS_KEY")
+        .env_remove("TOMUS_S3_SECRET_KEY")
+        .env_remove("TOMUS_CLUSTER_SECRET")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let s3 = first
+        .trim()
+        .strip_prefix("tomus s3 listening on ")
+        .unwrap()
+        .to_string();
+    let put = |path: &str, class: Option<&str>, body: &[u8]| {
+        let class = class.map_or(String::new(), |c| format!("x-amz-storage-class: {c}\r\n"));
+        let head = format!(
+            "PUT {path} HTTP/1.1\r\nHost: {s3}\r\n{class}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        http(&s3, &head, body)
+    };
+    assert!(put("/bkt", None, b"").contains(" 200 "));
+    let body = content(17, 30_000);
+    for (key, class) in [("rr", "REDUCED_REDUNDANCY"), ("mem", "MEMORY")] {
+        let out = put(&format!("/bkt/{key}"), Some(class), &body);
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        let stat = json(tomus(
+            &manager,
+            &["--json", "fs", "stat", &format!("/bkt/{key}")],
+        ));
+        assert_eq!(stat["storage"], "memory", "{class}: {stat}");
+        assert!(ok(tomus(&manager, &["fs", "cat", &format!("/bkt/{key}")])) == body);
+    }
+    let out = put("/bkt/std", Some("STANDARD"), &body);
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let stat = json(tomus(&manager, &["--json", "fs", "stat", "/bkt/std"]));
+    assert_eq!(stat["storage"], "disk");
+    // Classes tomus has no equivalent of are still refused.
+    let out = put("/bkt/cold", Some("GLACIER"), &body);
+    assert!(out.starts_with("HTTP/1.1 501"), "{out}");
+    wait_memory(&manager, "two objects in memory", |u| {
+        u.values().sum::<u64>() == 60_000
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+}
