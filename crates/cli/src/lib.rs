@@ -12,6 +12,7 @@ pub mod bench_ceiling;
 pub mod bench_cleanup;
 pub mod bench_maintenance;
 pub mod bench_manager;
+pub mod bench_memory;
 pub mod bench_objects;
 pub mod bench_repair;
 pub mod demo;
