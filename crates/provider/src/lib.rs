@@ -97,7 +97,7 @@ pub async fn run(
 
     let chunks = ChunkStore::open(config.data_dir.join("chunks"), config.fsync)
         .await?
-        .with_memory(config.memory_class_bytes);
+        .with_memory(config.memory_class_bytes)?;
     let meta = MetaStore::open(config.data_dir.join("meta.log"), config.fsync).await?;
     let tier = (config.memory_tier_bytes > 0).then(|| MemoryTier::new(config.memory_tier_bytes));
     let stats = chunks.stats();

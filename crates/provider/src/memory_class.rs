@@ -7,8 +7,16 @@
 //! A chunk that does not fit is refused with `NoSpace`: nothing spills to disk, so the
 //! writer learns at once that the class is full (the manager's placement already avoids
 //! providers it knows to be full; this is the last word when reports are stale).
+//!
+//! The ids (not the data) of the chunks it took are appended to a journal file: a provider
+//! that restarts reports every id in it as lost, so repair re-creates those copies at once
+//! rather than at its next full audit (a restart loses the data like a death, but comes back
+//! under the same id before the manager notices anything). Ids already deleted are reported
+//! too; repair ignores chunks nothing references.
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -26,6 +34,8 @@ struct Stored {
 struct State {
     chunks: BTreeMap<ChunkId, Stored>,
     used: u64,
+    /// The journal of ids taken (`None`: none kept, as in tests).
+    journal: Option<std::fs::File>,
 }
 
 /// Cheap to clone: clones share the store.
@@ -47,6 +57,32 @@ impl MemoryChunks {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // Every update leaves the map and its byte count consistent before it can panic.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps the journal of ids in `path`; returns the ids a previous run journaled (its
+    /// chunks are gone with its memory), and starts the journal afresh.
+    pub fn with_journal(self, path: &Path) -> Result<(Self, Vec<ChunkId>)> {
+        let io = |e: std::io::Error| {
+            Error::internal(format!("memory-class journal {}: {e}", path.display()))
+        };
+        let mut previous = Vec::new();
+        match std::fs::File::open(path) {
+            Ok(mut f) => {
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes).map_err(io)?;
+                // A torn last record (a crash mid-append) is left out.
+                for rec in bytes.chunks_exact(16) {
+                    let mut id = [0u8; 16];
+                    id.copy_from_slice(rec);
+                    previous.push(ChunkId(u128::from_le_bytes(id)));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(e)),
+        }
+        let file = std::fs::File::create(path).map_err(io)?;
+        self.state().journal = Some(file);
+        Ok((self, previous))
     }
 
     pub fn capacity(&self) -> u64 {
@@ -71,6 +107,12 @@ impl MemoryChunks {
             ));
         }
         s.used += len;
+        if let Some(journal) = s.journal.as_mut() {
+            // Not synced: the journal only speeds repair up; the audit finds what it misses.
+            if let Err(e) = journal.write_all(&id.0.to_le_bytes()) {
+                tracing::warn!("memory-class journal: {e}");
+            }
+        }
         s.chunks.insert(
             id,
             Stored {
@@ -168,6 +210,24 @@ mod tests {
         assert_eq!(all, vec![1, 3, 5]);
         let after: Vec<_> = m.list(Some(id(1)), 1).iter().map(|e| e.len).collect();
         assert_eq!(after, vec![3]);
+    }
+
+    #[test]
+    fn a_restart_reports_the_journaled_ids() {
+        let dir = std::env::temp_dir().join(format!("tomus-memj-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ids");
+        let (m, before) = MemoryChunks::new(1 << 20).with_journal(&path).unwrap();
+        assert!(before.is_empty());
+        m.put(id(1), Bytes::from_static(b"a"), 0).unwrap();
+        m.put(id(2), Bytes::from_static(b"b"), 0).unwrap();
+        m.put(id(1), Bytes::from_static(b"a"), 0).unwrap();
+        drop(m);
+        let (_, lost) = MemoryChunks::new(1 << 20).with_journal(&path).unwrap();
+        assert_eq!(lost, vec![id(1), id(2)]);
+        let (_, again) = MemoryChunks::new(1 << 20).with_journal(&path).unwrap();
+        assert!(again.is_empty(), "the journal starts afresh");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub(crate) use files::mtime_ms;
 use files::{prepare_dir, Inner};
 pub use format::BLOCK_SIZE;
 
+/// The journal of the memory-class chunk ids taken (see [`crate::memory_class`]).
+const MEMORY_JOURNAL: &str = "memory-class.ids";
 /// Quarantined chunks remembered for the manager at most (more are found by repair's audit).
 const MAX_LOST_REPORTS: usize = 100_000;
 /// Data one scrub step verifies at most (it stops after the chunk that crosses it), so one
@@ -130,10 +132,21 @@ impl ChunkStore {
         .await
     }
 
-    /// The same store keeping memory-class chunks, up to `capacity` bytes of them.
-    pub fn with_memory(mut self, capacity: u64) -> Self {
-        self.memory = MemoryChunks::new(capacity);
-        self
+    /// The same store keeping memory-class chunks, up to `capacity` bytes of them. The
+    /// memory-class chunks a previous run of this store held are gone: they are reported
+    /// lost (with the quarantined ones), so repair re-creates them elsewhere at once.
+    pub fn with_memory(mut self, capacity: u64) -> Result<Self> {
+        let (memory, gone) =
+            MemoryChunks::new(capacity).with_journal(&self.inner.dir.join(MEMORY_JOURNAL))?;
+        if !gone.is_empty() {
+            tracing::info!(
+                "{} memory-class chunks of the previous run are gone: reporting them lost",
+                gone.len()
+            );
+            self.restore_lost(gone);
+        }
+        self.memory = memory;
+        Ok(self)
     }
 
     /// The memory-class chunks.
