@@ -387,9 +387,9 @@ impl Hosts {
         self.procs.len() - 1
     }
 
-    /// Runs `tomus --secret-file F ARGS...` as a client on host `host` against the manager
-    /// at `manager`, to completion.
-    pub fn run(&self, host: usize, manager: &str, args: &[&str]) -> std::process::Output {
+    /// `tomus --secret-file F ARGS...` as a client on host `host` against the manager at
+    /// `manager`, ready to run or spawn.
+    pub fn command(&self, host: usize, manager: &str, args: &[&str]) -> Command {
         let exe = super::exe();
         let mut cmd = match self.mode {
             Mode::Netns => {
@@ -406,7 +406,13 @@ impl Hosts {
             .env_remove("TOMUS_MANAGER")
             .env_remove("TOMUS_CLUSTER_SECRET")
             .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs [`Hosts::command`] to completion.
+    pub fn run(&self, host: usize, manager: &str, args: &[&str]) -> std::process::Output {
+        self.command(host, manager, args)
             .output()
             .unwrap_or_else(|e| panic!("cannot run tomus on host {host}: {e}"))
     }
