@@ -252,12 +252,98 @@ pub fn host_part(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
+
+    use std::sync::Arc;
+
+    use tomus_wire::PlanCluster;
+
     use super::*;
+
+    fn dir() -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "tomus-steward-unit-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ))
+    }
+
+    fn provider(id: ProviderId, host: &str) -> (ProviderInfo, u64) {
+        let info = ProviderInfo {
+            id,
+            addr: format!("{host}:7000"),
+            host: host.into(),
+            capacity: 1 << 40,
+            free: 1 << 40,
+            chunks: 0,
+            load: 0,
+            alive: true,
+            draining: false,
+        };
+        (info, 1 << 40)
+    }
 
     #[test]
     fn host_parts() {
         assert_eq!(host_part("10.0.0.1:7000"), "10.0.0.1");
         assert_eq!(host_part("[::1]:7000"), "::1");
         assert_eq!(host_part("node-3"), "node-3");
+    }
+
+    #[test]
+    fn classes_and_the_plan_survive_a_reopen() {
+        let d = dir();
+        {
+            let s = Steward::open(Arc::new(Store::open(&d).unwrap())).unwrap();
+            s.set_class(7, StorageClass::Memory).unwrap();
+            s.set_class(8, StorageClass::Disk).unwrap();
+            let plan = PlacementPlan {
+                clusters: vec![PlanCluster {
+                    storage: "s1".into(),
+                    storage_host: String::new(),
+                    members: vec!["c1".into(), "c2".into()],
+                    member_hosts: Vec::new(),
+                }],
+            };
+            let hosts = |n: &str| format!("10.0.0.{}", &n[1..]);
+            let stored = s.set_plan(Some(plan), hosts).unwrap().unwrap();
+            assert_eq!(stored.clusters[0].storage_host, "10.0.0.1");
+            assert_eq!(stored.clusters[0].member_hosts, ["10.0.0.1", "10.0.0.2"]);
+        }
+        let s = Steward::open(Arc::new(Store::open(&d).unwrap())).unwrap();
+        assert_eq!(s.class(7).unwrap(), StorageClass::Memory);
+        assert_eq!(s.class(8).unwrap(), StorageClass::Disk);
+        assert_eq!(s.class(9).unwrap(), StorageClass::Disk);
+        assert_eq!(
+            s.preferred_host(Some("10.0.0.2")).as_deref(),
+            Some("10.0.0.1")
+        );
+        assert_eq!(s.preferred_host(Some("10.0.0.9")), None);
+        assert_eq!(s.preferred_host(None), None);
+        s.set_plan(None, |n| n.to_string()).unwrap();
+        assert_eq!(s.preferred_host(Some("10.0.0.2")), None);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn memory_placement_sees_reported_room_and_charges_it() {
+        let d = dir();
+        let s = Steward::open(Arc::new(Store::open(&d).unwrap())).unwrap();
+        let all = vec![provider(1, "a"), provider(2, "b"), provider(3, "c")];
+        s.report_memory(1, 1000, 200, 2);
+        s.report_memory(2, 0, 0, 0);
+        let timeout = Duration::from_secs(5);
+        let got = s.memory_candidates(all.clone(), timeout);
+        // Provider 2 keeps no memory class, provider 3 never reported one.
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0.id, got[0].1), (1, 800));
+        s.charge_memory(&[(1, 300)]);
+        assert_eq!(s.memory_candidates(all.clone(), timeout)[0].1, 500);
+        // A new report replaces the estimate.
+        s.report_memory(1, 1000, 100, 1);
+        assert_eq!(s.memory_candidates(all, timeout)[0].1, 900);
+        let status = s.memory_status(&[provider(1, "a").0]);
+        assert_eq!((status[0].used, status[0].chunks), (100, 1));
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
