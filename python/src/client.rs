@@ -10,7 +10,7 @@ use tomus_client::{Client, ClientOptions};
 use tomus_wire::{ClusterSecret, Placement};
 
 use crate::blob::Blob;
-use crate::errors::{non_negative, to_py};
+use crate::errors::{non_negative, storage_arg, to_py};
 use crate::namespace::Namespace;
 use crate::runtime::{block_on, ForkLocal};
 use crate::types::{BlobInfo, ProviderInfo};
@@ -135,16 +135,24 @@ impl ClientHandle {
         &self.conn.addr
     }
 
-    /// Creates a blob; `chunk_size` is a power of two from 4 KiB to 256 MiB.
+    /// Creates a blob; `chunk_size` is a power of two from 4 KiB to 256 MiB. `storage`:
+    /// `"disk"`, or `"memory"` (chunks kept in the RAM of `replication` providers).
     // Defaults as literals (4 MiB): Python's signature (help(), stubtest) shows only those.
-    #[pyo3(signature = (chunk_size=4_194_304, replication=1))]
-    fn create_blob(&self, py: Python<'_>, chunk_size: i64, replication: u32) -> PyResult<Blob> {
+    #[pyo3(signature = (chunk_size=4_194_304, replication=1, storage="disk"))]
+    fn create_blob(
+        &self,
+        py: Python<'_>,
+        chunk_size: i64,
+        replication: u32,
+        storage: &str,
+    ) -> PyResult<Blob> {
         let chunk_size = non_negative("chunk_size", chunk_size)?;
+        let storage = storage_arg(storage)?;
         let conn = self.conn.clone();
         let blob = block_on(py, async move {
             conn.client()
                 .await?
-                .create_blob(chunk_size, replication)
+                .create_blob_in(chunk_size, replication, storage)
                 .await
         })?
         .map_err(to_py)?;

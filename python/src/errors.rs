@@ -45,6 +45,13 @@ pub fn non_negative(name: &str, v: i64) -> PyResult<u64> {
     u64::try_from(v).map_err(|_| PyValueError::new_err(format!("{name} must be >= 0, got {v}")))
 }
 
+/// A storage class argument: `"disk"` or `"memory"` (`ValueError` otherwise).
+pub fn storage_arg(s: &str) -> PyResult<tomus_wire::StorageClass> {
+    tomus_wire::StorageClass::parse(s).ok_or_else(|| {
+        PyValueError::new_err(format!("storage must be \"disk\" or \"memory\", got {s:?}"))
+    })
+}
+
 /// An optional version argument (`None`: the latest published).
 pub fn version_arg(v: Option<i64>) -> PyResult<Option<u64>> {
     v.map(|v| non_negative("version", v)).transpose()

@@ -11,7 +11,7 @@ use tomus_wire::{EntryKind, FsEntry, FsRetention, Retention};
 
 use crate::blob::Blob;
 use crate::client::Conn;
-use crate::errors::{non_negative, to_py, version_arg};
+use crate::errors::{non_negative, storage_arg, to_py, version_arg};
 use crate::runtime::block_on;
 use crate::types::VersionInfo;
 
@@ -169,8 +169,10 @@ impl Namespace {
     /// Creates a file on a new blob; an existing file is opened unless `exclusive`. Returns
     /// `(entry, blob)`. A new file (its entry at version 0) appears, with its missing parents,
     /// only when its first version is published; give it up with `abandon` otherwise.
+    /// `storage`: the new file's storage class, `"disk"` or `"memory"` (an existing file
+    /// keeps its own).
     // Defaults as literals (4 MiB): Python's signature (help(), stubtest) shows only those.
-    #[pyo3(signature = (path, chunk_size=4_194_304, replication=1, exclusive=false))]
+    #[pyo3(signature = (path, chunk_size=4_194_304, replication=1, exclusive=false, storage="disk"))]
     fn create<'py>(
         &self,
         py: Python<'py>,
@@ -178,13 +180,17 @@ impl Namespace {
         chunk_size: i64,
         replication: u32,
         exclusive: bool,
+        storage: &str,
     ) -> PyResult<(Bound<'py, PyDict>, Blob)> {
         let options = CreateOptions {
             chunk_size: non_negative("chunk_size", chunk_size)?,
             replication,
             exclusive,
         };
-        let (e, b) = self.run(py, |ns| async move { ns.create(&path, options).await })?;
+        let storage = storage_arg(storage)?;
+        let (e, b) = self.run(py, |ns| async move {
+            ns.create_in(&path, options, None, storage).await
+        })?;
         Ok((entry_dict(py, &e)?, Blob::new(self.conn.clone(), b)))
     }
 

@@ -42,7 +42,9 @@ class Client:
 
     @property
     def addr(self) -> str: ...
-    def create_blob(self, chunk_size: int = 4194304, replication: int = 1) -> Blob: ...
+    def create_blob(
+        self, chunk_size: int = 4194304, replication: int = 1, storage: str = "disk"
+    ) -> Blob: ...
     def open_blob(self, id: int) -> Blob: ...
     def delete_blob(self, id: int) -> None:
         """Deletes a blob made with create_blob (a file's blob is refused: remove the file)."""
@@ -117,6 +119,7 @@ class Namespace:
         chunk_size: int = 4194304,
         replication: int = 1,
         exclusive: bool = False,
+        storage: str = "disk",
     ) -> tuple[Entry, Blob]: ...
     def abandon(self, path: str, blob: int) -> None:
         """Gives up a new file (created, nothing published): it never appears."""

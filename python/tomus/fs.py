@@ -97,9 +97,12 @@ def _split_version(path: str) -> tuple[str, int | None]:
 class TomusFileSystem(AbstractFileSystem):
     """The namespace of a tomus cluster as an fsspec file system.
 
-    ``TomusFileSystem(addr=None, client=None, chunk_size=4 MiB, replication=1)``: the cluster
-    at ``addr`` (default ``$TOMUS_ADDR``), or an existing ``tomus.Client``. New files get
-    ``chunk_size`` and ``replication``.
+    ``TomusFileSystem(addr=None, client=None, chunk_size=4 MiB, replication=1,
+    storage="disk")``: the cluster at ``addr`` (default ``$TOMUS_ADDR``), or an existing
+    ``tomus.Client``. New files get ``chunk_size``, ``replication`` and the storage class
+    ``storage``: ``"disk"``, or ``"memory"`` (chunks kept in the RAM of ``replication``
+    providers; ``open(..., storage="memory")`` chooses it per file). An existing file keeps
+    its class.
     """
 
     protocol = ("tomus",)
@@ -113,6 +116,7 @@ class TomusFileSystem(AbstractFileSystem):
         client: Client | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         replication: int = 1,
+        storage: str = "disk",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -124,6 +128,7 @@ class TomusFileSystem(AbstractFileSystem):
         self.ns = client.namespace()
         self.chunk_size = chunk_size
         self.replication = replication
+        self.storage = storage
 
     @classmethod
     def _strip_protocol(cls, path: str | os.PathLike[str]) -> str:
@@ -301,7 +306,7 @@ class TomusFileSystem(AbstractFileSystem):
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
         path = self._strip_protocol(path)
-        entry, blob = self.ns.create(path, self.chunk_size, self.replication, False)
+        entry, blob = self.ns.create(path, self.chunk_size, self.replication, False, self.storage)
         if truncate:
             self._publish(path, entry, blob, lambda: blob.replace(b""))
         elif entry.get("version") == 0:
@@ -312,7 +317,9 @@ class TomusFileSystem(AbstractFileSystem):
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         path = self._strip_protocol(path)
         exclusive = mode == "create"
-        entry, blob = self.ns.create(path, self.chunk_size, self.replication, exclusive)
+        entry, blob = self.ns.create(
+            path, self.chunk_size, self.replication, exclusive, self.storage
+        )
         self._publish(path, entry, blob, lambda: blob.replace(value))
 
     def _publish(self, path: str, entry: Entry, blob: Blob, publish: Callable[[], object]) -> None:
@@ -410,6 +417,7 @@ class TomusFileSystem(AbstractFileSystem):
         version: int | None = None,
         chunk_size: int | None = None,
         replication: int | None = None,
+        storage: str | None = None,
         **kwargs: Any,
     ) -> TomusFile:
         path, query_version = _split_version(self._strip_protocol(path))
@@ -428,6 +436,7 @@ class TomusFileSystem(AbstractFileSystem):
                 chunk_size or self.chunk_size,
                 replication or self.replication,
                 mode == "xb",
+                storage or self.storage,
             )
             new = entry.get("version") == 0
         return TomusFile(

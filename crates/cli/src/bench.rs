@@ -42,7 +42,8 @@ pub struct BenchArgs {
     /// gateway's workload with the native client; not run by default), repair (failure
     /// detection, repair time and foreground reads during repair; not run by default),
     /// maintenance (the cost of maintenance rounds and of the full audit as the number of
-    /// retained versions grows; not run by default).
+    /// retained versions grows; not run by default), memory (the memory storage class against
+    /// the disk class, 4 KiB and 4 MiB operations; not run by default).
     #[arg(
         long,
         default_value = "loopback,ceiling,s1,s2,s3s4,s5,manager",
@@ -85,7 +86,7 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    const KNOWN: [&str; 10] = [
+    const KNOWN: [&str; 11] = [
         "loopback",
         "ceiling",
         "s1",
@@ -96,6 +97,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "objects",
         "repair",
         "maintenance",
+        "memory",
     ];
     if let Some(bad) = args.scenarios.iter().find(|s| !KNOWN.contains(&s.as_str())) {
         bail!("unknown scenario {bad:?} (known: {})", KNOWN.join(", "));
@@ -146,6 +148,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let dir = ScratchDir::new(&format!("bench-{scenario}"), args.keep_data);
             let mut spec = ClusterSpec::new(dir.path(), args.providers);
             spec.fsync = !args.no_fsync;
+            if scenario == "memory" {
+                spec.provider_args = crate::bench_memory::provider_args();
+            }
             let cluster = EmbeddedCluster::start(&launcher, spec)?;
             let out = rt.block_on(scenario_run(scenario, &cluster.addr, &args, dir.path()));
             drop(cluster);
@@ -181,6 +186,7 @@ async fn scenario_run(
             }
             "s5" => named(s5(&client, args, &made).await?),
             "objects" => named(crate::bench_objects::objects(&client, args).await?),
+            "memory" => named(crate::bench_memory::memory(&client, args, &made).await?),
             "manager" => named(crate::bench_manager::manager(addr, dir, &made).await?),
             other => bail!("unknown scenario {other:?}"),
         })
@@ -216,7 +222,7 @@ async fn read_range(blob: Blob, base: u64, len: u64, window: u64) -> tomus_wire:
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }

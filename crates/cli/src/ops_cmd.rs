@@ -9,7 +9,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use tomus_client::Client;
 use tomus_metadata::ChunkId;
-use tomus_wire::manager::{DrainProvider, GetStatus, RemoveProvider, SetRetention};
+use tomus_wire::manager::{
+    DrainProvider, GetPlacementPlan, GetStatus, MemoryStatus, RemoveProvider, SetRetention,
+};
 use tomus_wire::provider::Scrub;
 use tomus_wire::{ClusterStatus, ProviderInfo, Retention, ScrubReport};
 
@@ -98,6 +100,8 @@ fn state_of(p: &ProviderInfo) -> &'static str {
 
 pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
     let s = status(client).await?;
+    let memory = client.manager_call(MemoryStatus {}).await?;
+    let plan = client.manager_call(GetPlacementPlan {}).await?;
     let m = &s.maintenance;
     // The background services' own status files (absent: never enabled).
     let backup = tomus_backup::service::status(client).await.ok();
@@ -116,6 +120,11 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
                 "workers": s.workers,
                 "backup": backup,
                 "replication": sites.map(|st| st.rules),
+                "memory_class": memory.iter().map(|u| json!({"provider": u.provider, "addr": u.addr,
+                    "capacity": u.capacity, "used": u.used, "chunks": u.chunks})).collect::<Vec<_>>(),
+                "placement_plan": plan.as_ref().map(|p| p.clusters.iter().map(|c| json!({
+                    "storage": c.storage, "storage_host": c.storage_host,
+                    "members": c.members, "member_hosts": c.member_hosts})).collect::<Vec<_>>()),
             }))?
         )?;
         return Ok(());
@@ -146,6 +155,35 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
             format_size(p.free),
             p.chunks
         )?;
+    }
+    if !memory.is_empty() {
+        let used: u64 = memory.iter().map(|u| u.used).sum();
+        let capacity: u64 = memory.iter().map(|u| u.capacity).sum();
+        let per: Vec<String> = memory
+            .iter()
+            .map(|u| {
+                format!(
+                    "{} {}/{}",
+                    u.provider,
+                    format_size(u.used),
+                    format_size(u.capacity)
+                )
+            })
+            .collect();
+        outln!(
+            "memory class: {} of {} used ({})",
+            format_size(used),
+            format_size(capacity),
+            per.join(", ")
+        )?;
+    }
+    if let Some(plan) = &plan {
+        let clusters: Vec<String> = plan
+            .clusters
+            .iter()
+            .map(|c| format!("{} <- {}", c.storage_host, c.member_hosts.join(" ")))
+            .collect();
+        outln!("placement plan: {}", clusters.join("; "))?;
     }
     let now = tomus_wire::now_ms();
     // One column for "PROCESS worker NAME" over both processes, so the states line up.

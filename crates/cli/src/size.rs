@@ -1,4 +1,11 @@
-//! Human sizes: parse `4MiB`, `64k`, `1G`, `4096`; print `4.0 MiB`.
+//! Human sizes: parse `4MiB`, `64k`, `1G`, `4096`; print `4.0 MiB`. Also the storage class
+//! names of `--storage`.
+
+/// Parses a storage class: `disk` or `memory`.
+pub fn parse_storage(text: &str) -> Result<tomus_wire::StorageClass, String> {
+    tomus_wire::StorageClass::parse(text)
+        .ok_or_else(|| format!("unknown storage class {text:?}: disk or memory"))
+}
 
 /// Parses a byte size with an optional binary unit (k/K/KiB/KB = 1024, and so on).
 pub fn parse_size(text: &str) -> Result<u64, String> {

@@ -9,11 +9,12 @@ use tomus_wire::{checksum, Error, ProviderInfo, Result};
 
 use crate::cluster::Cluster;
 
-pub fn new_chunk_id() -> ChunkId {
+/// A fresh chunk id, of a memory-class chunk when `memory` (see [`ChunkId::MEMORY_TAG`]).
+pub fn new_chunk_id(memory: bool) -> ChunkId {
     // From the OS, not a user-space generator: a forked child (Python multiprocessing) would
     // repeat the parent's buffered values and store different chunks under one id. Never
     // ChunkId::ZEROS, which marks pieces that read as zeros.
-    ChunkId(rand::rngs::OsRng.gen_range(1..=u128::MAX))
+    ChunkId::with_class(rand::rngs::OsRng.gen_range(1..=u128::MAX), memory)
 }
 
 /// Stores `data` as a new chunk on every provider of `replicas`; all must acknowledge.
@@ -21,8 +22,9 @@ pub async fn put_chunk(
     cluster: &Cluster,
     data: &[u8],
     replicas: &[ProviderInfo],
+    memory: bool,
 ) -> Result<StoredChunk> {
-    let chunk = whole_chunk(new_chunk_id(), data.len() as u64, replicas);
+    let chunk = whole_chunk(new_chunk_id(memory), data.len() as u64, replicas);
     put_chunk_as(cluster, chunk.chunk, data, replicas).await?;
     Ok(chunk)
 }

@@ -39,11 +39,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tomus_metadata::BlobId;
-use tomus_wire::manager::{CreateBlob, DeleteBlob, GetBlob, ListBlobs};
+use tomus_wire::manager::{BlobStorage, CreateBlob, CreateBlobIn, DeleteBlob, GetBlob, ListBlobs};
 use tomus_wire::{
     BlobInfo, ClusterSecret, Error, ErrorKind, Ping, Placement, Pool, ProviderInfo, Result, Rpc,
-    RpcConfig,
+    RpcConfig, StorageClass,
 };
+
+/// Storage classes a client remembers at most (it forgets them all past this).
+const MAX_KNOWN_CLASSES: usize = 100_000;
 
 use crate::cluster::Cluster;
 
@@ -83,6 +86,8 @@ pub struct Client {
     host: Option<String>,
     small_placements: Arc<placements::PlacementCache>,
     versions: Arc<versions::VersionCache>,
+    /// Whether each blob written so far is in the memory storage class (it never changes).
+    memory_class: Arc<std::sync::Mutex<std::collections::HashMap<BlobId, bool>>>,
 }
 
 impl Client {
@@ -113,6 +118,7 @@ impl Client {
             options: Arc::new(options),
             small_placements: Arc::default(),
             versions: Arc::default(),
+            memory_class: Arc::default(),
         })
     }
 
@@ -147,6 +153,59 @@ impl Client {
             replication,
         };
         Ok(self.blob_handle(self.cluster.manager(req).await?))
+    }
+
+    /// [`Client::create_blob`] in a storage class (the memory class keeps its chunks in the
+    /// RAM of `replication` providers).
+    pub async fn create_blob_in(
+        &self,
+        chunk_size: u64,
+        replication: u32,
+        storage: StorageClass,
+    ) -> Result<Blob> {
+        let req = CreateBlobIn {
+            chunk_size,
+            replication,
+            storage,
+        };
+        let info = self.cluster.manager(req).await?;
+        self.note_class(info.id, storage);
+        Ok(self.blob_handle(info))
+    }
+
+    /// Remembers the class of `blob`, as its creation answered.
+    pub(crate) fn note_class(&self, blob: BlobId, storage: StorageClass) {
+        let mut known = self.memory_class.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() >= MAX_KNOWN_CLASSES {
+            known.clear();
+        }
+        known.insert(blob, storage == StorageClass::Memory);
+    }
+
+    /// Whether the chunks of `blob` are memory-class ones: asked of the manager once per
+    /// blob, by writers (it decides the new chunks' ids).
+    pub(crate) async fn is_memory_class(&self, blob: BlobId) -> Result<bool> {
+        let known = self
+            .memory_class
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&blob)
+            .copied();
+        if let Some(memory) = known {
+            return Ok(memory);
+        }
+        let class = self.cluster.manager(BlobStorage { blob }).await?;
+        self.note_class(blob, class);
+        Ok(class == StorageClass::Memory)
+    }
+
+    /// The storage class of `blob`.
+    pub async fn storage_class(&self, blob: BlobId) -> Result<StorageClass> {
+        Ok(if self.is_memory_class(blob).await? {
+            StorageClass::Memory
+        } else {
+            StorageClass::Disk
+        })
     }
 
     pub async fn open_blob(&self, id: BlobId) -> Result<Blob> {

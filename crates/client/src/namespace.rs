@@ -3,12 +3,12 @@
 
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::manager::{
-    FsAbandon, FsCreateRetained, FsDelete, FsGetRetention, FsList, FsListAttrs, FsMkdir, FsObject,
-    FsRename, FsSetRetention, FsStat,
+    FsAbandon, FsCreateIn, FsCreateRetained, FsDelete, FsGetRetention, FsList, FsListAttrs,
+    FsMkdir, FsObject, FsRename, FsSetRetention, FsStat,
 };
 use tomus_wire::{
     Attrs, EntryKind, Error, ErrorKind, FsEntry, FsRetention, ObjectInfo, Result, Retention, Rpc,
-    VersionInfo, DEFAULT_CHUNK_SIZE,
+    StorageClass, VersionInfo, DEFAULT_CHUNK_SIZE,
 };
 
 use crate::{Blob, Client, CommitOptions, Extent};
@@ -167,6 +167,35 @@ impl Namespace {
         retention: Retention,
     ) -> Result<(FsEntry, Blob)> {
         self.create_with(path, options, Some(retention)).await
+    }
+
+    /// [`Namespace::create`] whose new file is in the storage class `storage` (an existing
+    /// file keeps its own); `retention` as in [`Namespace::create_retained`].
+    pub async fn create_in(
+        &self,
+        path: &str,
+        options: CreateOptions,
+        retention: Option<Retention>,
+        storage: StorageClass,
+    ) -> Result<(FsEntry, Blob)> {
+        if storage == StorageClass::Disk {
+            return self.create_with(path, options, retention).await;
+        }
+        self.check_changeable(path)?;
+        let req = FsCreateIn {
+            path: path.into(),
+            chunk_size: options.chunk_size,
+            replication: options.replication,
+            exclusive: options.exclusive,
+            retention,
+            storage,
+        };
+        let entry = self.call(req).await?;
+        let blob = self.blob_of(&entry)?;
+        if entry.blob.as_ref().is_some_and(|b| b.latest == 0) {
+            self.client.note_class(blob.id(), storage);
+        }
+        Ok((entry, blob))
     }
 
     /// Creates or opens `path`; a new file keeps what `retention` says (`None`: what its

@@ -49,8 +49,9 @@ impl Blob {
         mut replicas: Vec<ProviderInfo>,
     ) -> Result<StoredChunk> {
         let mut attempt = 1;
+        let memory = self.client.is_memory_class(self.id).await?;
         loop {
-            match chunks::put_chunk(self.cluster(), data, &replicas).await {
+            match chunks::put_chunk(self.cluster(), data, &replicas, memory).await {
                 Err(e)
                     if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Corrupt)
                         && attempt < CHUNK_ATTEMPTS =>

@@ -74,7 +74,8 @@ impl Blob {
     async fn commit_small(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
         let started = Instant::now();
         let replicas = self.small_placement().await?;
-        let chunk = chunks::whole_chunk(chunks::new_chunk_id(), data.len() as u64, &replicas);
+        let memory = self.client.is_memory_class(self.id).await?;
+        let chunk = chunks::whole_chunk(chunks::new_chunk_id(memory), data.len() as u64, &replicas);
         let commit = |chunks: Vec<StoredChunk>| Commit {
             op,
             chunks,

@@ -8,6 +8,8 @@ pub mod namespace;
 pub mod placement;
 pub mod registry;
 pub mod service;
+/// Dedicated storage nodes: storage classes, memory-class room, the placement plan.
+pub mod steward;
 pub mod store;
 pub mod topology;
 pub mod versions;
@@ -98,6 +100,7 @@ pub async fn run(
         config.secret.clone(),
         config.provider_timeout,
     ));
+    let steward = Arc::new(steward::Steward::open(store.clone())?);
     let service = Arc::new(service::ManagerService {
         versions,
         namespace,
@@ -105,6 +108,7 @@ pub async fn run(
         store,
         workers,
         topology,
+        steward,
     });
     if let Some(http_listen) = &config.http_listen {
         let http = tomus_metrics::bind(http_listen, config.secret.as_ref()).await?;

@@ -6,14 +6,16 @@ use std::sync::Arc;
 use tomus_wire::maintenance::*;
 use tomus_wire::manager::*;
 use tomus_wire::{
-    check_count, wrong_service, ClusterStatus, Envelope, Error, Handler, Holder, RegisteredFile,
-    Reply, Result, Retention, MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ITEMS, MAX_LISTING,
+    check_count, wrong_service, ClusterStatus, Envelope, Error, Handler, Holder, Placement,
+    RegisteredFile, Reply, Result, Retention, StorageClass, MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ITEMS,
+    MAX_LISTING,
 };
 
 use crate::namespace::registered::{Registration, Stored};
 use crate::namespace::Namespace;
 use crate::placement::place;
 use crate::registry::Registry;
+use crate::steward::{host_part, Steward};
 use crate::store::Store;
 use crate::topology::Topology;
 use crate::versions::VersionManager;
@@ -28,6 +30,8 @@ pub struct ManagerService {
     pub workers: tomus_worker::Workers,
     /// Agents, and the measured network (`tomus topology`).
     pub topology: Arc<Topology>,
+    /// Storage classes, memory-class room and the placement plan (dedicated storage).
+    pub steward: Arc<Steward>,
 }
 
 /// Runs `op` (which commits fsynced transactions) off the async workers: a slow disk sync
@@ -77,7 +81,50 @@ impl ManagerService {
     async fn manager(&self, req: ManagerRequest) -> Reply {
         use ManagerRequest as M;
         match req {
-            M::CreateBlob(r) => Reply::of::<CreateBlob>(self.create_blob(r).await),
+            M::CreateBlob(r) => {
+                let r = CreateBlobIn {
+                    chunk_size: r.chunk_size,
+                    replication: r.replication,
+                    storage: StorageClass::Disk,
+                };
+                Reply::of::<CreateBlob>(self.create_blob(r).await)
+            }
+            M::CreateBlobIn(r) => Reply::of::<CreateBlobIn>(self.create_blob(r).await),
+            M::FsCreateIn(r) => Reply::of::<FsCreateIn>(self.fs_create_in(r).await),
+            M::BlobStorage(r) => {
+                let steward = self.steward.clone();
+                Reply::of::<BlobStorage>(blocking(move || steward.class(r.blob)).await)
+            }
+            M::MemoryReport(r) => {
+                self.steward
+                    .report_memory(r.id, r.capacity, r.used, r.chunks);
+                Reply::of::<MemoryReport>(Ok(()))
+            }
+            M::MemoryStatus(_) => {
+                let alive: Vec<_> = self
+                    .registry
+                    .list()
+                    .into_iter()
+                    .filter(|p| p.alive)
+                    .collect();
+                Reply::of::<MemoryStatus>(Ok(self.steward.memory_status(&alive)))
+            }
+            M::SetPlacementPlan(r) => {
+                // Names resolved here (the matrix read is quick), stored off the workers.
+                let hosts: std::collections::HashMap<String, String> = r
+                    .plan
+                    .iter()
+                    .flat_map(|p| &p.clusters)
+                    .flat_map(|c| std::iter::once(&c.storage).chain(&c.members))
+                    .take(MAX_ITEMS + 1)
+                    .map(|n| (n.clone(), self.host_of_node(n)))
+                    .collect();
+                let steward = self.steward.clone();
+                let set =
+                    move || steward.set_plan(r.plan, |n| hosts.get(n).cloned().unwrap_or_default());
+                Reply::of::<SetPlacementPlan>(blocking(set).await)
+            }
+            M::GetPlacementPlan(_) => Reply::of::<GetPlacementPlan>(Ok(self.steward.plan())),
             M::GetBlob(r) => Reply::of::<GetBlob>(self.versions.blob_info(r.blob)),
             M::ListBlobs(_) => Reply::of::<ListBlobs>(Ok(self.versions.list_blobs())),
             M::Allocate(r) => Reply::of::<Allocate>(self.allocate(r)),
@@ -298,11 +345,70 @@ impl ManagerService {
         blocking(move || registry.register(r.id, r.addr, r.report)).await
     }
 
-    async fn create_blob(&self, r: CreateBlob) -> Result<tomus_wire::BlobInfo> {
+    async fn create_blob(&self, r: CreateBlobIn) -> Result<tomus_wire::BlobInfo> {
         self.check_replication(r.replication)?;
+        self.check_class(r.storage)?;
         let versions = self.versions.clone();
-        blocking(move || versions.create_blob(r.chunk_size, r.replication, Retention::KeepAll))
-            .await
+        let steward = self.steward.clone();
+        blocking(move || {
+            let info = versions.create_blob(r.chunk_size, r.replication, Retention::KeepAll)?;
+            steward.set_class(info.id, r.storage)?;
+            Ok(info)
+        })
+        .await
+    }
+
+    /// A class new data can be created in: the memory class needs providers that keep it.
+    fn check_class(&self, class: StorageClass) -> Result<()> {
+        if class == StorageClass::Memory
+            && self
+                .steward
+                .memory_candidates(self.registry.candidates(), self.registry.timeout())
+                .is_empty()
+        {
+            return Err(Error::new(
+                tomus_wire::ErrorKind::NoSpace,
+                "no live provider keeps memory-class chunks (start providers with \
+                 --memory-class SIZE)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`FsCreateIn`]: the new file's blob gets the class; an existing file keeps its own.
+    async fn fs_create_in(&self, r: FsCreateIn) -> Result<tomus_wire::FsEntry> {
+        self.check_class(r.storage)?;
+        let storage = r.storage;
+        let entry = self
+            .fs_create(FsCreateRetained {
+                path: r.path,
+                chunk_size: r.chunk_size,
+                replication: r.replication,
+                exclusive: r.exclusive,
+                retention: r.retention,
+            })
+            .await?;
+        if let Some(blob) = entry.blob.as_ref().filter(|b| b.latest == 0) {
+            let steward = self.steward.clone();
+            let id = blob.id;
+            blocking(move || steward.set_class(id, storage)).await?;
+        }
+        Ok(entry)
+    }
+
+    /// The host of a plan's node name: from the measured matrix, the agents, or the name.
+    fn host_of_node(&self, name: &str) -> String {
+        if let Ok(Some(m)) = self.topology.get() {
+            if let Some(i) = m.nodes.iter().position(|n| n == name) {
+                if let Some(addr) = m.addrs.get(i) {
+                    return host_part(addr);
+                }
+            }
+        }
+        match self.topology.agent_addr(name) {
+            Some(addr) => host_part(&addr),
+            None => host_part(name),
+        }
     }
 
     async fn fs_create(&self, r: FsCreateRetained) -> Result<tomus_wire::FsEntry> {
@@ -330,7 +436,19 @@ impl ManagerService {
             .unwrap_or(blob_chunk_size)
             .min(blob_chunk_size);
         check_count("providers to avoid", r.avoid.len(), MAX_ITEMS)?;
+        let memory = self.steward.class(r.blob)? == StorageClass::Memory;
         let mut candidates = self.registry.candidates();
+        if memory {
+            candidates = self
+                .steward
+                .memory_candidates(candidates, self.registry.timeout());
+        }
+        // With a placement plan, the first replica goes to the storage node of the writer's
+        // cluster: the `Local` policy aimed at that node's host.
+        let (policy, host) = match self.steward.preferred_host(r.client_host.as_deref()) {
+            Some(host) => (Placement::Local, Some(host)),
+            None => (r.placement, r.client_host.clone()),
+        };
         let others = candidates
             .iter()
             .filter(|(p, _)| !r.avoid.contains(&p.id))
@@ -343,15 +461,25 @@ impl ManagerService {
             chunk_size,
             r.chunks,
             replication,
-            r.placement,
-            r.client_host.as_deref(),
-        )?;
+            policy,
+            host.as_deref(),
+        )
+        .map_err(|e| match e.kind {
+            tomus_wire::ErrorKind::NoSpace if memory => {
+                Error::new(e.kind, format!("memory storage class: {}", e.message))
+            }
+            _ => e,
+        })?;
         let charged: Vec<_> = placed
             .iter()
             .flatten()
             .map(|p| (p.id, chunk_size))
             .collect();
-        self.registry.charge(&charged);
+        if memory {
+            self.steward.charge_memory(&charged);
+        } else {
+            self.registry.charge(&charged);
+        }
         Ok(placed)
     }
 }

@@ -131,6 +131,14 @@ impl Topology {
     pub fn get(&self) -> Result<Option<TopologyMatrix>> {
         self.store.topology()
     }
+
+    /// Where the agent called `name` answers (any agent heard from since the start).
+    pub fn agent_addr(&self, name: &str) -> Option<String> {
+        self.agents()
+            .iter()
+            .find(|(_, (n, _))| n == name)
+            .map(|(addr, _)| addr.clone())
+    }
 }
 
 #[cfg(test)]

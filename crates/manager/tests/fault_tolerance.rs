@@ -42,6 +42,7 @@ fn open(dir: &Path, provider_timeout: Duration) -> Arc<ManagerService> {
     let namespace = Arc::new(Namespace::open(store.clone(), versions.clone()).unwrap());
     let registry = Arc::new(Registry::open(store.clone(), provider_timeout).unwrap());
     let topology = Arc::new(Topology::new(store.clone(), None, provider_timeout));
+    let steward = Arc::new(tomus_manager::steward::Steward::open(store.clone()).unwrap());
     Arc::new(ManagerService {
         versions,
         namespace,
@@ -49,6 +50,7 @@ fn open(dir: &Path, provider_timeout: Duration) -> Arc<ManagerService> {
         store,
         workers,
         topology,
+        steward,
     })
 }
 
@@ -843,6 +845,7 @@ async fn a_slow_disk_sync_does_not_stall_requests_that_need_none() {
     let namespace = Arc::new(Namespace::open(store.clone(), versions.clone()).unwrap());
     let registry = Arc::new(Registry::open(store.clone(), TIMEOUT).unwrap());
     let topology = Arc::new(Topology::new(store.clone(), None, TIMEOUT));
+    let steward = Arc::new(tomus_manager::steward::Steward::open(store.clone()).unwrap());
     let m = Arc::new(ManagerService {
         versions,
         namespace,
@@ -850,6 +853,7 @@ async fn a_slow_disk_sync_does_not_stall_requests_that_need_none() {
         store,
         workers,
         topology,
+        steward,
     });
     register(&m, None, "127.0.0.1:7001").await;
     let blob = create_blob(&m, 1).await.unwrap().id;

@@ -16,6 +16,31 @@ impl ChunkId {
     /// explicitly (the tail a shorter replacement leaves), so that older content below
     /// does not show through.
     pub const ZEROS: ChunkId = ChunkId(0);
+
+    /// The top 32 bits of the ids of memory-class chunks (ASCII `MEM1`): a provider keeps
+    /// such a chunk in RAM, not on disk, wherever it arrives from (a writer or a repair
+    /// copy), so the class travels with the id and no request needs to carry it. Other ids
+    /// are drawn outside this tag.
+    pub const MEMORY_TAG: u32 = 0x4d45_4d31;
+
+    /// Whether this is the id of a memory-class chunk (see [`ChunkId::MEMORY_TAG`]).
+    pub fn is_memory(self) -> bool {
+        (self.0 >> 96) as u32 == Self::MEMORY_TAG
+    }
+
+    /// `random` made the id of a memory-class chunk (`memory`) or of a disk chunk: the tag
+    /// is put in, or kept out.
+    pub fn with_class(random: u128, memory: bool) -> ChunkId {
+        let low = random & ((1u128 << 96) - 1);
+        if memory {
+            ChunkId((u128::from(Self::MEMORY_TAG) << 96) | low.max(1))
+        } else if (random >> 96) as u32 == Self::MEMORY_TAG || random == 0 {
+            // Flip one bit of the tag, and never the reserved 0.
+            ChunkId(random ^ (1u128 << 127) | 1)
+        } else {
+            ChunkId(random)
+        }
+    }
 }
 
 impl std::fmt::Display for ChunkId {

@@ -147,7 +147,7 @@ impl Worker for Beats {
             hb.chunks.restore_lost(lost);
         }
         match outcome {
-            Ok(()) => {}
+            Ok(()) => self.report_memory().await,
             Err(e) if e.kind == ErrorKind::NotFound => {
                 tracing::info!(
                     "the manager does not know provider {}; registering again",
@@ -175,6 +175,28 @@ impl Worker for Beats {
 
     fn summary(&self) -> String {
         format!("provider {}: {} heartbeats sent", self.id, self.sent)
+    }
+}
+
+impl Beats {
+    /// Reports the memory-class store, when this provider keeps one: the manager places
+    /// memory-class chunks by it. A failure is only logged; the next heartbeat reports again.
+    async fn report_memory(&self) {
+        let hb = &self.heartbeat;
+        let memory = hb.chunks.memory();
+        if memory.capacity() == 0 {
+            return;
+        }
+        let (chunks, used) = memory.stats();
+        let req = manager::MemoryReport {
+            id: self.id,
+            capacity: memory.capacity(),
+            used,
+            chunks,
+        };
+        if let Err(e) = hb.pool.call(&hb.manager, req).await {
+            tracing::debug!("memory report to the manager at {}: {e}", hb.manager);
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 pub mod chunk_store;
 mod group_commit;
 mod heartbeat;
+/// The memory storage class: chunks kept only in RAM, bounded, repaired from replicas.
+pub mod memory_class;
 pub mod memory_tier;
 pub mod meta_store;
 mod metrics;
@@ -56,6 +58,9 @@ pub struct ProviderConfig {
     pub secret: Option<ClusterSecret>,
     /// Bytes of recently written chunks kept in memory (0: no memory tier).
     pub memory_tier_bytes: u64,
+    /// Bytes of memory-class chunk data this provider keeps in RAM at most (0: it refuses
+    /// memory-class chunks).
+    pub memory_class_bytes: u64,
     pub heartbeat_interval: Duration,
     /// Sync chunk files and metadata log records to disk before acknowledging them.
     pub fsync: bool,
@@ -90,7 +95,9 @@ pub async fn run(
         tracing::warn!("advertising the wildcard address {advertise}; set an advertise address");
     }
 
-    let chunks = ChunkStore::open(config.data_dir.join("chunks"), config.fsync).await?;
+    let chunks = ChunkStore::open(config.data_dir.join("chunks"), config.fsync)
+        .await?
+        .with_memory(config.memory_class_bytes)?;
     let meta = MetaStore::open(config.data_dir.join("meta.log"), config.fsync).await?;
     let tier = (config.memory_tier_bytes > 0).then(|| MemoryTier::new(config.memory_tier_bytes));
     let stats = chunks.stats();
@@ -382,6 +389,7 @@ mod tests {
             manager,
             secret: None,
             memory_tier_bytes: 1 << 20,
+            memory_class_bytes: 1 << 20,
             heartbeat_interval: Duration::from_millis(30),
             fsync: true,
             limits: ServerLimits::default(),

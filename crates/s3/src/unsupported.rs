@@ -34,6 +34,14 @@ fn storage_class_is_standard(class: Option<&StorageClass>) -> bool {
     class.is_none_or(|c| c.as_str() == StorageClass::STANDARD)
 }
 
+/// The storage classes a PUT maps to tomus's memory class: `REDUCED_REDUNDANCY` (what S3
+/// clients already offer for data that can be recomputed) and the custom class `MEMORY`.
+pub(crate) fn is_memory_class(class: Option<&StorageClass>) -> bool {
+    class.is_some_and(|c| {
+        c.as_str() == StorageClass::REDUCED_REDUNDANCY || c.as_str().eq_ignore_ascii_case("MEMORY")
+    })
+}
+
 /// The headers every object write (PUT, CopyObject, CreateMultipartUpload) may carry.
 macro_rules! write_headers {
     ($i:expr) => {
@@ -93,7 +101,11 @@ macro_rules! write_headers {
 }
 
 pub(crate) fn put_object(i: &PutObjectInput) -> S3Result<()> {
-    refuse(&write_headers!(i))?;
+    let memory = is_memory_class(i.storage_class.as_ref());
+    let mut used = write_headers!(i).to_vec();
+    // A PUT may ask for the memory class (the other writes keep to STANDARD).
+    used.retain(|(header, _)| !(memory && header.starts_with("x-amz-storage-class")));
+    refuse(&used)?;
     refuse(&[(
         "x-amz-server-side-encryption-customer-key",
         i.sse_customer_key.is_some(),

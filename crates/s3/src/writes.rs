@@ -7,7 +7,7 @@ use md5::{Digest, Md5};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders};
 use tomus_client::{Blob, BlobWriter, CommitOptions, CreateOptions, Extent};
-use tomus_wire::{ErrorKind, FsEntry, Retention, VersionInfo};
+use tomus_wire::{ErrorKind, FsEntry, Retention, StorageClass as Class, VersionInfo};
 
 use crate::checksums::{declared_checksums, Verifier};
 use crate::conditional::Expect;
@@ -143,12 +143,29 @@ impl Gateway {
         exclusive: bool,
         retention: Retention,
     ) -> S3Result<(Blob, FsEntry)> {
+        self.open_for_write_in(path, exclusive, retention, Class::Disk)
+            .await
+    }
+
+    /// [`Gateway::open_for_write`] whose new file is in the storage class `storage` (an
+    /// existing one keeps its class).
+    pub(crate) async fn open_for_write_in(
+        &self,
+        path: &str,
+        exclusive: bool,
+        retention: Retention,
+        storage: Class,
+    ) -> S3Result<(Blob, FsEntry)> {
         let options = CreateOptions {
             exclusive,
             ..self.files
         };
         for _ in 0..2 {
-            match self.ns.create_retained(path, options, retention).await {
+            match self
+                .ns
+                .create_in(path, options, Some(retention), storage)
+                .await
+            {
                 Ok((entry, blob)) => return Ok((blob, entry)),
                 Err(e) if e.kind == ErrorKind::AlreadyExists => {
                     return Err(s3_err(
@@ -244,8 +261,13 @@ impl Gateway {
             sums: Verifier::new(declared, i.checksum_algorithm.as_ref(), &headers)?,
             trailers,
         };
+        let storage = if unsupported::is_memory_class(i.storage_class.as_ref()) {
+            Class::Memory
+        } else {
+            Class::Disk
+        };
         let (blob, entry) = self
-            .open_for_write(&path, exclusive, state.object_retention())
+            .open_for_write_in(&path, exclusive, state.object_retention(), storage)
             .await?;
         let written = self
             .write(&blob, mode, &mut described, i.body, checks, &guard)

@@ -22,6 +22,8 @@ pub mod provider;
 pub mod rpc;
 /// The accept loop and request handlers.
 pub mod server;
+/// Storage classes, memory-class usage and placement plans (dedicated storage nodes).
+pub mod storage;
 /// The requests of a topology agent (throughput probes between nodes).
 pub mod topology;
 /// Request ids carried from a client operation to every server it reaches, for the logs.
@@ -37,6 +39,7 @@ pub use server::{
     call_handler, call_handler_payload, serve, wrong_service, FileRange, Handler, LoadGauge,
     Payload, RequestObserver, Served, ServerLimits,
 };
+pub use storage::{MemoryUsage, PlacementPlan, PlanCluster, StorageClass};
 pub use types::*;
 
 /// Wall-clock time in Unix milliseconds.

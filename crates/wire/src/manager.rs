@@ -3,6 +3,7 @@
 use tomus_metadata::{BlobId, ChunkId, ProviderId, Version};
 
 use crate::rpc::service;
+use crate::storage::{MemoryUsage, PlacementPlan, StorageClass};
 use crate::types::*;
 
 service! {
@@ -168,5 +169,31 @@ service! {
         FsSetChecksum { path: String, name: String, checksum: u32 } -> (), once;
         /// A reader found the copy of `provider` damaged: it stops being a holder.
         FsDropHolder { path: String, provider: ProviderId } -> RegisteredFile, once;
+
+        // ---- dedicated storage nodes (DataSteward): storage classes and placement plans
+        /// [`CreateBlob`] in a storage class.
+        CreateBlobIn { chunk_size: u64, replication: u32, storage: StorageClass } -> BlobInfo, once;
+        /// [`FsCreateRetained`] whose new file's blob is in `storage`; an existing file keeps
+        /// its own class.
+        FsCreateIn {
+            path: String,
+            chunk_size: u64,
+            replication: u32,
+            exclusive: bool,
+            retention: Option<Retention>,
+            storage: StorageClass,
+        } -> FsEntry, once;
+        /// The storage class of a blob (writers ask once per blob: it decides the ids of its
+        /// chunks, see `ChunkId::MEMORY_TAG`).
+        BlobStorage { blob: BlobId } -> StorageClass;
+        /// A provider's memory-class store, sent with its heartbeats when it has one.
+        MemoryReport { id: ProviderId, capacity: u64, used: u64, chunks: u64 } -> ();
+        /// The memory-class stores of the live providers.
+        MemoryStatus {} -> Vec<MemoryUsage>;
+        /// Sets (or with `None` clears) the placement plan: a writer's chunks go first to the
+        /// storage node of its cluster. The manager resolves the names to hosts and answers
+        /// the plan it stored.
+        SetPlacementPlan { plan: Option<PlacementPlan> } -> Option<PlacementPlan>, once;
+        GetPlacementPlan {} -> Option<PlacementPlan>;
     }
 }

@@ -22,6 +22,10 @@ pub(super) enum BlobCommand {
         /// Replicas of every chunk and metadata node.
         #[arg(long, default_value_t = 1)]
         replication: u32,
+        /// Storage class: `disk`, or `memory` (chunks kept in the RAM of `--replication`
+        /// providers; writes fail with NoSpace when their memory class is full).
+        #[arg(long, default_value = "disk", value_parser = crate::size::parse_storage)]
+        storage: tomus_wire::StorageClass,
     },
     /// Write FILE (or stdin) at OFFSET; prints the new version.
     Write {
@@ -109,12 +113,16 @@ pub(super) async fn run(
         BlobCommand::Create {
             chunk_size,
             replication,
+            storage,
         } => {
-            let b = client.create_blob(chunk_size, replication).await?;
+            let b = client
+                .create_blob_in(chunk_size, replication, storage)
+                .await?;
             if json_out {
                 outln!(
                     "{}",
-                    json!({"id": b.id(), "chunk_size": b.chunk_size(), "replication": b.replication()})
+                    json!({"id": b.id(), "chunk_size": b.chunk_size(),
+                           "replication": b.replication(), "storage": storage.name()})
                 )?;
             } else {
                 outln!("{}", b.id())?;

@@ -156,6 +156,10 @@ enum Command {
     /// `tomus topology measure` (providers answer them too) and announces itself to the
     /// manager. Listens on --addr.
     Agent(crate::topology_cmd::AgentArgs),
+    /// Deploy a placement plan (`tomus topology select --json`): providers on its storage
+    /// nodes only, the computation on the others; the manager sends each writer's chunks to
+    /// its own cluster's storage node first. Prints (or with --ssh runs) each host's command.
+    Deploy(crate::deploy_cmd::DeployArgs),
     /// The configuration file (`--config FILE`): `tomus config show ROLE [FLAGS]` prints the
     /// effective configuration of a server.
     #[command(subcommand)]
@@ -354,6 +358,13 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
         Command::Topology(cmd) => {
             runtime()?.block_on(crate::topology_cmd::run(&cli.addr, secret, cli.json, cmd))
         }
+        Command::Deploy(a) => runtime()?.block_on(crate::deploy_cmd::run(
+            &cli.addr,
+            secret,
+            cli.secret_file.as_deref(),
+            cli.json,
+            a,
+        )),
         Command::Agent(a) => {
             let config = crate::topology_cmd::agent_config(cli.addr, explicit_addr, secret, a);
             servers::serve("agent", |ready, _| {
@@ -361,6 +372,11 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
             })
         }
     }
+}
+
+/// A client of the manager at `addr` (balanced placement).
+pub(crate) async fn connect_client(addr: &str, secret: Option<ClusterSecret>) -> Result<Client> {
+    connect(addr, secret, false).await
 }
 
 async fn connect(addr: &str, secret: Option<ClusterSecret>, local: bool) -> Result<Client> {

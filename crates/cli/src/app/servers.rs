@@ -123,6 +123,10 @@ pub(super) struct ProviderArgs {
     /// Memory tier (e.g. 256MiB; 0: off).
     #[arg(long, default_value = "0", value_parser = parse_size)]
     memory_tier: u64,
+    /// RAM for memory-class chunks (`--storage memory` blobs and files; e.g. 4GiB; 0: this
+    /// provider refuses them). Taken only as such chunks arrive.
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    memory_class: u64,
     /// Heartbeat interval in milliseconds.
     #[arg(long, default_value_t = 1000)]
     heartbeat_ms: u64,
@@ -199,6 +203,7 @@ pub(super) fn run_provider(
         manager,
         secret,
         memory_tier_bytes: a.memory_tier,
+        memory_class_bytes: a.memory_class,
         heartbeat_interval: Duration::from_millis(a.heartbeat_ms),
         fsync: !a.no_fsync,
         limits: a.limits.limits(),

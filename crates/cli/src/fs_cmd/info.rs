@@ -74,19 +74,29 @@ pub async fn ls(ns: &Namespace, json_out: bool, arg: &str, recursive: bool) -> R
 
 pub async fn stat(ns: &Namespace, json_out: bool, arg: &str) -> Result<()> {
     for e in resolve(ns, arg).await? {
+        // The storage class is asked of the manager for files only (one request each).
+        let storage = match &e.blob {
+            Some(b) => Some(ns.client().storage_class(b.id).await?),
+            None => None,
+        };
         if json_out {
-            outln!("{}", entry_json(&e))?;
+            let mut v = entry_json(&e);
+            if let (Some(class), Some(map)) = (storage, v.as_object_mut()) {
+                map.insert("storage".into(), class.name().into());
+            }
+            outln!("{v}")?;
             continue;
         }
         match &e.blob {
             Some(b) => outln!(
-                "/{}: file, {} bytes at version {}, blob {} (chunk {}, replication {})",
+                "/{}: file, {} bytes at version {}, blob {} (chunk {}, replication {}, {} class)",
                 e.path,
                 b.size,
                 b.latest,
                 b.id,
                 format_size(b.chunk_size),
-                b.replication
+                b.replication,
+                storage.map_or("disk", |c| c.name())
             )?,
             None => outln!("/{}: directory", e.path)?,
         }

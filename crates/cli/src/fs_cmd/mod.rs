@@ -57,6 +57,10 @@ pub enum FsCommand {
         /// Replicas of a new file's chunks and metadata.
         #[arg(long, default_value_t = 1)]
         replication: u32,
+        /// Storage class of a new file: `disk`, or `memory` (chunks kept in the RAM of
+        /// `--replication` providers; fails with NoSpace when their memory class is full).
+        #[arg(long, default_value = "disk", value_parser = crate::size::parse_storage)]
+        storage: tomus_wire::StorageClass,
     },
     /// Download PATH to LOCAL (default: stdout). LOCAL that is a directory (or ends with `/`)
     /// receives the file under its own name (`get F .`); with -r, directories come with
@@ -210,6 +214,7 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
             append,
             chunk_size,
             replication,
+            storage,
         } => {
             let options = CreateOptions {
                 chunk_size,
@@ -222,6 +227,7 @@ pub async fn run(client: &Client, json_out: bool, cmd: FsCommand) -> Result<()> 
                 append,
                 recursive,
                 options,
+                storage,
             };
             tree::put(&ns, json_out, a).await?
         }

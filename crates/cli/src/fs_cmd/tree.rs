@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use tomus_client::{Blob, CommitOptions, CreateOptions, Namespace};
-use tomus_wire::{EntryKind, Error, ErrorKind, FsEntry};
+use tomus_wire::{EntryKind, Error, ErrorKind, FsEntry, StorageClass};
 
 use super::paths::{base_name, clean, dir_syntax, display, join, relative, resolve};
 use crate::size::format_size;
@@ -20,6 +20,8 @@ pub struct PutArgs {
     pub append: bool,
     pub recursive: bool,
     pub options: CreateOptions,
+    /// Storage class of new files (existing files keep theirs).
+    pub storage: StorageClass,
 }
 
 /// One file written: where, which version, where it landed, how many bytes.
@@ -115,7 +117,7 @@ pub async fn put(ns: &Namespace, json_out: bool, a: PutArgs) -> Result<()> {
         } else {
             dst
         };
-        let done = put_file(ns, &a.local, &target, a.append, a.options).await?;
+        let done = put_file_in(ns, &a.local, &target, a.append, a.options, a.storage).await?;
         tally.add(done.bytes);
         tally.finish("uploaded", &display(&target));
         if json_out {
@@ -137,7 +139,7 @@ pub async fn put(ns: &Namespace, json_out: bool, a: PutArgs) -> Result<()> {
     }
     let mut done = Vec::with_capacity(files.len());
     for (rel, file) in files {
-        let p = put_file(ns, &file, &join(&root, &rel), false, a.options).await?;
+        let p = put_file_in(ns, &file, &join(&root, &rel), false, a.options, a.storage).await?;
         tally.add(p.bytes);
         if !json_out {
             outln!("{}", p.line(false))?;
@@ -160,9 +162,21 @@ pub(super) async fn put_file(
     append: bool,
     options: CreateOptions,
 ) -> Result<Put> {
+    put_file_in(ns, local, path, append, options, StorageClass::Disk).await
+}
+
+/// [`put_file`] whose new file is in the storage class `storage`.
+pub(super) async fn put_file_in(
+    ns: &Namespace,
+    local: &Path,
+    path: &str,
+    append: bool,
+    options: CreateOptions,
+    storage: StorageClass,
+) -> Result<Put> {
     // Checked before the cluster is touched: a bad input leaves nothing behind.
     let (input, size) = open_input(Some(local))?;
-    let (entry, blob) = ns.create(path, options).await?;
+    let (entry, blob) = ns.create_in(path, options, None, storage).await?;
     let (version, offset, bytes) = match put_into(&blob, input, size, append, path).await {
         Ok(put) => put,
         Err(e) => {

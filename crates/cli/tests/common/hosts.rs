@@ -387,6 +387,36 @@ impl Hosts {
         self.procs.len() - 1
     }
 
+    /// `tomus --secret-file F ARGS...` as a client on host `host` against the manager at
+    /// `manager`, ready to run or spawn.
+    pub fn command(&self, host: usize, manager: &str, args: &[&str]) -> Command {
+        let exe = super::exe();
+        let mut cmd = match self.mode {
+            Mode::Netns => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &self.hosts[host].ns]).arg(&exe);
+                c
+            }
+            Mode::Loopback => Command::new(&exe),
+        };
+        cmd.arg("--secret-file")
+            .arg(&self.secret_file)
+            .args(args)
+            .env("TOMUS_ADDR", manager)
+            .env_remove("TOMUS_MANAGER")
+            .env_remove("TOMUS_CLUSTER_SECRET")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs [`Hosts::command`] to completion.
+    pub fn run(&self, host: usize, manager: &str, args: &[&str]) -> std::process::Output {
+        self.command(host, manager, args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run tomus on host {host}: {e}"))
+    }
+
     pub fn proc(&self, p: usize) -> &Proc {
         &self.procs[p]
     }

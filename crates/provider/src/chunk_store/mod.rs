@@ -34,6 +34,10 @@
 //! sizes, checksums of whole chunks, positioned reads); `verify.rs` the checking of blocks
 //! against their checksums and the checksum of a range being sent. This module is the
 //! store's API, which sends small chunks to the small-chunk log and the rest to the files.
+//!
+//! Memory-class chunks (their id says so, see [`ChunkId::is_memory`]) go to the memory
+//! class store instead ([`crate::memory_class`]) and are listed, read, verified and deleted
+//! from there like the others, so repair, scrub and garbage collection treat them alike.
 
 /// The chunk files on disk: paths, writes, ranged reads, listing, deletion, quarantine.
 mod files;
@@ -55,12 +59,15 @@ use bytes::Bytes;
 use tomus_metadata::ChunkId;
 use tomus_wire::{checksum, ChunkEntry, Error, ErrorKind, FileRange, Result, ScrubReport};
 
+use crate::memory_class::MemoryChunks;
 use crate::small_chunks::{SmallChunks, SEGMENT_SIZE, SMALL_CHUNK_MAX};
 use crate::{blocking, io_error};
 pub(crate) use files::mtime_ms;
 use files::{prepare_dir, Inner};
 pub use format::BLOCK_SIZE;
 
+/// The journal of the memory-class chunk ids taken (see [`crate::memory_class`]).
+const MEMORY_JOURNAL: &str = "memory-class.ids";
 /// Quarantined chunks remembered for the manager at most (more are found by repair's audit).
 const MAX_LOST_REPORTS: usize = 100_000;
 /// Data one scrub step verifies at most (it stops after the chunk that crosses it), so one
@@ -85,6 +92,8 @@ pub struct ChunkStats {
 #[derive(Clone)]
 pub struct ChunkStore {
     inner: Arc<Inner>,
+    /// Memory-class chunks (none kept unless given a capacity with `with_memory`).
+    memory: MemoryChunks,
 }
 
 impl ChunkStore {
@@ -117,15 +126,40 @@ impl ChunkStore {
                     #[cfg(test)]
                     after_open: std::sync::Mutex::new(None),
                 }),
+                memory: MemoryChunks::new(0),
             })
         })
         .await
     }
 
+    /// The same store keeping memory-class chunks, up to `capacity` bytes of them. The
+    /// memory-class chunks a previous run of this store held are gone: they are reported
+    /// lost (with the quarantined ones), so repair re-creates them elsewhere at once.
+    pub fn with_memory(mut self, capacity: u64) -> Result<Self> {
+        let (memory, gone) =
+            MemoryChunks::new(capacity).with_journal(&self.inner.dir.join(MEMORY_JOURNAL))?;
+        if !gone.is_empty() {
+            tracing::info!(
+                "{} memory-class chunks of the previous run are gone: reporting them lost",
+                gone.len()
+            );
+            self.restore_lost(gone);
+        }
+        self.memory = memory;
+        Ok(self)
+    }
+
+    /// The memory-class chunks.
+    pub fn memory(&self) -> &MemoryChunks {
+        &self.memory
+    }
+
+    /// Chunks held (memory-class ones included) and bytes on disk.
     pub fn stats(&self) -> ChunkStats {
         let (small_chunks, small_bytes) = self.inner.small.stats();
+        let (memory_chunks, _) = self.memory.stats();
         ChunkStats {
-            chunks: self.inner.chunks.load(Ordering::Relaxed) + small_chunks,
+            chunks: self.inner.chunks.load(Ordering::Relaxed) + small_chunks + memory_chunks,
             bytes: self.inner.bytes.load(Ordering::Relaxed) + small_bytes,
         }
     }
@@ -147,7 +181,16 @@ impl ChunkStore {
 
     async fn put_inner(&self, id: ChunkId, data: Bytes, sent_crc: Option<u32>) -> Result<()> {
         let len = data.len() as u64;
-        if data.len() < SMALL_CHUNK_MAX {
+        if id.is_memory() {
+            let crc = match sent_crc {
+                Some(sent) => {
+                    checksum::check_arrived(&data, sent, || format!("chunk {id}"))?;
+                    sent
+                }
+                None => checksum::crc32c(&data),
+            };
+            self.memory.put(id, data, crc)?;
+        } else if data.len() < SMALL_CHUNK_MAX {
             if let Some(sent) = sent_crc {
                 checksum::check_arrived(&data, sent, || format!("chunk {id}"))?;
             }
@@ -188,6 +231,16 @@ impl ChunkStore {
         offset: u64,
         len: u64,
     ) -> Result<(ChunkRange, u32)> {
+        if let Some((data, whole_crc)) = self.memory.get(id) {
+            let range = check_range(id, offset, len, data.len() as u64)?;
+            let piece = data.slice(range);
+            let crc = if piece.len() == data.len() {
+                whole_crc
+            } else {
+                checksum::crc32c(&piece)
+            };
+            return Ok((ChunkRange::Memory(piece), crc));
+        }
         let inner = self.inner.clone();
         blocking(move || inner.read_range(id, offset, len)).await
     }
@@ -208,13 +261,19 @@ impl ChunkStore {
         limit: usize,
     ) -> Result<Vec<ChunkEntry>> {
         let small = self.inner.small.list(start_after, limit);
+        let memory = self.memory.list(start_after, limit);
         let inner = self.inner.clone();
         let files = blocking(move || inner.list_files(start_after, limit)).await?;
-        Ok(merge_sorted(small, files, limit))
+        Ok(merge_sorted(
+            merge_sorted(small, memory, limit),
+            files,
+            limit,
+        ))
     }
 
     /// Removes chunks; ids not held are ignored. Durable when it returns (with fsync on).
     pub async fn delete(&self, ids: &[ChunkId]) -> Result<()> {
+        self.memory.delete(ids);
         self.inner.small.delete(ids).await?;
         let inner = self.inner.clone();
         let ids = ids.to_vec();
@@ -226,6 +285,10 @@ impl ChunkStore {
 
     /// Verifies every checksum of chunk `id` and returns its data length.
     pub async fn verify(&self, id: ChunkId) -> Result<u64> {
+        if let Some((data, crc)) = self.memory.get(id) {
+            checksum::check_arrived(&data, crc, || format!("memory-class chunk {id}"))?;
+            return Ok(data.len() as u64);
+        }
         let inner = self.inner.clone();
         blocking(move || inner.verify(id)).await
     }
@@ -233,7 +296,10 @@ impl ChunkStore {
     /// Takes a corrupt chunk out of service: a small chunk is deleted from its log, a chunk
     /// file moved to the quarantine directory. Returns whether the chunk was held.
     pub async fn quarantine(&self, id: ChunkId) -> Result<bool> {
-        let held = if self.inner.small.contains(id) {
+        let held = if self.memory.contains(id) {
+            self.memory.delete(&[id]);
+            true
+        } else if self.inner.small.contains(id) {
             self.inner.small.delete(&[id]).await?;
             true
         } else {

@@ -14,7 +14,8 @@ impl ProviderService {
     /// before it is cached or acknowledged.
     pub(super) async fn put_chunk(&self, id: ChunkId, data: Bytes, crc: u32) -> Result<()> {
         self.chunks.put_checked(id, data.clone(), crc).await?;
-        if let Some(tier) = &self.tier {
+        // A memory-class chunk is in RAM already: caching it would hold it twice.
+        if let Some(tier) = self.tier.as_ref().filter(|_| !id.is_memory()) {
             tier.insert(id, data, crc);
         }
         Ok(())
