@@ -361,8 +361,13 @@ def _drive(
                     submit(p)
                 return
         by_holder = _holder_bytes(client, paths)
-        # Most input bytes on the worker's provider first, then the least busy worker.
-        worker = max(workers, key=lambda w: (by_holder.get(pairs.get(w, ""), 0), -busy[w]))
+        # An idle worker first (a task waiting behind another on the worker holding its
+        # inputs while others idle costs more than fetching them), then the most input
+        # bytes on the worker's provider, then the least busy worker.
+        worker = max(
+            workers,
+            key=lambda w: (busy[w] == 0, by_holder.get(pairs.get(w, ""), 0), -busy[w]),
+        )
         busy[worker] += 1
         spec = {
             "name": t.name,
