@@ -1,7 +1,9 @@
 """Runs a workflow on Dask (no scheduler of ours): each task is submitted once its inputs
-exist, to the Dask worker whose tomus provider holds most of its input bytes; on the worker
-it fetches its inputs through the adaptive transfers into a task-local directory, runs, and
-registers its outputs with that worker's provider (O(1), no copy).
+exists, to the Dask worker whose tomus provider holds most of its input bytes (an idle worker
+first, when there is one); on the worker it fetches its inputs through the adaptive transfers
+into a task-local directory, runs, and registers its outputs with that worker's provider
+(O(1), no copy). Each run's stdout and stderr are kept as ``{dir}/.workflow/logs/TASK.*``
+(``tomus workflow logs``) and their tails in the report; the task directory is then removed.
 
 Workers are paired with providers: ``providers`` maps Dask worker addresses to provider
 addresses; by default workers and live providers are paired in address order (on one
