@@ -1,5 +1,5 @@
 """Runs a workflow on Dask (no scheduler of ours): each task is submitted once its inputs
-exists, to the Dask worker whose tomus provider holds most of its input bytes (an idle worker
+exist, to the Dask worker whose tomus provider holds most of its input bytes (an idle worker
 first, when there is one); on the worker it fetches its inputs through the adaptive transfers
 into a task-local directory, runs, and registers its outputs with that worker's provider
 (O(1), no copy). Each run's stdout and stderr are kept as ``{dir}/.workflow/logs/TASK.*``
@@ -339,7 +339,7 @@ def _drive(
     rerun_for: set[str] = set()
     agent = ReplicationAgent(client, replication, work_dir=root) if replication else None
     replicating = []
-    pool = as_completed()
+    pool = as_completed(loop=dask.loop)  # this client's: it need not be the default one
 
     def ready(t: Task) -> bool:
         return all(prod[i].name in done for i in t.inputs if i in prod)
