@@ -151,12 +151,18 @@ def _execute(spec: dict[str, Any]) -> dict[str, Any]:
         local = task_dir / name
         if not local.is_file():
             raise FileNotFoundError(f"task {spec['name']!r} did not write its output {name!r}")
-        try:
-            _native.register_file(client, local, path, provider=spec["provider"])
-        except tomus.Unavailable:
-            # This worker's provider is down (restarting): any provider of this host.
-            _native.register_file(client, local, path)
+        if spec.get("store_outputs"):
+            # A copy into the striped, replicated store: the fixed `store` strategy.
+            with open(local, "rb") as src, client.fs().open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst, 8 << 20)
+        else:
+            try:
+                _native.register_file(client, local, path, provider=spec["provider"])
+            except tomus.Unavailable:
+                # This worker's provider is down (restarting): any provider of this host.
+                _native.register_file(client, local, path)
         outputs[path] = local.stat().st_size
+    shared = time.time()
     if not spec.get("keep_task_dirs"):
         # The outputs are hard-linked into the provider and fetched inputs are copies (or
         # also linked, by the swarm): the task's directory is no longer needed.
@@ -168,6 +174,7 @@ def _execute(spec: dict[str, Any]) -> dict[str, Any]:
         "start": started,
         "run_start": ran,
         "run_end": finished,
+        "output_seconds": shared - finished,
         "end": time.time(),
         "seconds": time.time() - started,
         "transfers": transfers,
@@ -262,11 +269,14 @@ def run(
     progress: bool = True,
     replication: CostModel | None = None,
     keep_task_dirs: bool = False,
+    store_outputs: bool = False,
 ) -> Report:
     """Runs ``workflow`` (validated first) and returns its report. With ``replication``,
     the replication agent adds holders of outputs that several pending tasks read, in the
     background, as that cost model allows. A task's directory is removed once its outputs
-    are registered, unless ``keep_task_dirs``."""
+    are registered, unless ``keep_task_dirs``. With ``store_outputs``, outputs are copied
+    into the striped store instead of registered (persistent and replicated, but O(size);
+    the fixed ``store`` strategy of the benchmarks)."""
     order = workflow.validate()
     client = client or tomus.connect()
     config = config or SelectionConfig()
@@ -292,6 +302,7 @@ def run(
             progress,
             replication,
             keep_task_dirs,
+            store_outputs,
         )
     finally:
         if own_cluster is not None:
@@ -317,6 +328,7 @@ def _drive(
     progress: bool,
     replication: CostModel | None = None,
     keep_task_dirs: bool = False,
+    store_outputs: bool = False,
 ) -> Report:
     from distributed import as_completed
 
@@ -384,6 +396,7 @@ def _drive(
             "fn": t.fn,
             "dir": wf.dir,
             "keep_task_dirs": keep_task_dirs,
+            "store_outputs": store_outputs,
         }
         fut = dask.submit(
             _execute,
