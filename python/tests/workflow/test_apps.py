@@ -134,3 +134,18 @@ def test_python_task_logs_in_the_report_and_task_dirs_removed(client: tomus.Clie
     wf2.task("shout", fn=shout, outputs=["out.txt"])
     report = workflow.run(wf2, client, n_workers=1, progress=False, keep_task_dirs=True)
     assert (Path(report.tasks["shout"]["dir"]) / "out.txt").read_text() == "ok"
+
+
+def test_synthetic_through_the_store_and_fixed_direct(client: tomus.Client, tmp_path: Path) -> None:
+    # The fixed strategies the benchmarks compare with: outputs copied into the striped store
+    # (read back by the store module), and every registered file by the direct module.
+    wf = synthetic.workflow(40_000, width=4, dir=f"/wf/synth-store-{uuid.uuid4().hex[:8]}")
+    report = workflow.run(wf, client, n_workers=2, progress=False, store_outputs=True)
+    assert {t["module"] for t in report.transfers} == {"store"}
+    assert client.fs().info(wf.path_of("result.bin"))["size"] == 40_000
+    assert check("synthetic", wf, client, tmp_path)["equal"]
+    wf = synthetic.workflow(40_000, width=4, dir=f"/wf/synth-direct-{uuid.uuid4().hex[:8]}")
+    report = workflow.run(wf, client, n_workers=2, progress=False,
+                          config=SelectionConfig(module="direct"))  # fmt: skip
+    assert {t["module"] for t in report.transfers} == {"direct"}
+    assert check("synthetic", wf, client, tmp_path)["equal"]
