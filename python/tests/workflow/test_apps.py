@@ -149,3 +149,17 @@ def test_synthetic_through_the_store_and_fixed_direct(client: tomus.Client, tmp_
                           config=SelectionConfig(module="direct"))  # fmt: skip
     assert {t["module"] for t in report.transfers} == {"direct"}
     assert check("synthetic", wf, client, tmp_path)["equal"]
+
+
+def test_blast_from_the_cli(client: tomus.Client) -> None:
+    p = cli(client.addr, "blast", "--size", "60000", "--db-size", "80KB", "--width", "2",
+            "--workers", "2", "--quiet")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("workflow blast in /wf/blast-") and "8 tasks" in lines[0]
+    assert "  answer equals the single-process reference" in lines
+    found = next(x for x in lines if "planted matches found" in x)
+    n, total = found.rsplit(" ", 1)[1].split("/")
+    assert n == total and int(total) >= 10
+    p = cli(client.addr, "blast", "--size", "lots")
+    assert p.returncode == 2 and "not a size: 'lots'" in p.stderr

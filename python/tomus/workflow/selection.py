@@ -49,9 +49,12 @@ def parse_size(value: int | str) -> int:
     s = value.strip().upper()
     digits = s.rstrip("KMGIB")
     unit = s[len(digits) :]
-    if unit not in _UNITS:
-        raise ValueError(f"unknown size unit in {value!r}")
-    return int(float(digits) * _UNITS[unit])
+    try:
+        return int(float(digits) * _UNITS[unit])
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"not a size: {value!r} (bytes, or a number with K, M, G, KiB, MiB, GiB, KB, MB)"
+        ) from None
 
 
 @dataclass(frozen=True)
