@@ -24,6 +24,7 @@ def test_demo_main_reports_every_phase_and_finds_the_planted_pairs(
         "most frequent words",
         "kmeans",
         "a-brain",
+        "workflow (blast)",
     ]
     res = out["results"]
     assert len(res["top_words"]) == 10 and res["top_words"][0][1] >= res["top_words"][-1][1]
@@ -33,6 +34,9 @@ def test_demo_main_reports_every_phase_and_finds_the_planted_pairs(
     ab = res["abrain"]
     assert ab["planted_found"] == len(ab["planted"]) and ab["false_positives"] == 0
     assert all(p["bytes_read"] > 0 for p in out["phases"][2:])
+    bw = res["blast_workflow"]
+    assert bw["equals_reference"] and bw["planted_found"] == bw["planted"] > 0
+    assert bw["tasks"] == 3 + 1 + 1 + bw["matchers"] + 1  # dbs, queries, split, ..., assemble
 
 
 def test_kmeans_report_says_how_it_ended() -> None:

@@ -3,8 +3,9 @@
 ``main(argv)`` starts an embedded tomus cluster and a Dask LocalCluster on this machine,
 generates its inputs (text from the Python standard library's sources, clustered points, and
 genotype/imaging matrices with a few planted associations), loads them into tomus, runs
-MostFrequentWords (IterativeReduce), KMeans (generalized reduction, up to 10 passes) and A-Brain
-(IterativeReduce over permutations x SNP blocks), then prints what was found, the time of each
+MostFrequentWords (IterativeReduce), KMeans (generalized reduction, up to 10 passes), A-Brain
+(IterativeReduce over permutations x SNP blocks) and a short BLAST-like workflow (tasks
+passing registered files, ``tomus.workflow``), then prints what was found, the time of each
 phase and the storage traffic. ``--size`` scales every input from a few seconds of work to many
 minutes. The ``tomus demo`` command is meant to call this function.
 """
@@ -218,6 +219,36 @@ def _abrain_phase(
     }
 
 
+def _workflow_phase(s: Session, report: Report, progress: _Progress, size: int) -> None:
+    """The BLAST-like workflow (tomus.workflow): queries split over one matcher per worker
+    slot, 3 shared databases broadcast to them, hits checked against one process's."""
+    from tomus.workflow.apps import blast, check
+    from tomus.workflow.runner import run as run_workflow
+
+    queries = max(64 << 10, size // 64)
+    matchers = 2 * max(1, len(s.dask.scheduler_info()["workers"]))
+    wf = blast.workflow(queries, matchers=matchers, dir=f"/demo/blast-{time.time_ns()}")
+    with report.phase("workflow (blast)") as ph:
+        if progress.enabled:
+            print(f"BLAST-like workflow: {len(wf.tasks)} tasks ...", file=progress.out)
+        res = run_workflow(wf, s.tomus, dask_client=s.dask, progress=False)
+        ph.tasks = len(res.tasks)
+        ph.bytes_read = sum(res.bytes_per_module().values())
+        ph.bytes_written = sum(n for t in res.tasks.values() for n in t["outputs"].values())
+    verdict = check("blast", wf, s.tomus)
+    report.results["blast_workflow"] = {
+        "queries_bytes": queries,
+        "matchers": matchers,
+        "tasks": len(res.tasks),
+        "makespan": round(res.makespan, 3),
+        "bytes_per_module": res.bytes_per_module(),
+        "hits": verdict["hits"],
+        "planted": verdict["planted"],
+        "planted_found": verdict["planted_found"],
+        "equals_reference": verdict["equal"],
+    }
+
+
 def run(size: int, providers: int, workers: int, progress: _Progress) -> Report:
     """The whole demo; returns its report."""
     report = Report(size, providers, workers)
@@ -251,6 +282,7 @@ def run(size: int, providers: int, workers: int, progress: _Progress) -> Report:
         gaps = np.sqrt(((found[:, None, :] - truth[None, :, :]) ** 2).sum(2))
         report.results["kmeans"]["max_distance_to_true_center"] = round(float(gaps.min(1).max()), 3)
         _abrain_phase(s, report, progress, data, planted)
+        _workflow_phase(s, report, progress, size)
     return report
 
 
@@ -290,6 +322,12 @@ def _print_report(report: Report, out: TextIO) -> None:
               f"p_corrected={hit['p_corrected']:.3f}  ({mark})", file=out)  # fmt: skip
     print(f"  planted associations found: {ab['planted_found']}/{len(planted)}, "
           f"false positives: {ab['false_positives']}", file=out)  # fmt: skip
+    bw = r["blast_workflow"]
+    moved = ", ".join(f"{_human(n)} by {m}" for m, n in sorted(bw["bytes_per_module"].items()))
+    print(f"\nBLAST-like workflow: {bw['tasks']} tasks ({bw['matchers']} matchers), "
+          f"{bw['hits']} hits, planted matches found {bw['planted_found']}/{bw['planted']}, "
+          f"{'equal to' if bw['equals_reference'] else 'DIFFERENT from'} one process's; "
+          f"files passed: {moved}", file=out)  # fmt: skip
     print("\nPhases:", file=out)
     print(f"  {'phase':<20} {'time':>8} {'tasks':>6} {'read':>11} {'written':>11} {'storage':>13}",
           file=out)  # fmt: skip
@@ -303,8 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     """The demo's command line; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="tomus demo",
-        description="Run MostFrequentWords, KMeans and A-Brain on an embedded tomus cluster "
-        "and a Dask LocalCluster, and report what they found and how long it took.",
+        description="Run MostFrequentWords, KMeans, A-Brain and a BLAST-like workflow on an "
+        "embedded tomus cluster and a Dask LocalCluster, and report what they found and how "
+        "long it took.",
     )
     parser.add_argument("--size", type=parse_size, default=parse_size("16MiB"),
                         help="text to process, which also scales the other inputs "
@@ -326,7 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _print_report(report, sys.stdout)
     ab = report.results["abrain"]
-    return 0 if ab["planted_found"] == len(ab["planted"]) and not ab["false_positives"] else 2
+    bw = report.results["blast_workflow"]
+    blast_ok = bw["planted_found"] == bw["planted"] and bw["equals_reference"]
+    abrain_ok = ab["planted_found"] == len(ab["planted"]) and not ab["false_positives"]
+    return 0 if abrain_ok and blast_ok else 2
 
 
 if __name__ == "__main__":  # Dask's worker processes re-import the main module: keep this guard

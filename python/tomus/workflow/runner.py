@@ -1,7 +1,9 @@
 """Runs a workflow on Dask (no scheduler of ours): each task is submitted once its inputs
-exist, to the Dask worker whose tomus provider holds most of its input bytes; on the worker
-it fetches its inputs through the adaptive transfers into a task-local directory, runs, and
-registers its outputs with that worker's provider (O(1), no copy).
+exist, to the Dask worker whose tomus provider holds most of its input bytes (an idle worker
+first, when there is one); on the worker it fetches its inputs through the adaptive transfers
+into a task-local directory, runs, and registers its outputs with that worker's provider
+(O(1), no copy). Each run's stdout and stderr are kept as ``{dir}/.workflow/logs/TASK.*``
+(``tomus workflow logs``) and their tails in the report; the task directory is then removed.
 
 Workers are paired with providers: ``providers`` maps Dask worker addresses to provider
 addresses; by default workers and live providers are paired in address order (on one
@@ -17,12 +19,16 @@ with their module and reason, bytes per module) is returned and stored as
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +41,7 @@ from tomus.workflow.modules import FileInfo, TransferContext
 from tomus.workflow.replication import CostModel, ReplicationAgent
 from tomus.workflow.selection import SelectionConfig, choose
 
-__all__ = ["Report", "file_info", "run", "status"]
+__all__ = ["Report", "file_info", "run", "status", "task_logs"]
 
 
 @dataclass
@@ -134,28 +140,33 @@ def _execute(spec: dict[str, Any]) -> dict[str, Any]:
             }
         )
     ran = time.time()
-    if spec["command"] is not None:
-        with open(task_dir / ".stdout", "wb") as out, open(task_dir / ".stderr", "wb") as err:
-            rc = subprocess.run(
-                ["/bin/sh", "-c", spec["command"]], cwd=task_dir, stdout=out, stderr=err
-            ).returncode
-        if rc != 0:
-            tail = (task_dir / ".stderr").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"task {spec['name']!r} exited with {rc}: {tail}")
-    else:
-        spec["fn"](task_dir)
+    try:
+        _run_task(spec, task_dir)
+    finally:
+        # The logs of every run, failed ones included, for `tomus workflow logs`.
+        logs = _save_logs(client, spec, task_dir)
     finished = time.time()
     outputs = {}
     for name, path in spec["outputs"]:
         local = task_dir / name
         if not local.is_file():
             raise FileNotFoundError(f"task {spec['name']!r} did not write its output {name!r}")
-        try:
-            _native.register_file(client, local, path, provider=spec["provider"])
-        except tomus.Unavailable:
-            # This worker's provider is down (restarting): any provider of this host.
-            _native.register_file(client, local, path)
+        if spec.get("store_outputs"):
+            # A copy into the striped, replicated store: the fixed `store` strategy.
+            with open(local, "rb") as src, client.fs().open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst, 8 << 20)
+        else:
+            try:
+                _native.register_file(client, local, path, provider=spec["provider"])
+            except tomus.Unavailable:
+                # This worker's provider is down (restarting): any provider of this host.
+                _native.register_file(client, local, path)
         outputs[path] = local.stat().st_size
+    shared = time.time()
+    if not spec.get("keep_task_dirs"):
+        # The outputs are hard-linked into the provider and fetched inputs are copies (or
+        # also linked, by the swarm): the task's directory is no longer needed.
+        shutil.rmtree(task_dir, ignore_errors=True)
     return {
         "worker": spec["worker"],
         "provider": spec["provider"],
@@ -163,11 +174,80 @@ def _execute(spec: dict[str, Any]) -> dict[str, Any]:
         "start": started,
         "run_start": ran,
         "run_end": finished,
+        "output_seconds": shared - finished,
         "end": time.time(),
         "seconds": time.time() - started,
         "transfers": transfers,
         "outputs": outputs,
+        "logs": logs,
     }
+
+
+def _run_task(spec: dict[str, Any], task_dir: Path) -> None:
+    """The task itself, its stdout and stderr going to ``.stdout`` and ``.stderr`` in its
+    directory (a command's by the shell; a Python callable's by redirection: a Dask worker
+    here runs one task at a time)."""
+    with open(task_dir / ".stdout", "wb") as out, open(task_dir / ".stderr", "wb") as err:
+        if spec["command"] is not None:
+            rc = subprocess.run(
+                ["/bin/sh", "-c", spec["command"]], cwd=task_dir, stdout=out, stderr=err
+            ).returncode
+            if rc != 0:
+                err.flush()
+                tail = (task_dir / ".stderr").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"task {spec['name']!r} exited with {rc}: {tail}")
+            return
+        with (
+            io.TextIOWrapper(out, write_through=True) as o,
+            io.TextIOWrapper(err, write_through=True) as e,
+            contextlib.redirect_stdout(o),
+            contextlib.redirect_stderr(e),
+        ):
+            try:
+                spec["fn"](task_dir)
+            except BaseException:
+                traceback.print_exc()
+                raise
+
+
+LOG_TAIL = 4096
+"""Bytes of each stream kept in the report; the whole logs are files of the namespace."""
+
+
+def _log_path(dir: str, task: str, stream: str) -> str:
+    return f"/{dir.strip('/')}/.workflow/logs/{task}.{stream}"
+
+
+def _save_logs(client: tomus.Client, spec: dict[str, Any], task_dir: Path) -> dict[str, Any]:
+    """Stores the task's stdout and stderr as ``{dir}/.workflow/logs/TASK.stdout|stderr`` and
+    returns their tails and paths."""
+    out: dict[str, Any] = {}
+    fs = client.fs()
+    for stream in ("stdout", "stderr"):
+        local = task_dir / f".{stream}"
+        data = local.read_bytes() if local.exists() else b""
+        path = _log_path(spec["dir"], spec["name"], stream)
+        try:
+            with fs.open(path, "wb") as f:
+                f.write(data)
+        except tomus.TomusError as e:  # a log that cannot be stored must not fail the task
+            out[f"{stream}_error"] = str(e)
+        out[stream] = data[-LOG_TAIL:].decode(errors="replace")
+        out[f"{stream}_path"] = path
+    return out
+
+
+def task_logs(client: tomus.Client, wf: Workflow, task: str) -> dict[str, str] | None:
+    """The stdout and stderr of ``task``'s last run (``None``: it has not run)."""
+    fs = client.fs()
+    logs = {}
+    for stream in ("stdout", "stderr"):
+        try:
+            with fs.open(_log_path(wf.dir, task, stream), "rb") as f:
+                logs[stream] = f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return None
+    return logs
 
 
 def _pair(dask_workers: list[str], client: tomus.Client) -> dict[str, str]:
@@ -188,10 +268,15 @@ def run(
     n_workers: int | None = None,
     progress: bool = True,
     replication: CostModel | None = None,
+    keep_task_dirs: bool = False,
+    store_outputs: bool = False,
 ) -> Report:
     """Runs ``workflow`` (validated first) and returns its report. With ``replication``,
     the replication agent adds holders of outputs that several pending tasks read, in the
-    background, as that cost model allows."""
+    background, as that cost model allows. A task's directory is removed once its outputs
+    are registered, unless ``keep_task_dirs``. With ``store_outputs``, outputs are copied
+    into the striped store instead of registered (persistent and replicated, but O(size);
+    the fixed ``store`` strategy of the benchmarks)."""
     order = workflow.validate()
     client = client or tomus.connect()
     config = config or SelectionConfig()
@@ -216,6 +301,8 @@ def run(
             work_root,
             progress,
             replication,
+            keep_task_dirs,
+            store_outputs,
         )
     finally:
         if own_cluster is not None:
@@ -240,6 +327,8 @@ def _drive(
     work_root: str | Path | None,
     progress: bool,
     replication: CostModel | None = None,
+    keep_task_dirs: bool = False,
+    store_outputs: bool = False,
 ) -> Report:
     from distributed import as_completed
 
@@ -262,7 +351,7 @@ def _drive(
     rerun_for: set[str] = set()
     agent = ReplicationAgent(client, replication, work_dir=root) if replication else None
     replicating = []
-    pool = as_completed()
+    pool = as_completed(loop=dask.loop)  # this client's: it need not be the default one
 
     def ready(t: Task) -> bool:
         return all(prod[i].name in done for i in t.inputs if i in prod)
@@ -286,8 +375,13 @@ def _drive(
                     submit(p)
                 return
         by_holder = _holder_bytes(client, paths)
-        # Most input bytes on the worker's provider first, then the least busy worker.
-        worker = max(workers, key=lambda w: (by_holder.get(pairs.get(w, ""), 0), -busy[w]))
+        # An idle worker first (a task waiting behind another on the worker holding its
+        # inputs while others idle costs more than fetching them), then the most input
+        # bytes on the worker's provider, then the least busy worker.
+        worker = max(
+            workers,
+            key=lambda w: (busy[w] == 0, by_holder.get(pairs.get(w, ""), 0), -busy[w]),
+        )
         busy[worker] += 1
         spec = {
             "name": t.name,
@@ -300,6 +394,9 @@ def _drive(
             "outputs": [(o, wf.path_of(o)) for o in t.outputs],
             "command": t.command,
             "fn": t.fn,
+            "dir": wf.dir,
+            "keep_task_dirs": keep_task_dirs,
+            "store_outputs": store_outputs,
         }
         fut = dask.submit(
             _execute,

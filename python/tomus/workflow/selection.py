@@ -13,6 +13,7 @@ Configuration (TOML or YAML file, or a dict), every key optional::
     replica_threshold = 3        # holders + pending readers * reader_weight
     reader_weight = 0.5
     score_threshold = 0.5
+    module = "direct"            # optional: every registered file by this one module
 """
 
 from __future__ import annotations
@@ -27,7 +28,18 @@ from tomus.workflow.modules import BUILTIN, TransferContext, TransferModule, use
 
 __all__ = ["Choice", "SelectionConfig", "choose", "parse_size"]
 
-_UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "KB": 1000, "MB": 10**6}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1 << 10,
+    "M": 1 << 20,
+    "G": 1 << 30,
+    "KIB": 1 << 10,
+    "MIB": 1 << 20,
+    "GIB": 1 << 30,
+    "KB": 1000,
+    "MB": 10**6,
+}
 
 
 def parse_size(value: int | str) -> int:
@@ -37,9 +49,12 @@ def parse_size(value: int | str) -> int:
     s = value.strip().upper()
     digits = s.rstrip("KMGIB")
     unit = s[len(digits) :]
-    if unit not in _UNITS:
-        raise ValueError(f"unknown size unit in {value!r}")
-    return int(float(digits) * _UNITS[unit])
+    try:
+        return int(float(digits) * _UNITS[unit])
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"not a size: {value!r} (bytes, or a number with K, M, G, KiB, MiB, GiB, KB, MB)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -48,10 +63,19 @@ class SelectionConfig:
     replica_threshold: float = 3.0
     reader_weight: float = 0.5
     score_threshold: float = 0.5
+    module: str = ""
+    """A module name: no adaptive choice, every registered file moves by it (the fixed
+    strategies the benchmarks compare adaptive selection with)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SelectionConfig:
-        known = {"memory_threshold", "replica_threshold", "reader_weight", "score_threshold"}
+        known = {
+            "memory_threshold",
+            "replica_threshold",
+            "reader_weight",
+            "score_threshold",
+            "module",
+        }
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown transfer settings: {sorted(unknown)}")
@@ -60,6 +84,7 @@ class SelectionConfig:
             replica_threshold=float(d.get("replica_threshold", 3.0)),
             reader_weight=float(d.get("reader_weight", 0.5)),
             score_threshold=float(d.get("score_threshold", 0.5)),
+            module=str(d.get("module", "")),
         )
 
     @classmethod
@@ -94,7 +119,14 @@ class Choice:
 
 
 def choose(context: TransferContext, config: SelectionConfig) -> Choice:
-    """Algorithm 1 over the user modules, then Algorithm 2."""
+    """Algorithm 1 over the user modules, then Algorithm 2 (or the configured module)."""
+    if config.module and context.file.registered:
+        fixed = BUILTIN.get(config.module) or next(
+            (m for m in user_modules() if m.name == config.module), None
+        )
+        if fixed is None:
+            raise ValueError(f"no transfer module named {config.module!r}")
+        return Choice(fixed, "fixed by the configuration")
     best: tuple[float, TransferModule] | None = None
     for module in user_modules():
         s = float(module.score(context))
