@@ -11,11 +11,11 @@ use serde_json::json;
 use tomus_backup::restore::{self, choose_point};
 use tomus_backup::service::{self, Config};
 use tomus_backup::{list_points, read_point, verify, Target};
-use tomus_client::{Client, ClientOptions};
 use tomus_wire::ClusterSecret;
 
+use crate::app::connect_client;
 use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
-use crate::size::{format_size, parse_size};
+use crate::size::{format_size, parse_rate};
 
 #[derive(Subcommand)]
 pub enum BackupCommand {
@@ -122,24 +122,12 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(n.saturating_mul(ms)))
 }
 
-fn parse_rate(text: &str) -> Result<u64, String> {
-    parse_size(text.trim().trim_end_matches("/s"))
-}
-
-async fn connect(addr: &str, secret: Option<ClusterSecret>) -> Result<Client> {
-    let options = ClientOptions {
-        secret,
-        ..ClientOptions::default()
-    };
-    Ok(Client::connect(addr, options).await?)
-}
-
 /// The target named on the command line, else the configured one.
 async fn target_of(addr: &str, secret: Option<ClusterSecret>, arg: &TargetArg) -> Result<Target> {
     let url = match &arg.target {
         Some(t) => t.clone(),
         None => {
-            let client = connect(addr, secret).await?;
+            let client = connect_client(addr, secret).await?;
             match service::config(&client).await? {
                 Some(c) => c.target,
                 None => {
@@ -159,7 +147,7 @@ pub async fn run(
 ) -> Result<()> {
     match cmd {
         BackupCommand::Enable(a) => {
-            let client = connect(addr, secret).await?;
+            let client = connect_client(addr, secret).await?;
             let config = Config {
                 enabled: true,
                 target: a.target,
@@ -186,7 +174,7 @@ pub async fn run(
             }
         }
         BackupCommand::Disable => {
-            let client = connect(addr, secret).await?;
+            let client = connect_client(addr, secret).await?;
             let Some(mut config) = service::config(&client).await? else {
                 bail!("backup is not configured");
             };
@@ -195,7 +183,7 @@ pub async fn run(
             outln!("backup disabled")?;
         }
         BackupCommand::Now { wait, timeout } => {
-            let client = connect(addr, secret).await?;
+            let client = connect_client(addr, secret).await?;
             match service::config(&client).await? {
                 Some(c) if c.enabled => {}
                 _ => bail!("backup is not enabled: run `tomus backup enable --target URL` first"),
@@ -234,7 +222,7 @@ pub async fn run(
             }
         }
         BackupCommand::Status => {
-            let client = connect(addr, secret).await?;
+            let client = connect_client(addr, secret).await?;
             let st = service::status(&client).await?;
             let config = service::config(&client).await?;
             if json_out {
@@ -342,7 +330,7 @@ pub async fn run(
             let done = match (&a.data, &a.path, &a.to) {
                 (Some(dir), None, None) => restore_data_dir(&target, &id, dir, a.providers).await?,
                 (None, Some(path), Some(to)) => {
-                    let client = connect(addr, secret).await?;
+                    let client = connect_client(addr, secret).await?;
                     restore::restore_file(&client, &target, &id, path, to).await?
                 }
                 _ => bail!("give --data DIR (a new cluster) or --path P --to Q (one file)"),
@@ -385,7 +373,7 @@ async fn restore_data_dir(
     }
     let spec = ClusterSpec::new(dir, providers.max(1));
     let mut cluster = EmbeddedCluster::start(&Launcher::current()?, spec)?;
-    let client = connect(&cluster.addr, None).await?;
+    let client = connect_client(&cluster.addr, None).await?;
     let done = restore::restore_cluster(&client, target, id).await;
     cluster.stop(Duration::from_secs(10));
     Ok(done?)

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use tomus_client::{Client, ClientOptions};
+use tomus_client::Client;
 use tomus_sites::service::ServiceStatus;
 use tomus_sites::Site;
 use tomus_wire::ClusterSecret;
 
-use crate::size::{format_size, parse_size};
+use crate::app::connect_client;
+use crate::size::{format_size, parse_rate};
 
 #[derive(Subcommand)]
 pub enum SitesCommand {
@@ -81,25 +82,13 @@ pub struct StatusArgs {
     timeout: u64,
 }
 
-fn parse_rate(text: &str) -> Result<u64, String> {
-    parse_size(text.trim().trim_end_matches("/s"))
-}
-
-async fn connect(addr: &str, secret: Option<ClusterSecret>) -> Result<Client> {
-    let options = ClientOptions {
-        secret,
-        ..ClientOptions::default()
-    };
-    Ok(Client::connect(addr, options).await?)
-}
-
 pub async fn run(
     addr: &str,
     secret: Option<ClusterSecret>,
     json_out: bool,
     cmd: SitesCommand,
 ) -> Result<()> {
-    let client = connect(addr, secret).await?;
+    let client = connect_client(addr, secret).await?;
     match cmd {
         SitesCommand::Add(a) => {
             let secret_file = match a.site_secret_file {

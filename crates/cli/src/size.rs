@@ -7,6 +7,11 @@ pub fn parse_storage(text: &str) -> Result<tomus_wire::StorageClass, String> {
         .ok_or_else(|| format!("unknown storage class {text:?}: disk or memory"))
 }
 
+/// Parses a rate in bytes per second: a size, optionally followed by `/s` (`64MiB/s`).
+pub fn parse_rate(text: &str) -> Result<u64, String> {
+    parse_size(text.trim().trim_end_matches("/s"))
+}
+
 /// Parses a byte size with an optional binary unit (k/K/KiB/KB = 1024, and so on).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
