@@ -232,13 +232,7 @@ impl ChunkStore {
         len: u64,
     ) -> Result<(ChunkRange, u32)> {
         if let Some((data, whole_crc)) = self.memory.get(id) {
-            let range = check_range(id, offset, len, data.len() as u64)?;
-            let piece = data.slice(range);
-            let crc = if piece.len() == data.len() {
-                whole_crc
-            } else {
-                checksum::crc32c(&piece)
-            };
+            let (piece, crc) = slice_in_memory(id, &data, whole_crc, offset, len)?;
             return Ok((ChunkRange::Memory(piece), crc));
         }
         let inner = self.inner.clone();
@@ -403,6 +397,24 @@ fn merge_sorted(a: Vec<ChunkEntry>, b: Vec<ChunkEntry>, limit: usize) -> Vec<Chu
     all.dedup_by_key(|e| e.id);
     all.truncate(limit);
     all
+}
+
+/// Bytes `[offset, offset + len)` of a chunk held in memory as `data` with the CRC32C
+/// `whole_crc`, and their CRC32C (the whole chunk's when the range is all of it).
+pub(crate) fn slice_in_memory(
+    id: ChunkId,
+    data: &Bytes,
+    whole_crc: u32,
+    offset: u64,
+    len: u64,
+) -> Result<(Bytes, u32)> {
+    let piece = data.slice(check_range(id, offset, len, data.len() as u64)?);
+    let crc = if piece.len() == data.len() {
+        whole_crc
+    } else {
+        checksum::crc32c(&piece)
+    };
+    Ok((piece, crc))
 }
 
 /// The byte range `[offset, offset + len)` of a chunk of `chunk_len` bytes, or `OutOfRange`.

@@ -4,10 +4,10 @@
 
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
-use tomus_wire::{checksum, Error, ErrorKind, Payload, Result};
+use tomus_wire::{Error, ErrorKind, Payload, Result};
 
 use super::ProviderService;
-use crate::chunk_store::{check_range, ChunkRange};
+use crate::chunk_store::{slice_in_memory, ChunkRange};
 
 impl ProviderService {
     /// Writes through: the chunk is checked against its sender's checksum and on disk
@@ -41,13 +41,7 @@ impl ProviderService {
 
     async fn read_chunk(&self, id: ChunkId, offset: u64, len: u64) -> Result<(Payload, u32)> {
         if let Some((data, whole_crc)) = self.tier.as_ref().and_then(|tier| tier.get(id)) {
-            let range = check_range(id, offset, len, data.len() as u64)?;
-            let piece = data.slice(range);
-            let crc = if piece.len() == data.len() {
-                whole_crc
-            } else {
-                checksum::crc32c(&piece)
-            };
+            let (piece, crc) = slice_in_memory(id, &data, whole_crc, offset, len)?;
             return Ok((Payload::Bytes(piece), crc));
         }
         match self.chunks.read_range(id, offset, len).await {
