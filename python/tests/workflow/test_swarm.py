@@ -58,3 +58,41 @@ def test_swarm_broadcast_spreads_the_load(
     # Without the swarm it would serve all of it; the pieces go to whichever holder is free,
     # so a loaded machine shifts the split a little.
     assert served[providers[0]] < 0.6 * total, served
+
+
+def test_simultaneous_readers_take_turns_on_holders(
+    client: tomus.Client, providers: list[str], tmp_path: Path
+) -> None:
+    """8 readers start together on 1 holder (a broadcast as the runner submits it): without
+    turns all 8 would share that holder and it would serve 8 copies; with turns each holder
+    serves one reader at a time and finished readers serve the rest."""
+    size = (16 << 20) + 777
+    data = write(tmp_path / "src", size, seed=3)
+    path = "/t/swarm/together.bin"
+    workflow.register(client, tmp_path / "src", path, provider=providers[0])
+    info = file_info(client, path)
+    assert isinstance(info, FileInfo) and len(info.holders) == 1
+    swarm = SwarmModule()
+
+    def read(i: int) -> dict[str, object]:
+        ctx = TransferContext(
+            file=info, pending_readers=8, provider=providers[i % len(providers)], client=client
+        )
+        dest = tmp_path / f"together{i}"
+        report = swarm.fetch(info, dest, ctx)
+        assert dest.read_bytes() == data, f"reader {i} got other bytes"
+        return report
+
+    with ThreadPoolExecutor(8) as pool:
+        reports = list(pool.map(read, range(8)))
+    served: Counter[str] = Counter()
+    for r in reports:
+        for addr, n in r["served"]:  # type: ignore[attr-defined]
+            served[addr] += n
+    assert sum(served.values()) == 8 * size
+    assert any(r.get("turn_wait_polls", 0) for r in reports), "no reader waited for a turn"
+    holders = {h["addr"] for h in workflow.registered(client, path)["holders"]}
+    assert holders == set(providers), "finished readers did not become holders"
+    # One reader per holder at a time: the first holder serves a few copies, not all 8.
+    assert served[providers[0]] <= 5 * size, served
+    assert len([a for a, n in served.items() if n > 0]) >= 3, served

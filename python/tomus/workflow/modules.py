@@ -11,13 +11,17 @@ The API (the AFM paper's, section III) is two methods and a name:
 Built in: ``memory`` (small files, answered by the holder's in-memory copy in one request),
 ``direct`` (one stream from one holder, sendfile on its side, failing over to the next),
 ``swarm`` (pieces from every holder at once; the reader then registers its copy, becoming a
-holder), ``store`` (ordinary striped, replicated files of the blob store). Users add modules
-with :func:`register_module` or the ``tomus.workflow.modules`` entry point group.
+holder; when readers outnumber holders, they take turns, one per holder: see
+:mod:`tomus.workflow.turns`), ``store`` (ordinary striped, replicated files of the blob
+store). Users add modules with :func:`register_module` or the ``tomus.workflow.modules``
+entry point group.
 """
 
 from __future__ import annotations
 
+import random
 import shutil
+import time
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -110,10 +114,62 @@ class SwarmModule:
     def score(self, context: TransferContext) -> float:
         return 0.0
 
+    max_wait: float = 600.0
+    """Longest wait for a holder's turn (seconds) before fetching from all holders at once."""
+    poll: float = 0.2
+
     def fetch(self, file: FileInfo, dest: Path, context: TransferContext) -> dict[str, Any]:
+        if context.pending_readers > len(file.holders) and context.provider is not None:
+            report = self._by_turns(file, dest, context)
+            if report is not None:
+                return report
         report = dict(_native.fetch_registered(context.client, file.path, dest, mode="swarm"))
         self.serve(file, dest, context)
         return report
+
+    def _by_turns(
+        self, file: FileInfo, dest: Path, context: TransferContext
+    ) -> dict[str, Any] | None:
+        """More readers than holders: one reader per holder at a time, each registering its
+        copy before it gives the turn back (see :mod:`tomus.workflow.turns`). None when no
+        turn came in ``max_wait`` or the holder failed: the caller then swarms."""
+        from tomus.workflow.turns import turns
+
+        t = turns()
+        deadline = time.monotonic() + self.max_wait
+        waited = 0
+        own = context.provider or ""
+        while time.monotonic() < deadline:
+            rec = _native.registered_file(context.client, file.path)
+            holders = [h["addr"] for h in rec["holders"] if h["alive"] and h["addr"]]
+            if own in holders:
+                # A copy on this node already (made while we waited): read it locally.
+                return dict(
+                    _native.fetch_registered(
+                        context.client, file.path, dest, mode="direct", holders=[own]
+                    )
+                )
+            random.shuffle(holders)
+            for h in holders:
+                key = f"tomus-swarm:{file.path}:{h}"
+                if not t.take(key):
+                    continue
+                try:
+                    report = dict(
+                        _native.fetch_registered(
+                            context.client, file.path, dest, mode="direct", holders=[h]
+                        )
+                    )
+                    self.serve(file, dest, context)
+                except Exception:
+                    return None
+                finally:
+                    t.give(key)
+                report["turn_wait_polls"] = waited
+                return report
+            waited += 1
+            time.sleep(self.poll)
+        return None
 
     def serve(self, file: FileInfo, dest: Path, context: TransferContext) -> None:
         """Registers the fetched copy as one more holder (a hard link: no copy). A node
