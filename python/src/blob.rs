@@ -5,7 +5,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use tomus_wire::Error;
+use tomus_wire::{trace, Error};
 
 use crate::buffer::Buffer;
 use crate::client::{ClientHandle, Conn};
@@ -185,13 +185,19 @@ impl Blob {
         // The version's record comes first: `size` is the caller's number, so it is checked
         // against the version's size before a buffer of that size exists, and the bytes are
         // then read from that same version (its size and content are one snapshot).
-        let info = self.run(py, |b| async move { b.stat(version).await })?;
+        // Both steps are one read: one request id for their requests (see tomus_wire::trace).
+        let request = trace::new_id();
+        let info = self.run(py, |b| {
+            trace::scope(request, async move { b.stat(version).await })
+        })?;
         let len = read_len(&info, offset, size).map_err(to_py)?;
         let len = usize::try_from(len)
             .map_err(|_| PyValueError::new_err(format!("size {len} is too large")))?;
         new_bytes(py, len, |out| {
-            self.run(py, |b| async move {
-                b.read_version_into(&info, offset, out).await
+            self.run(py, |b| {
+                trace::scope(request, async move {
+                    b.read_version_into(&info, offset, out).await
+                })
             })
         })
     }

@@ -1,8 +1,9 @@
 """The manager's web dashboard in a real headless Chromium (Debian's, driven by Selenium
 through chromium-driver): the overview lists every provider, the namespace browser shows a
 directory and a file's versions, downloads any version and shows where its chunks are, the
-progress section shows repair, garbage collection and a real backup, the live chart draws from
-/metrics, and a real IterativeReduce job on Dask gets its timeline of task bars per worker.
+progress section shows repair, garbage collection, a real backup and a replication rule's lag,
+the live chart draws from /metrics, and real IterativeReduce and MapReduce (word count) jobs
+on Dask get their timelines of task bars per worker.
 Screenshots go to python/tests/artifacts/dashboard/ (git-ignored; CI keeps the work tree)."""
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from servers import Cluster, basic, cluster, http_get
 
 import tomus
+
+if TYPE_CHECKING:
+    from tomus.compute.engine import TaskRecord
 
 ARTIFACTS = Path(__file__).parent / "artifacts" / "dashboard"
 CHROMIUM = shutil.which("chromium")
@@ -243,11 +249,51 @@ def test_progress_shows_maintenance_and_a_real_backup(
     shot(browser, "progress")
 
 
-def test_a_compute_job_timeline_has_task_bars_per_worker(servers: Cluster, browser: object) -> None:
-    from distributed import Client, LocalCluster
+def test_overview_shows_each_replication_rule_and_its_lag(
+    servers: Cluster, browser: object, tmp_path: Path
+) -> None:
     from selenium.webdriver.common.by import By
 
-    from tomus.compute import IterativeReduce
+    cli = [sys.executable, "-m", "tomus", "--addr", servers.addr, "sites"]
+
+    def sites(*args: str) -> None:
+        r = subprocess.run([*cli, *args], capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+
+    def rule_row(want: str) -> str:
+        """The overview's row of the rule, once it shows ``want``."""
+        deadline = time.monotonic() + 30
+        row = ""
+        while want not in row and time.monotonic() < deadline:
+            browser.get(f"http://{servers.http}/")  # type: ignore[attr-defined]
+            rows = browser.find_elements(By.CSS_SELECTOR, "#replication tr.rule")  # type: ignore[attr-defined]
+            row = " | ".join(r.text for r in rows)
+            time.sleep(0.3)
+        return row
+
+    fs = tomus.connect(servers.addr).fs()
+    for i in range(3):
+        fs.pipe(f"geo/{i}.txt", b"r" * (1000 + i))
+    (tmp_path / "site").mkdir()
+    with cluster(tmp_path / "site", providers=1) as site:
+        sites("add", "far", site.addr)
+        sites("replicate", "/geo", "--to", "far")
+        row = rule_row("caught up")
+        assert row.startswith("far /geo caught up 0 0.0 s 3 versions"), row
+        assert tomus.connect(site.addr).fs().cat_file("geo/2.txt") == b"r" * 1002
+    # The site is gone: what is published since waits, and the overview says how much.
+    fs.pipe("geo/late.txt", b"late")
+    row = rule_row("far /geo site unreachable 1 ")
+    assert "far /geo site unreachable 1 " in row, row
+    browser.execute_script("document.getElementById('replication').scrollIntoView()")  # type: ignore[attr-defined]
+    shot(browser, "replication")
+    sites("stop", "/geo", "--to", "far")
+
+
+@pytest.fixture(scope="module")
+def dask() -> Iterator[object]:
+    """Two Dask worker processes, for the compute jobs."""
+    from distributed import Client, LocalCluster
 
     with (
         LocalCluster(
@@ -258,34 +304,84 @@ def test_a_compute_job_timeline_has_task_bars_per_worker(servers: Cluster, brows
             scheduler_kwargs={"dashboard_address": ":0"},
             silence_logs=50,
         ) as dask_cluster,
-        Client(dask_cluster, set_as_default=False) as dask,
+        Client(dask_cluster, set_as_default=False) as client,
     ):
-        dask.wait_for_workers(2, timeout=60)
-        # Lambdas travel by value: the workers need not import this test module.
-        res = IterativeReduce(
-            lambda i: (time.sleep(0.2), [i])[1],
-            lambda parts: sorted(x for p in parts for x in p),
-            ratio=2,
-        ).run(range(6), client=dask, addr=servers.addr)
-    assert res.value == list(range(6))
-    workers = {t.worker for t in res.timeline}
-    browser.get(f"http://{servers.http}/jobs")  # type: ignore[attr-defined]
-    browser.find_element(By.LINK_TEXT, str(res.job_id)).click()  # type: ignore[attr-defined]
+        client.wait_for_workers(2, timeout=60)
+        yield client
+
+
+def timeline_of(
+    browser: object, base: str, job_id: int, timeline: list[TaskRecord]
+) -> dict[str, list[float]]:
+    """Opens job ``job_id`` from the list of jobs and checks that its drawing has a row per
+    worker and, in it, a bar per task of ``timeline`` (the driver's own records). Returns the
+    left and right ends of the bars of each kind of task."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"http://{base}/jobs")  # type: ignore[attr-defined]
+    browser.find_element(By.LINK_TEXT, str(job_id)).click()  # type: ignore[attr-defined]
     wait_text(browser, "job-summary", "finished")
     rows = browser.find_elements(By.CSS_SELECTOR, "#timeline g.worker")  # type: ignore[attr-defined]
-    assert {r.get_attribute("data-worker") for r in rows} == workers
+    assert {r.get_attribute("data-worker") for r in rows} == {t.worker for t in timeline}
     drawn = {
         (r.get_attribute("data-worker"), bar.get_attribute("data-task"))
         for r in rows
         for bar in r.find_elements(By.CSS_SELECTOR, "rect.task")
     }
     # One bar per task the job ran, in its worker's row.
-    assert drawn == {(t.worker, t.task) for t in res.timeline}
-    maps = browser.find_elements(By.CSS_SELECTOR, "#timeline rect.task.map")  # type: ignore[attr-defined]
-    reduces = browser.find_elements(By.CSS_SELECTOR, "#timeline rect.task.reduce")  # type: ignore[attr-defined]
-    assert len(maps) == 6 and len(reduces) == res.reduce_tasks
-    assert all(float(b.get_attribute("width")) >= 2 for b in maps + reduces)
+    assert drawn == {(t.worker, t.task) for t in timeline}
+    ends: dict[str, list[float]] = {}
+    for kind in ("map", "reduce"):
+        bars = browser.find_elements(By.CSS_SELECTOR, f"#timeline rect.task.{kind}")  # type: ignore[attr-defined]
+        assert len(bars) == sum(t.kind == kind for t in timeline)
+        assert all(float(b.get_attribute("width")) >= 2 for b in bars)
+        ends[kind] = [float(b.get_attribute("x")) for b in bars]
+        ends[kind + "-end"] = [
+            float(b.get_attribute("x")) + float(b.get_attribute("width")) for b in bars
+        ]
+    return ends
+
+
+def test_a_compute_job_timeline_has_task_bars_per_worker(
+    servers: Cluster, browser: object, dask: object
+) -> None:
+    from tomus.compute import IterativeReduce
+
+    # Lambdas travel by value: the workers need not import this test module.
+    res = IterativeReduce(
+        lambda i: (time.sleep(0.2), [i])[1],
+        lambda parts: sorted(x for p in parts for x in p),
+        ratio=2,
+    ).run(range(6), client=dask, addr=servers.addr)
+    assert res.value == list(range(6))
+    bars = timeline_of(browser, servers.http, res.job_id, res.timeline)
+    assert len(bars["map"]) == 6 and len(bars["reduce"]) == res.reduce_tasks
     shot(browser, "job-timeline")
+
+
+def test_a_mapreduce_job_shows_its_maps_then_its_reducers(
+    servers: Cluster, browser: object, dask: object
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tomus.compute.apps import word_count
+
+    fs = tomus.connect(servers.addr).fs()
+    texts = [" ".join(["tomus", "blob", f"doc{i}"] * (50 + i)) + "\n" for i in range(4)]
+    for i, text in enumerate(texts):
+        fs.pipe(f"wc/in/{i}.txt", text.encode())
+    res = word_count(["wc/in"], dask, servers.addr, partitions=2)
+    expected = Counter(w for t in texts for w in t.split())
+    assert res.value == expected
+    assert {t.kind for t in res.timeline} == {"map", "reduce"}
+    bars = timeline_of(browser, servers.http, res.job_id, res.timeline)
+    assert len(bars["map"]) == 4 and len(bars["reduce"]) == 2
+    # MapReduce's barrier, drawn: every reducer starts after the last map ended (a pixel of
+    # rounding aside), unlike IterativeReduce's tree.
+    assert min(bars["reduce"]) >= max(bars["map-end"]) - 1
+    summary = browser.find_element(By.ID, "job-summary").text  # type: ignore[attr-defined]
+    assert "mapreduce · 4 inputs, 2 reducers" in summary and "6 tasks (4 map" in summary
+    shot(browser, "mapreduce-timeline")
 
 
 def test_beyond_loopback_nothing_is_served_without_the_secret(tmp_path: Path) -> None:

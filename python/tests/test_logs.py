@@ -8,9 +8,12 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from servers import start, wait_listening
+
+import tomus
 
 
 def json_lines(text: str) -> list[dict[str, object]]:
@@ -138,7 +141,32 @@ def request_ids(line: dict[str, object]) -> set[str]:
     return {str(s["request_id"]) for s in spans if isinstance(s, dict) and "request_id" in s}
 
 
-def test_one_request_id_follows_a_write_through_client_manager_and_provider(
+def served_under(
+    data: Path, rid: str, done: Callable[[dict[str, set[str]]], bool]
+) -> dict[str, set[str]]:
+    """The kinds of requests each server (``manager``, ``provider-N``) logged as ``served``
+    under request id ``rid``, once ``done`` says they are all there (their log files may lag a
+    moment behind the answers) or after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        served: dict[str, set[str]] = {}
+        for f in sorted((data / "logs").glob("*.log")):
+            served[f.stem] = {
+                str(x["fields"]["kind"])  # type: ignore[index]
+                for x in json_lines(f.read_text(errors="replace"))
+                if rid in request_ids(x) and x["fields"].get("message") == "served"  # type: ignore[union-attr]
+            }
+        if done(served) or time.monotonic() > deadline:
+            return served
+        time.sleep(0.2)
+
+
+def by_providers(served: dict[str, set[str]]) -> set[str]:
+    """The kinds served by any provider."""
+    return set().union(*(v for k, v in served.items() if k.startswith("provider")))
+
+
+def test_one_request_id_follows_a_write_and_a_read_through_client_manager_and_provider(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "up.log"
@@ -151,11 +179,10 @@ def test_one_request_id_follows_a_write_through_client_manager_and_provider(
     try:
         addr = wait_listening(proc, log)
         src = tmp_path / "f.bin"
-        src.write_bytes(bytes(range(256)) * 40)
-        put = [
-            sys.executable, "-m", "tomus", "--addr", addr, "--log-format", "json",
-            "--log-level", "debug", "fs", "put", str(src), "traced/f.bin",
-        ]  # fmt: skip
+        content = bytes(range(256)) * 40
+        src.write_bytes(content)
+        cli = [sys.executable, "-m", "tomus", "--addr", addr, "--log-format", "json"]
+        put = [*cli, "--log-level", "debug", "fs", "put", str(src), "traced/f.bin"]
         r = subprocess.run(put, capture_output=True, timeout=60)
         assert r.returncode == 0, r.stderr
         client = json_lines(r.stderr.decode())
@@ -165,26 +192,51 @@ def test_one_request_id_follows_a_write_through_client_manager_and_provider(
         assert len(ids) == 1
         rid = ids.pop()
         assert len(rid) == 16 and int(rid, 16) > 0
-        # The servers log each request under its id as they answer it (their log files may
-        # lag a moment behind the answers).
-        deadline = time.monotonic() + 10
-        while True:
-            served: dict[str, set[str]] = {}
-            for f in sorted((data / "logs").glob("*.log")):
-                kinds = {
-                    str(x["fields"]["kind"])  # type: ignore[index]
-                    for x in json_lines(f.read_text(errors="replace"))
-                    if rid in request_ids(x) and x["fields"].get("message") == "served"  # type: ignore[union-attr]
-                }
-                served[f.stem] = kinds
-            providers = set().union(*(v for k, v in served.items() if k.startswith("provider")))
-            if ("PutChunk" in providers and "Assign" in served["manager"]) or (
-                time.monotonic() > deadline
-            ):
-                break
-            time.sleep(0.2)
+        served = served_under(
+            data, rid, lambda s: "PutChunk" in by_providers(s) and "Assign" in s["manager"]
+        )
         assert "Assign" in served["manager"] and "FsCreateRetained" in served["manager"], served
-        assert "PutChunk" in providers, served
+        assert "PutChunk" in by_providers(served), served
+
+        # A read is followed the same way: the client's line of the read, the manager's
+        # lookups and the providers' GetChunk all carry one id, another than the write's.
+        cat = [*cli, "--log-level", "debug", "fs", "cat", "traced/f.bin"]
+        r = subprocess.run(cat, capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == content
+        reads = [x for x in json_lines(r.stderr.decode()) if x["fields"]["message"] == "read"]  # type: ignore[index]
+        assert len(reads) == 1, r.stderr
+        assert reads[0]["fields"]["bytes"] == len(content)  # type: ignore[index]
+        ids = request_ids(reads[0])
+        assert len(ids) == 1 and rid not in ids
+        read_id = ids.pop()
+        served = served_under(data, read_id, lambda s: "GetChunk" in by_providers(s))
+        assert "GetChunk" in by_providers(served), served
+        assert "FsStat" in served["manager"], served
+        assert "PutChunk" not in by_providers(served), served
+
+        # A read from Python gets an id of its own without the caller setting one: the
+        # manager's GetVersion and the providers' GetChunk of that read share it.
+        c = tomus.connect(addr)
+        _, blob = c.namespace().open("traced/f.bin")
+        assert blob.read(100, 1000) == content[100:1100]
+
+        def python_read() -> str | None:
+            for f in sorted((data / "logs").glob("provider*.log")):
+                for x in json_lines(f.read_text(errors="replace")):
+                    fields = x["fields"]
+                    if fields.get("message") == "served" and fields.get("kind") == "GetChunk":  # type: ignore[union-attr]
+                        for i in request_ids(x) - {read_id}:
+                            return i
+            return None
+
+        deadline = time.monotonic() + 10
+        while (py_id := python_read()) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert py_id is not None
+        served = served_under(data, py_id, lambda s: "GetVersion" in s["manager"])
+        assert "GetVersion" in served["manager"], served
+
         # Another command is another operation: another id; the text format shows it too.
         text = [a if a != "json" else "text" for a in put]
         r = subprocess.run(text, capture_output=True, timeout=60)

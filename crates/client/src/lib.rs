@@ -143,7 +143,7 @@ impl Client {
         let len =
             usize::try_from(piece.len).map_err(|_| Error::invalid("piece too large for memory"))?;
         let mut out = vec![0u8; len];
-        chunks::read_piece(&self.cluster, piece, &mut out).await?;
+        tomus_wire::trace::operation(chunks::read_piece(&self.cluster, piece, &mut out)).await?;
         Ok(out)
     }
 

@@ -1,8 +1,15 @@
 //! The read path: a version's tree resolved to chunk pieces (through the node cache and the
 //! metadata DHT), the pieces fetched in parallel from their replicas.
+//!
+//! Each read is one traced operation ([`tomus_wire::trace::operation`]): without a request id
+//! set by the caller it gets one, carried by its manager and provider requests, so one slow
+//! read can be followed through the logs like a write.
+
+use std::time::Instant;
 
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tomus_metadata::{resolve_range, ChunkPiece, NodeRef, Segment, Span, Version};
+use tomus_wire::trace::operation;
 use tomus_wire::{Error, ErrorKind, Result, VersionInfo};
 
 use crate::blob::{Blob, Location};
@@ -70,11 +77,15 @@ impl Blob {
     /// Reads `size` bytes at `offset` of `version` (`None`: latest published). The range is
     /// checked against the version before any memory is set aside for it.
     pub async fn read(&self, offset: u64, size: u64, version: Option<Version>) -> Result<Vec<u8>> {
-        let (info, segments) = self.segments(offset, size, version).await?;
-        let len = usize::try_from(size).map_err(|_| Error::invalid("read too large for memory"))?;
-        let mut buf = vec![0u8; len];
-        self.fetch(&info, segments, &mut buf).await?;
-        Ok(buf)
+        operation(async {
+            let (info, segments) = self.segments(offset, size, version).await?;
+            let len =
+                usize::try_from(size).map_err(|_| Error::invalid("read too large for memory"))?;
+            let mut buf = vec![0u8; len];
+            self.fetch(&info, segments, &mut buf).await?;
+            Ok(buf)
+        })
+        .await
     }
 
     /// Fills `buf` with the bytes at `offset` of `version`; returns the version read.
@@ -84,9 +95,12 @@ impl Blob {
         buf: &mut [u8],
         version: Option<Version>,
     ) -> Result<Version> {
-        let (info, segments) = self.segments(offset, buf.len() as u64, version).await?;
-        self.fetch(&info, segments, buf).await?;
-        Ok(info.version)
+        operation(async {
+            let (info, segments) = self.segments(offset, buf.len() as u64, version).await?;
+            self.fetch(&info, segments, buf).await?;
+            Ok(info.version)
+        })
+        .await
     }
 
     /// Fills `buf` with the bytes at `offset` of the published version `info` describes (from
@@ -103,8 +117,11 @@ impl Blob {
                 info.blob, self.id
             )));
         }
-        let segments = self.segments_at(info, offset, buf.len() as u64).await?;
-        self.fetch(info, segments, buf).await
+        operation(async {
+            let segments = self.segments_at(info, offset, buf.len() as u64).await?;
+            self.fetch(info, segments, buf).await
+        })
+        .await
     }
 
     /// Fetches `segments` of the version `info` into `buf`. Data gone (a version removed by
@@ -115,10 +132,24 @@ impl Blob {
         segments: Vec<Segment>,
         buf: &mut [u8],
     ) -> Result<()> {
+        let started = Instant::now();
+        let pieces = segments.len();
         match self.read_segments(segments, buf).await {
             Err(e) if e.kind == ErrorKind::NotFound => {
                 self.stat_fresh(info.version).await?;
                 Err(e)
+            }
+            Ok(()) => {
+                // The client's line of a read, under its request id (next to the servers').
+                tracing::debug!(
+                    blob = %self.id,
+                    version = info.version,
+                    bytes = buf.len(),
+                    pieces,
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "read"
+                );
+                Ok(())
             }
             other => other,
         }
@@ -150,11 +181,20 @@ impl Blob {
     /// Where every byte of the published version `info` describes lives: its chunk pieces
     /// and holes in data order (what a backup copies, chunk by chunk).
     pub async fn segments_of(&self, info: &VersionInfo) -> Result<Vec<Segment>> {
-        self.segments_at(info, 0, info.size).await
+        operation(self.segments_at(info, 0, info.size)).await
     }
 
     /// Which providers hold each part of `[offset, offset + size)` at `version`.
     pub async fn locations(
+        &self,
+        offset: u64,
+        size: u64,
+        version: Option<Version>,
+    ) -> Result<Vec<Location>> {
+        operation(self.locations_traced(offset, size, version)).await
+    }
+
+    async fn locations_traced(
         &self,
         offset: u64,
         size: u64,

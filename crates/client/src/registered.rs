@@ -17,7 +17,7 @@ use tomus_wire::frame::MAX_BODY;
 use tomus_wire::manager::{FsDropHolder, FsRegister, FsRegistered};
 use tomus_wire::pool::Placed;
 use tomus_wire::provider::{AdoptFile, ReadRegistered};
-use tomus_wire::{Error, ErrorKind, Holder, RegisteredFile, Result};
+use tomus_wire::{trace, Error, ErrorKind, Holder, RegisteredFile, Result};
 
 use crate::Client;
 
@@ -211,6 +211,17 @@ impl Client {
         mode: FetchMode,
         holders: Option<Vec<String>>,
     ) -> Result<FetchReport> {
+        // One request id for the whole fetch, its pieces' tasks included.
+        trace::operation(self.fetch_registered_traced(path, dest, mode, holders)).await
+    }
+
+    async fn fetch_registered_traced(
+        &self,
+        path: &str,
+        dest: &Path,
+        mode: FetchMode,
+        holders: Option<Vec<String>>,
+    ) -> Result<FetchReport> {
         let file = self.registered_checked(path).await?;
         let expected = file.checksum.unwrap_or_default();
         let mut sources: Vec<Holder> = match &holders {
@@ -316,6 +327,8 @@ impl Client {
         let next = Arc::new(Mutex::new(0u64));
         let crcs = Arc::new(Mutex::new(vec![0u32; pieces as usize]));
         let mut tasks = tokio::task::JoinSet::new();
+        // Spawned tasks are outside the operation's task-local id: they are given it.
+        let request = trace::current().unwrap_or_else(trace::new_id);
         for holder in sources {
             let (client, holder, next, crcs, out) = (
                 self.clone(),
@@ -325,7 +338,7 @@ impl Client {
                 out.clone(),
             );
             let size = file.size;
-            tasks.spawn(async move {
+            tasks.spawn(trace::scope(request, async move {
                 let mut served = 0u64;
                 loop {
                     let piece = {
@@ -354,7 +367,7 @@ impl Client {
                     served += len as u64;
                 }
                 Ok::<_, (String, Error, u64)>((holder.addr.clone(), served))
-            });
+            }));
         }
         let mut failed = None;
         while let Some(done) = tasks.join_next().await {

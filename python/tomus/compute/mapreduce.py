@@ -11,6 +11,10 @@ frames of the winning attempts, so a map retried after its worker died never cou
 The map/reduce barrier is inherent here (a reducer needs every map's output for its keys). For
 reductions to a single answer use ``IterativeReduce``; ``aggregate=`` adds the classic final
 aggregator over the R reducer outputs, the shape MapIterativeReduce is compared against.
+
+Every finished task is also appended to the job's task records (``tomus.compute.tasklog``), so
+the dashboard draws its map and reduce tasks per worker (``/jobs``). A MapReduce job's id is its
+first partition blob's id: unique in the cluster, like an IterativeReduce job's log blob.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tomus.compute import frames
 from tomus.compute.engine import Session, TaskRecord, TimelineTotals, current, execute, session
 from tomus.compute.splits import Input, Split, iter_lines, plan_splits, read_text
 from tomus.compute.storage import Ref, get_object, put_object
+from tomus.compute.tasklog import TaskLog
 
 if TYPE_CHECKING:
     from dask.typing import Key
@@ -83,6 +88,7 @@ class MapReduceResult(TimelineTotals):
     elapsed: float = 0.0
     addr: str = field(default="", repr=False)
     files: list[str] = field(default_factory=list)  # the part files written with output=
+    job_id: int = 0  # the dashboard's id of the job's task records (/job?id=N)
 
     def items(self, client: tomus.Client | None = None) -> Iterator[tuple[Any, Any]]:
         """Every (key, value) of the output, partition by partition."""
@@ -302,14 +308,37 @@ class MapReduce:
             s.tomus.create_blob(chunk_size=_PARTITION_CHUNK).id for _ in range(self.spec.partitions)
         ]
         timeline: list[TaskRecord] = []
+        job_id = blobs[0]
+        header = {"kind": "mapreduce", "maps": len(splits), "partitions": self.spec.partitions}
+        tasks = TaskLog(s.tomus, job_id, header)
 
         def done(out: tuple[T, TaskRecord]) -> T:
             value, record = out
             timeline.append(record)
+            tasks.task(record)
             if on_task is not None:
                 on_task(record)
             return value
 
+        try:
+            outputs, value, files = self._run_tasks(s, splits, blobs, token, done, output)
+        finally:
+            tasks.close()
+        elapsed = time.time() - started
+        return MapReduceResult(outputs, blobs, value, timeline, elapsed, s.addr, files, job_id)
+
+    def _run_tasks(
+        self,
+        s: Session,
+        splits: list[Split],
+        blobs: list[int],
+        token: str,
+        done: Callable[[tuple[Any, TaskRecord]], Any],
+        output: str | None,
+    ) -> tuple[list[Ref], Any, list[str]]:
+        """The maps, then the reducers at the versions the maps' appends made, then the
+        aggregate if any; every finished task goes through ``done``. Returns the reducers'
+        outputs, the aggregate's value and the part files written."""
         futures = [
             s.dask.submit(
                 _map_task,
@@ -348,9 +377,7 @@ class MapReduce:
             )  # fmt: skip
             (ref,) = _gather([fut], done)
             value = get_object(s.tomus, ref)
-        return MapReduceResult(
-            outputs, blobs, value, timeline, time.time() - started, s.addr, files
-        )
+        return outputs, value, files
 
 
 def _remove_stale_parts(client: tomus.Client, output: str, keep: set[str]) -> None:

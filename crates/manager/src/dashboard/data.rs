@@ -1,6 +1,7 @@
 //! What the dashboard reads from stored data rather than from the manager's own state: the
 //! bytes of any version of a file (`/download`), where each chunk of a version lives
-//! (`/chunks`), the backup service's status and the compute jobs' task records. All of it
+//! (`/chunks`), the backup and replication services' status and the compute jobs' task
+//! records. All of it
 //! goes through an ordinary client of this very manager (the data lives on providers, and
 //! version metadata in their DHT), connected on first use with the cluster secret.
 //!
@@ -24,6 +25,8 @@ const AHEAD: usize = 2;
 pub(super) const JOBS_DIR: &str = ".compute/jobs";
 /// The backup service's status file (see `tomus_backup::service`).
 const BACKUP_STATUS: &str = ".tomus-backup/status.json";
+/// The replication service's status file (see `tomus_sites::service`).
+const SITES_STATUS: &str = ".tomus-sites/status.json";
 
 /// A client of this manager, made on first use.
 pub(super) struct Reader {
@@ -141,10 +144,21 @@ impl Reader {
 
     /// The backup service's status as it wrote it (`None`: it never did, backup is off).
     pub(super) async fn backup_status(&self) -> Result<Option<serde_json::Value>> {
-        match self.read_whole(BACKUP_STATUS, true).await {
+        self.status_file(BACKUP_STATUS).await
+    }
+
+    /// The replication service's status as it wrote it: its rules' lag (`None`: it never
+    /// did, no subtree is replicated).
+    pub(super) async fn sites_status(&self) -> Result<Option<serde_json::Value>> {
+        self.status_file(SITES_STATUS).await
+    }
+
+    /// The JSON of a service's status file of the reserved namespace (`None`: no file).
+    async fn status_file(&self, path: &str) -> Result<Option<serde_json::Value>> {
+        match self.read_whole(path, true).await {
             Ok(data) => serde_json::from_slice(&data)
                 .map(Some)
-                .map_err(|e| Error::corrupt(format!("/{BACKUP_STATUS}: {e}"))),
+                .map_err(|e| Error::corrupt(format!("/{path}: {e}"))),
             Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }

@@ -120,11 +120,16 @@ pub(super) fn timeline(id: u64, records: &[Value]) -> String {
     if let Some(h) = header {
         let _ = write!(
             b,
-            " · {} · {} inputs, reduce ratio {}",
+            " · {} · {} inputs",
             esc(&text(h, "kind")),
-            esc(&text(h, "maps")),
-            esc(&text(h, "ratio"))
+            esc(&text(h, "maps"))
         );
+        // A MapReduce job names its reducers; an IterativeReduce job its reduce ratio.
+        if h.get("partitions").is_some() {
+            let _ = write!(b, ", {} reducers", esc(&text(h, "partitions")));
+        } else {
+            let _ = write!(b, ", reduce ratio {}", esc(&text(h, "ratio")));
+        }
     }
     if let Some(d) = done {
         let _ = write!(b, " · {:.2} s", num(d, "elapsed"));
@@ -239,5 +244,22 @@ mod tests {
         assert!(html.contains("data-worker=\"w&lt;1&gt;\""));
         assert!(html.contains("3 tasks (2 map, 1 other) on 2 workers"));
         assert!(html.contains("running or stopped"));
+        assert!(html.contains("iterative · 2 inputs, reduce ratio 2"));
+    }
+
+    #[test]
+    fn a_mapreduce_job_names_its_reducers() {
+        let records = vec![
+            json!({"type": "job", "kind": "mapreduce", "maps": 3, "partitions": 2}),
+            json!({"type": "task", "kind": "reduce", "task": "reduce-1", "start": 1.0,
+                   "end": 2.0, "worker": "w"}),
+            json!({"type": "done", "elapsed": 1.5}),
+        ];
+        let html = super::timeline(9, &records);
+        assert!(html.contains("finished"));
+        assert!(
+            html.contains("mapreduce · 3 inputs, 2 reducers · 1.50 s"),
+            "{html}"
+        );
     }
 }

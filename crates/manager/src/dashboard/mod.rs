@@ -3,7 +3,7 @@
 //! The server itself (access rules included) is `tomus_metrics::http`.
 //!
 //! Pages: `/` (overview: providers, totals, a live chart of `/metrics`, repair, garbage
-//! collection and backup progress), `/fs?path=DIR` (a directory), `/file?path=FILE` (a file's
+//! collection and backup progress, geo-replication lag per rule), `/fs?path=DIR` (a directory), `/file?path=FILE` (a file's
 //! versions), `/chunks?path=FILE&version=N` (where each chunk of a version lives),
 //! `/download?path=FILE&version=N` (the version's bytes), `/jobs` and `/job?id=N` (compute
 //! jobs and one job's timeline of tasks per worker), and the two static files they use
@@ -12,12 +12,15 @@
 //! Access is `tomus_metrics::http`'s: with a cluster secret every request, downloads
 //! included, must carry it; without one the server listens on loopback only.
 
-/// Reads of stored data: downloads, chunk locations, backup status, job records.
+/// Reads of stored data: downloads, chunk locations, backup and replication status, job
+/// records.
 mod data;
 /// Compute jobs and their timelines.
 mod jobs;
 /// The HTML of every page.
 mod pages;
+/// Geo-replication (`tomus sites`) on the overview: each rule's lag and progress.
+mod replication;
 
 use std::sync::Arc;
 
@@ -131,8 +134,10 @@ impl Pages for ManagerPages {
                     let providers = service.registry.list_with_stored();
                     let (maintenance, reported) = service.registry.maintenance();
                     let backup = reader.backup_status().await.map_err(|e| e.message);
+                    let sites = reader.sites_status().await.map_err(|e| e.message);
                     let mut body = pages::overview(&providers, &maintenance, reported);
                     body.push_str(&pages::backup(&backup));
+                    body.push_str(&replication::section(&sites));
                     Ok(pages::page("Cluster", &body))
                 }
                 "/fs" => blocking(move || browse(&service, &target)).await,
