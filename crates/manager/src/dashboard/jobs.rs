@@ -104,6 +104,8 @@ pub(super) fn timeline(id: u64, records: &[Value]) -> String {
     let bars = || workers.values().flatten();
     let tasks = bars().count();
     let maps = bars().filter(|b| b.kind == "map").count();
+    let reduces = bars().filter(|b| b.kind == "reduce").count();
+    let others = tasks - maps - reduces;
     let mut b = String::new();
     let state = if done.is_some() {
         "finished"
@@ -112,9 +114,13 @@ pub(super) fn timeline(id: u64, records: &[Value]) -> String {
     };
     let _ = write!(
         b,
-        "<p id=\"job-summary\">job {id} · {state} · {tasks} tasks ({maps} map, {} other) on \
-         {} workers",
-        tasks - maps,
+        "<p id=\"job-summary\">job {id} · {state} · {tasks} tasks ({maps} map, {reduces} \
+         reduce{}) on {} workers",
+        if others > 0 {
+            format!(", {others} other")
+        } else {
+            String::new()
+        },
         workers.len()
     );
     if let Some(h) = header {
@@ -242,7 +248,7 @@ mod tests {
         assert_eq!(html.matches("<rect class=\"task reduce\"").count(), 1);
         assert_eq!(html.matches("<g class=\"worker\"").count(), 2);
         assert!(html.contains("data-worker=\"w&lt;1&gt;\""));
-        assert!(html.contains("3 tasks (2 map, 1 other) on 2 workers"));
+        assert!(html.contains("3 tasks (2 map, 1 reduce) on 2 workers"));
         assert!(html.contains("running or stopped"));
         assert!(html.contains("iterative · 2 inputs, reduce ratio 2"));
     }
