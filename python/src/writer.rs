@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use crate::buffer::Buffer;
 use crate::errors::{non_negative, to_py};
 use crate::runtime::block_on;
+use tomus_client::{Append, CommitOptions, Replace, WriteAt};
 
 #[pyclass(frozen, module = "tomus")]
 pub struct BlobWriter {
@@ -62,24 +63,25 @@ impl BlobWriter {
             .map(|e| non_negative("expect_size", e))
             .transpose()?;
         let w = self.take()?;
-        match expect_size {
-            None => block_on(py, w.commit_replace())?.map_err(to_py),
-            Some(size) => {
-                let options = tomus_client::CommitOptions {
-                    expect_size: Some(size),
-                    ..tomus_client::CommitOptions::default()
-                };
-                let info = block_on(py, async move { w.commit_replace_with(&options).await })?
-                    .map_err(to_py)?;
-                Ok(info.version)
-            }
-        }
+        // Without a condition, rewriting an empty blob empty keeps its version (a file
+        // closed unchanged); with one, the condition is always checked by a new version.
+        let replace = Replace {
+            reuse_empty: expect_size.is_none(),
+        };
+        let options = CommitOptions {
+            expect_size,
+            ..CommitOptions::default()
+        };
+        let info =
+            block_on(py, async move { w.commit(replace, &options).await })?.map_err(to_py)?;
+        Ok(info.version)
     }
 
     /// Publishes the data as one append: `(version, offset)`, or `None` if nothing was written.
     fn commit_append(&self, py: Python<'_>) -> PyResult<Option<(u64, u64)>> {
         let w = self.take()?;
-        block_on(py, w.commit_append())?.map_err(to_py)
+        let info = block_on(py, w.commit(Append, &CommitOptions::default()))?.map_err(to_py)?;
+        Ok(info.map(|v| (v.version, v.span.offset)))
     }
 
     /// Publishes the data as one write at `offset`: the version, or `None` if nothing was
@@ -87,6 +89,8 @@ impl BlobWriter {
     fn commit_write(&self, py: Python<'_>, offset: i64) -> PyResult<Option<u64>> {
         let offset = non_negative("offset", offset)?;
         let w = self.take()?;
-        block_on(py, w.commit_write(offset))?.map_err(to_py)
+        let at = WriteAt { offset };
+        let info = block_on(py, w.commit(at, &CommitOptions::default()))?.map_err(to_py)?;
+        Ok(info.map(|v| v.version))
     }
 }

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use tomus_client::{Blob, Client, CommitOptions};
+use tomus_client::{Append, Blob, Client, CommitOptions, Replace, WriteAt};
 use tomus_metadata::Version;
 use tomus_wire::manager::{
     AbortVersion, Assign, CreateBlob, DeleteBlob, FsCreateRetained, FsMkdir, FsSetRetention,
@@ -336,10 +336,7 @@ async fn replay(
     let got: Option<Version> = match follows {
         Some(p) if info.append && p.info.size == info.span.offset && info.span.size > 0 => {
             copy_range(target, point, rec, info.span.offset, span_end, &mut writer).await?;
-            writer
-                .commit_append_with(&options)
-                .await?
-                .map(|v| v.version)
+            writer.commit(Append, &options).await?.map(|v| v.version)
         }
         Some(p)
             if !info.append
@@ -348,11 +345,17 @@ async fn replay(
                 && !(info.span.offset == 0 && info.span.size >= p.info.size) =>
         {
             copy_range(target, point, rec, info.span.offset, span_end, &mut writer).await?;
-            writer.commit_write(info.span.offset).await?
+            let at = WriteAt {
+                offset: info.span.offset,
+            };
+            writer
+                .commit(at, &CommitOptions::default())
+                .await?
+                .map(|v| v.version)
         }
         _ => {
             copy_range(target, point, rec, 0, info.size, &mut writer).await?;
-            Some(writer.commit_replace_with(&options).await?.version)
+            Some(writer.commit(Replace::default(), &options).await?.version)
         }
     };
     if got != Some(info.version) {

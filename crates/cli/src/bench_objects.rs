@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use serde_json::{json, Value};
-use tomus_client::{Client, CommitOptions, CreateOptions, Namespace};
+use tomus_client::{Client, CommitOptions, CreateOptions, Namespace, Replace};
 
 use crate::bench::BenchArgs;
 use crate::pattern;
@@ -25,7 +25,8 @@ async fn put(ns: &Namespace, path: &str, data: &[u8]) -> tomus_wire::Result<()> 
     for piece in data.chunks(PIECE) {
         w.write(piece).await?;
     }
-    w.commit_replace_with(&CommitOptions::default()).await?;
+    w.commit(Replace::default(), &CommitOptions::default())
+        .await?;
     Ok(())
 }
 

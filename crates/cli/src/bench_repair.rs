@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
-use tomus_client::{Blob, Client, ClientOptions};
+use tomus_client::{Append, Blob, Client, ClientOptions, CommitOptions};
 
 use crate::bench::BenchArgs;
 use crate::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
@@ -131,7 +131,7 @@ async fn write_blob(blob: &Blob, size: u64) -> Result<()> {
         writer.write(&block[..n]).await?;
         written += n as u64;
     }
-    writer.commit_append().await?;
+    writer.commit(Append, &CommitOptions::default()).await?;
     Ok(())
 }
 

@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tomus_client::CreateOptions;
+use tomus_client::{CommitOptions, CreateOptions, Replace};
 use tomus_wire::Retention;
 
 use common::backup::{enable, held, point_now, points, restore_and_read};
@@ -215,7 +215,9 @@ async fn a_second_point_uploads_only_what_changed() {
     for i in 0..16u8 {
         w.write(&data(i, 4 << 20)).await.unwrap();
     }
-    w.commit_replace().await.unwrap();
+    w.commit(Replace::default(), &CommitOptions::default())
+        .await
+        .unwrap();
     enable(&addr, &url, &[]);
     point_now(&addr);
     let (total1, chunks1) = bytes_at(&dir);

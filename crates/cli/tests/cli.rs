@@ -256,7 +256,7 @@ fn fs_commands(addr: &str, dir: &std::path::Path) {
 }
 
 /// `tomus status` lists every background worker of the manager process (committer, leases,
-/// retention, abandoned new files, the backup service) and of maintenance (gc, repair, audit), with
+/// retention, abandoned new files, the backup and geo-replication services) and of maintenance (gc, repair, audit), with
 /// what each has done, as text and as JSON: background work runs behind one worker
 /// abstraction that status can show (issue 20).
 #[test]
@@ -302,6 +302,7 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
             "abandoned new files",
             "backup",
             "committer",
+            "geo-replication",
             "leases",
             "retention"
         ],
@@ -332,6 +333,7 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
         "retention",
         "abandoned new files",
         "backup",
+        "geo-replication",
     ] {
         assert!(
             text.contains(&format!("manager worker {name}")),

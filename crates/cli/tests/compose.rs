@@ -6,7 +6,7 @@
 mod common;
 
 use tomus_cli::pattern;
-use tomus_client::{CommitOptions, CreateOptions, Extent};
+use tomus_client::{Append, CommitOptions, CreateOptions, Extent, Replace};
 use tomus_wire::{Attrs, ErrorKind};
 
 use common::{chunk_files, TestCluster};
@@ -43,16 +43,20 @@ async fn attributes_publish_with_their_version() {
         attrs: attrs(&[("etag", "one"), ("content-type", "text/plain")]),
         expect_size: None,
     };
-    let v1 = w.commit_replace_with(&first).await.unwrap();
+    let v1 = w.commit(Replace::default(), &first).await.unwrap();
 
     // An empty replacement of empty content is still a version when it carries attributes.
     let (_, empty) = ns.create("b/empty", options).await.unwrap();
     let e1 = empty
         .writer()
-        .commit_replace_with(&CommitOptions::default())
+        .commit(Replace::default(), &CommitOptions::default())
         .await
         .unwrap();
-    let e2 = empty.writer().commit_replace_with(&first).await.unwrap();
+    let e2 = empty
+        .writer()
+        .commit(Replace::default(), &first)
+        .await
+        .unwrap();
     assert_eq!((e1.size, e2.size), (0, 0));
     assert!(e2.version > e1.version);
     let (o, _) = ns.object("b/empty", None).await.unwrap();
@@ -65,10 +69,13 @@ async fn attributes_publish_with_their_version() {
     let mut w = blob.writer();
     w.write(b"second!").await.unwrap();
     let v2 = w
-        .commit_replace_with(&CommitOptions {
-            attrs: attrs(&[("etag", "two")]),
-            expect_size: None,
-        })
+        .commit(
+            Replace::default(),
+            &CommitOptions {
+                attrs: attrs(&[("etag", "two")]),
+                expect_size: None,
+            },
+        )
         .await
         .unwrap();
 
@@ -124,21 +131,16 @@ async fn appends_at_a_known_offset_are_checked_at_assignment() {
     };
     let mut w = blob.writer();
     w.write(b"abc").await.unwrap();
-    let v = w.commit_append_with(&at(0)).await.unwrap().unwrap();
+    let v = w.commit(Append, &at(0)).await.unwrap().unwrap();
     assert_eq!(v.span.offset, 0);
     let mut stale = blob.writer();
     stale.write(b"zz").await.unwrap();
-    let err = stale.commit_append_with(&at(0)).await.unwrap_err();
+    let err = stale.commit(Append, &at(0)).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::PreconditionFailed);
     let mut w = blob.writer();
     w.write(b"def").await.unwrap();
     assert_eq!(
-        w.commit_append_with(&at(3))
-            .await
-            .unwrap()
-            .unwrap()
-            .span
-            .offset,
+        w.commit(Append, &at(3)).await.unwrap().unwrap().span.offset,
         3
     );
     assert_eq!(blob.read(0, 6, None).await.unwrap(), b"abcdef");

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use rand::{Rng, SeedableRng};
 use tomus_cli::pattern;
-use tomus_client::CreateOptions;
+use tomus_client::{Append, CommitOptions, CreateOptions, Replace, WriteAt};
 use tomus_wire::{EntryKind, ErrorKind};
 
 use common::TestCluster;
@@ -122,8 +122,11 @@ async fn a_streaming_writer_commits_one_version_and_nothing_before() {
         1,
         "nothing published before the commit"
     );
-    let v = w.commit_replace().await.unwrap();
-    assert_eq!(v, 2);
+    let v = w
+        .commit(Replace { reuse_empty: true }, &CommitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(v.version, 2);
     assert_eq!(blob.size(None).await.unwrap(), data.len() as u64);
     assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
     // The cleared tail reads as zeros when a sparse write exposes it again.
@@ -138,7 +141,17 @@ async fn a_streaming_writer_commits_one_version_and_nothing_before() {
     assert!(locs[0].providers.is_empty(), "a cleared range is a hole");
 
     // Empty writers publish nothing; replacing with empty content empties the blob.
-    assert_eq!(blob.writer().commit_append().await.unwrap(), None);
+    let nothing = blob
+        .writer()
+        .commit(Append, &CommitOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(nothing, None);
+    let nothing = blob
+        .writer()
+        .commit(WriteAt { offset: 3 }, &CommitOptions::default())
+        .await;
+    assert_eq!(nothing.unwrap(), None);
     let v = blob.replace(b"").await.unwrap();
     assert_eq!(blob.size(Some(v)).await.unwrap(), 0);
     let (_, off) = blob.append(b"abc").await.unwrap();
@@ -346,8 +359,12 @@ async fn a_streaming_writer_keeps_order_across_background_batches() {
     }
     w.write(rest).await.unwrap();
     assert_eq!(w.len(), data.len() as u64);
-    let (v, off) = w.commit_append().await.unwrap().unwrap();
-    assert_eq!((v, off), (1, 0));
+    let v = w
+        .commit(Append, &CommitOptions::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((v.version, v.span.offset), (1, 0));
     let back = blob.read(0, data.len() as u64, None).await.unwrap();
     assert!(back == data, "content differs from what was written");
 }

@@ -235,6 +235,26 @@ async fn replicates_through_outages_and_restarts() {
     ));
     let text = String::from_utf8(ok(tomus(&a.addr(), &["status"]))).unwrap();
     assert!(text.contains("replication b:/data: caught up"), "{text}");
+    // The service is a worker of the manager process, listed by `tomus status` with what
+    // its rules are doing.
+    let started = Instant::now();
+    loop {
+        let st = json(tomus(&a.addr(), &["--json", "status"]));
+        let worker = st["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == "geo-replication")
+            .cloned()
+            .unwrap_or_else(|| panic!("no geo-replication worker: {st}"));
+        if worker["summary"] == "1 rule: 1 caught up; 0 versions behind" {
+            assert_ne!(worker["state"], "stopped", "{worker}");
+            assert!(worker["rounds"].as_u64().unwrap() > 0, "{worker}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{worker}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Site B down: A keeps writing; the status shows the backlog and the unreachable site.
     b.cluster.kill_manager();
@@ -295,7 +315,16 @@ async fn replicates_through_outages_and_restarts() {
         .unwrap();
     wait_synced(&ca, &cb, "after a deletion").await;
     assert!(cb.namespace().stat(&format!("{ROOT}/obj")).await.is_err());
-    let r = rule_status(&a.addr());
+    // The status file follows the replay by up to a round of the service.
+    let started = Instant::now();
+    let r = loop {
+        let r = rule_status(&a.addr());
+        if r["files_deleted"].as_u64().unwrap_or(0) > 0 {
+            break r;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(r["versions_replicated"].as_u64().unwrap() > 0, "{r}");
     // Only the one deletion (counted since A's manager restarted).
     assert_eq!(r["files_deleted"], 1, "{r}");

@@ -54,7 +54,7 @@ pub use blob::{Blob, Extent, Location};
 pub use commit::CommitOptions;
 pub use namespace::{CreateOptions, Namespace};
 pub use tomus_wire;
-pub use writer::BlobWriter;
+pub use writer::{Append, BlobWriter, Replace, WriteAt, WriteKind};
 
 #[derive(Clone, Debug)]
 pub struct ClientOptions {

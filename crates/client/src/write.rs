@@ -129,15 +129,14 @@ impl Blob {
     /// Commits `chunks` (stored since `stored_at`) as the whole new content; empty content
     /// over a published empty content makes no version (a blob with no version yet gets an
     /// empty first one: a new file appears with it).
-    pub(crate) async fn commit_replace(
+    async fn commit_replace(
         &self,
         chunks: Vec<StoredChunk>,
         stored_at: Instant,
     ) -> Result<Version> {
         let size = len(&chunks);
         if size == 0 {
-            let latest = self.stat(None).await?;
-            if latest.size == 0 && latest.version > 0 {
+            if let Some(latest) = self.empty_again().await? {
                 return Ok(latest.version);
             }
         }
@@ -149,6 +148,13 @@ impl Blob {
             reused_at: None,
         };
         Ok(self.commit(c).await?.version)
+    }
+
+    /// The latest version when it is published and empty (empty content replacing it needs
+    /// no new version); `None` when the blob has content or no version yet.
+    pub(crate) async fn empty_again(&self) -> Result<Option<VersionInfo>> {
+        let latest = self.stat(None).await?;
+        Ok((latest.size == 0 && latest.version > 0).then_some(latest))
     }
 
     /// A streaming writer: data is stored chunk by chunk as it comes and becomes one version

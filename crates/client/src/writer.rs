@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use tomus_metadata::{StoredChunk, Version};
+use tomus_metadata::StoredChunk;
 use tomus_wire::{trace, Error, Result, VersionInfo, WriteOp};
 
 use crate::blob::Blob;
@@ -126,106 +126,124 @@ impl BlobWriter {
         Ok(())
     }
 
-    /// Stores everything written and returns the version to commit as `op(size)`; `None`
-    /// when nothing was written and `op` needs data.
-    async fn finish<'a>(
+    /// Publishes the data as one version of the given `kind` with `options` (attributes
+    /// published with it, a size condition). What it returns depends on the kind: a
+    /// [`Replace`] always yields a version's record, an [`Append`] or a [`WriteAt`] yields
+    /// none when nothing was written (no version is made).
+    pub async fn commit<K: WriteKind>(
         mut self,
-        op: impl FnOnce(u64) -> Option<WriteOp>,
-        options: Option<&'a CommitOptions>,
-    ) -> Result<Option<(Traced, Commit<'a>)>> {
+        kind: K,
+        options: &CommitOptions,
+    ) -> Result<K::Output> {
         self.send_buffer().await?;
         self.drain().await?;
-        let Some(op) = op(len(&self.chunks)) else {
-            return Ok(None);
+        let size = len(&self.chunks);
+        let op = match kind.op(size) {
+            Ok(op) => op,
+            Err(nothing) => return Ok(nothing),
         };
+        if size == 0 && kind.reuses_empty() {
+            if let Some(latest) = trace::scope(self.request, self.blob.empty_again()).await? {
+                return Ok(K::committed(latest));
+            }
+        }
         let commit = Commit {
             op,
             chunks: self.chunks,
-            options,
+            options: Some(options),
             stored_at: Some(self.started.unwrap_or_else(Instant::now)),
             reused_at: None,
         };
-        Ok(Some((
-            Traced {
-                blob: self.blob,
-                request: self.request,
-            },
-            commit,
-        )))
-    }
-
-    /// Publishes the data as the blob's whole new content; returns the version.
-    pub async fn commit_replace(mut self) -> Result<Version> {
-        self.send_buffer().await?;
-        self.drain().await?;
-        let started = self.started.unwrap_or_else(Instant::now);
-        let commit = self.blob.commit_replace(self.chunks, started);
-        trace::scope(self.request, commit).await
-    }
-
-    /// Publishes the data (possibly none) as the blob's whole new content with `options`;
-    /// always a new version (one per S3 PUT), returned as its record.
-    pub async fn commit_replace_with(self, options: &CommitOptions) -> Result<VersionInfo> {
-        let replace = |size| Some(WriteOp::Replace { size });
-        match self.finish(replace, Some(options)).await? {
-            Some((traced, c)) => traced.commit(c).await,
-            None => Err(Error::internal("a replacement always has an operation")),
-        }
-    }
-
-    /// Publishes the data as one append with `options`; `None` when nothing was written.
-    pub async fn commit_append_with(self, options: &CommitOptions) -> Result<Option<VersionInfo>> {
-        let append = |size| (size > 0).then_some(WriteOp::Append { size });
-        match self.finish(append, Some(options)).await? {
-            Some((traced, c)) => Ok(Some(traced.commit(c).await?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Publishes the data as one append; `None` when nothing was written.
-    pub async fn commit_append(self) -> Result<Option<(Version, u64)>> {
-        let append = |size| (size > 0).then_some(WriteOp::Append { size });
-        match self.finish(append, None).await? {
-            Some((traced, c)) => {
-                let info = traced.commit(c).await?;
-                Ok(Some((info.version, info.span.offset)))
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// Publishes the data as one write at `offset` with `options`; `None` when nothing was
-    /// written.
-    pub async fn commit_write_with(
-        self,
-        offset: u64,
-        options: &CommitOptions,
-    ) -> Result<Option<VersionInfo>> {
-        let write = |size| (size > 0).then_some(WriteOp::Write { offset, size });
-        match self.finish(write, Some(options)).await? {
-            Some((blob, c)) => Ok(Some(blob.commit(c).await?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Publishes the data as one write at `offset`; `None` when nothing was written.
-    pub async fn commit_write(self, offset: u64) -> Result<Option<Version>> {
-        let write = |size| (size > 0).then_some(WriteOp::Write { offset, size });
-        match self.finish(write, None).await? {
-            Some((traced, c)) => Ok(Some(traced.commit(c).await?.version)),
-            None => Ok(None),
-        }
+        let info = trace::scope(self.request, self.blob.commit(commit)).await?;
+        Ok(K::committed(info))
     }
 }
 
-/// A writer's blob and request id, for its commit.
-struct Traced {
-    blob: Blob,
-    request: u64,
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Replace {}
+    impl Sealed for super::Append {}
+    impl Sealed for super::WriteAt {}
 }
 
-impl Traced {
-    async fn commit(self, c: Commit<'_>) -> Result<VersionInfo> {
-        trace::scope(self.request, self.blob.commit(c)).await
+/// How a [`BlobWriter`]'s data becomes a version, and so what [`BlobWriter::commit`]
+/// returns: [`Replace`], [`Append`] or [`WriteAt`].
+pub trait WriteKind: sealed::Sealed {
+    /// What the commit yields.
+    type Output;
+    /// The operation publishing `size` bytes written, or what the commit returns without
+    /// publishing anything (a kind that needs data, given none).
+    #[doc(hidden)]
+    fn op(&self, size: u64) -> std::result::Result<WriteOp, Self::Output>;
+    /// Whether empty data over published empty content keeps that version.
+    #[doc(hidden)]
+    fn reuses_empty(&self) -> bool {
+        false
+    }
+    /// The output for the version published (or kept).
+    #[doc(hidden)]
+    fn committed(info: VersionInfo) -> Self::Output;
+}
+
+/// The data (possibly none) is the blob's whole new content: the commit always yields a
+/// version.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Replace {
+    /// Empty data over published empty content makes no new version: the commit returns
+    /// the latest one (rewriting an empty file changes nothing; a blob with no version yet
+    /// still gets its empty first one). Off, every commit is a new version (one per S3 PUT,
+    /// and a condition or attributes are always applied).
+    pub reuse_empty: bool,
+}
+
+impl WriteKind for Replace {
+    type Output = VersionInfo;
+    fn op(&self, size: u64) -> std::result::Result<WriteOp, VersionInfo> {
+        Ok(WriteOp::Replace { size })
+    }
+    fn reuses_empty(&self) -> bool {
+        self.reuse_empty
+    }
+    fn committed(info: VersionInfo) -> VersionInfo {
+        info
+    }
+}
+
+/// The data is appended to the blob: `None` when nothing was written.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Append;
+
+impl WriteKind for Append {
+    type Output = Option<VersionInfo>;
+    fn op(&self, size: u64) -> std::result::Result<WriteOp, Option<VersionInfo>> {
+        if size == 0 {
+            return Err(None);
+        }
+        Ok(WriteOp::Append { size })
+    }
+    fn committed(info: VersionInfo) -> Option<VersionInfo> {
+        Some(info)
+    }
+}
+
+/// The data is written at `offset` of the blob: `None` when nothing was written.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteAt {
+    pub offset: u64,
+}
+
+impl WriteKind for WriteAt {
+    type Output = Option<VersionInfo>;
+    fn op(&self, size: u64) -> std::result::Result<WriteOp, Option<VersionInfo>> {
+        if size == 0 {
+            return Err(None);
+        }
+        Ok(WriteOp::Write {
+            offset: self.offset,
+            size,
+        })
+    }
+    fn committed(info: VersionInfo) -> Option<VersionInfo> {
+        Some(info)
     }
 }

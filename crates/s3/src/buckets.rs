@@ -3,7 +3,7 @@
 
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
-use tomus_client::CommitOptions;
+use tomus_client::{CommitOptions, Replace};
 use tomus_wire::{Attrs, EntryKind, ErrorKind, Retention};
 
 use crate::errors::{from_store, s3_err, Missing};
@@ -275,7 +275,7 @@ impl Gateway {
             expect_size: None,
         };
         blob.writer()
-            .commit_replace_with(&options)
+            .commit(Replace::default(), &options)
             .await
             .map_err(|e| from_store(e, Missing::Bucket))?;
         self.cache_bucket(&name, None);

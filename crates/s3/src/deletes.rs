@@ -3,7 +3,7 @@
 
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
-use tomus_client::{CommitOptions, Extent};
+use tomus_client::{CommitOptions, Extent, Replace};
 use tomus_wire::ErrorKind;
 
 use crate::conditional::Expect;
@@ -78,7 +78,7 @@ impl Gateway {
                 attrs: marker.to_attrs(),
                 expect_size,
             };
-            let info = match blob.writer().commit_replace_with(&options).await {
+            let info = match blob.writer().commit(Replace::default(), &options).await {
                 Ok(info) => info,
                 Err(e) => {
                     self.ns.abandon(&entry).await;
@@ -157,7 +157,7 @@ impl Gateway {
                 if info.size == 0 {
                     // Nothing to compose from: an empty version with the same attributes.
                     blob.writer()
-                        .commit_replace_with(&options)
+                        .commit(Replace::default(), &options)
                         .await
                         .map_err(object_err)?;
                 } else {

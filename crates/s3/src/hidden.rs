@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use tomus_client::CommitOptions;
+use tomus_client::{Append, CommitOptions};
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::ErrorKind;
 
@@ -56,7 +56,7 @@ impl Gateway {
             .map_err(object_err)?;
         let mut writer = log.writer();
         let appended = match writer.write(format!("{v}\n").as_bytes()).await {
-            Ok(()) => writer.commit_append_with(&CommitOptions::default()).await,
+            Ok(()) => writer.commit(Append, &CommitOptions::default()).await,
             Err(e) => Err(e),
         };
         if let Err(e) = appended {

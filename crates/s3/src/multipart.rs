@@ -7,7 +7,7 @@ use md5::{Digest, Md5};
 use rand::Rng;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders};
-use tomus_client::{CommitOptions, Extent};
+use tomus_client::{CommitOptions, Extent, Replace};
 use tomus_wire::{Attrs, BlobInfo, EntryKind, ErrorKind};
 
 use crate::buckets::owner;
@@ -190,7 +190,7 @@ impl Gateway {
             attrs,
             expect_size: None,
         };
-        if let Err(e) = blob.writer().commit_replace_with(&options).await {
+        if let Err(e) = blob.writer().commit(Replace::default(), &options).await {
             self.ns.abandon(&entry).await;
             return Err(object_err(e));
         }
@@ -267,7 +267,7 @@ impl Gateway {
             expect_size: None,
         };
         writer
-            .commit_replace_with(&options)
+            .commit(Replace::default(), &options)
             .await
             .map_err(object_err)?;
         Ok((etag, sums))

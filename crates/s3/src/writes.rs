@@ -6,7 +6,7 @@ use futures::StreamExt;
 use md5::{Digest, Md5};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders};
-use tomus_client::{Blob, BlobWriter, CommitOptions, CreateOptions, Extent};
+use tomus_client::{Append, Blob, BlobWriter, CommitOptions, CreateOptions, Extent, Replace};
 use tomus_wire::{ErrorKind, FsEntry, Retention, StorageClass as Class, VersionInfo};
 
 use crate::checksums::{declared_checksums, Verifier};
@@ -327,7 +327,7 @@ impl Gateway {
                     expect_size: guarded,
                 };
                 let info = writer
-                    .commit_replace_with(&options)
+                    .commit(Replace::default(), &options)
                     .await
                     .map_err(object_err)?;
                 return Ok((info, headers));
@@ -345,7 +345,7 @@ impl Gateway {
             attrs: described.to_attrs(),
             expect_size,
         };
-        let info = match writer.commit_append_with(&options).await {
+        let info = match writer.commit(Append, &options).await {
             Ok(Some(info)) => info,
             Ok(None) => return Err(s3_err(S3ErrorCode::InvalidArgument, "empty append")),
             Err(e) if e.kind == ErrorKind::PreconditionFailed => {

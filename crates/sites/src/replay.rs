@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use serde::{Deserialize, Serialize};
-use tomus_client::{Blob, BlobWriter, Client, CommitOptions, CreateOptions};
+use tomus_client::{
+    Append, Blob, BlobWriter, Client, CommitOptions, CreateOptions, Replace, WriteAt,
+};
 use tomus_maintenance::throttle::Throttle;
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::{Attrs, BlobInfo, EntryKind, Error, ErrorKind, Result, VersionInfo, VersionState};
@@ -454,12 +456,21 @@ async fn commit(
         expect_size: None,
     };
     let published = match op {
-        Op::Full => writer.commit_replace_with(&options).await.map(Some),
+        Op::Full => writer.commit(Replace::default(), &options).await.map(Some),
         Op::Append => {
             options.expect_size = Some(p.size_before);
-            writer.commit_append_with(&options).await
+            writer.commit(Append, &options).await
         }
-        Op::Write => writer.commit_write_with(v.span.offset, &options).await,
+        Op::Write => {
+            writer
+                .commit(
+                    WriteAt {
+                        offset: v.span.offset,
+                    },
+                    &options,
+                )
+                .await
+        }
     };
     let size = match published {
         Ok(Some(info)) => Some(info.size),
@@ -480,7 +491,7 @@ async fn commit(
     );
     let writer = prepare(source, p, Op::Full, throttle).await?;
     options.expect_size = None;
-    writer.commit_replace_with(&options).await?;
+    writer.commit(Replace::default(), &options).await?;
     progress.bytes_done.fetch_add(v.size, Ordering::Relaxed);
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The replication service: runs in the `tomus manager` process beside maintenance and
 //! backup, as a client of the manager, and carries out the rules of `tomus sites`.
 //!
-//! One task per rule, so a site that is down holds up only its own rules. A task scans the
+//! It is the `geo-replication` worker of the manager process (listed by `tomus status`):
+//! each round matches the rules' tasks to the configuration and gathers their status. One
+//! task per rule, so a site that is down holds up only its own rules. A task scans the
 //! source (this needs only the source, so the backlog and the lag stay current while the
 //! site is unreachable), connects to the site if it has no connection, and replays what
 //! the scan found in bounded steps, saving its cursor after each. A failure (site down,
@@ -26,6 +28,7 @@ use tomus_client::{Client, ClientOptions};
 use tomus_maintenance::throttle::Throttle;
 use tomus_metrics::Labels;
 use tomus_wire::{ClusterSecret, Result};
+use tomus_worker::{Round, Worker, Workers};
 
 use crate::config::{self, state_path, Rule, Site};
 use crate::replay::{apply, scan, Cursor, Progress};
@@ -98,37 +101,112 @@ fn labels(rule: &Rule) -> Labels {
     ]
 }
 
-/// Runs the service against the manager at `manager` until `stop` turns true.
+/// Runs the service against the manager at `manager` until `stop` turns true, as the
+/// `geo-replication` worker of `workers` (so `tomus status` lists it with the manager's own).
 pub async fn run(
     manager: String,
     secret: Option<ClusterSecret>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+    workers: &Workers,
 ) -> Result<()> {
-    let options = ClientOptions {
-        secret,
-        ..Default::default()
+    let worker = SitesWorker {
+        manager,
+        options: ClientOptions {
+            secret,
+            ..Default::default()
+        },
+        stop: stop.clone(),
+        client: None,
+        running: BTreeMap::new(),
+        written: ServiceStatus::default(),
+        last: ServiceStatus::default(),
     };
-    let client = loop {
-        match Client::connect(&manager, options.clone()).await {
-            Ok(c) => break c,
-            Err(e) => tracing::debug!("sites service: manager not answering yet: {e}"),
+    // The rules' tasks end with the worker (dropped when it stops).
+    workers.run(worker, stop, None).await;
+    Ok(())
+}
+
+/// The service as a worker: each round reads the configuration, starts and stops the rules'
+/// tasks to match it, and gathers their status and gauges. The rules replicate on tasks of
+/// their own, so a site that is down holds up only its rules, each with its own back-off.
+struct SitesWorker {
+    manager: String,
+    options: ClientOptions,
+    /// Handed to the rules' tasks: they stop when it turns true.
+    stop: watch::Receiver<bool>,
+    /// Connected at the first round the manager answers.
+    client: Option<Client>,
+    running: BTreeMap<String, Running>,
+    /// What was last written to the status file.
+    written: ServiceStatus,
+    /// What the last round gathered (the worker's summary).
+    last: ServiceStatus,
+}
+
+impl Drop for SitesWorker {
+    fn drop(&mut self) {
+        for r in self.running.values() {
+            r.task.abort();
         }
-        if pause(&mut stop, Duration::from_secs(1)).await {
-            return Ok(());
+    }
+}
+
+impl Worker for SitesWorker {
+    fn name(&self) -> &'static str {
+        "geo-replication"
+    }
+
+    fn interval(&self) -> Duration {
+        POLL
+    }
+
+    async fn work(&mut self) -> Result<Round> {
+        let client = match &self.client {
+            Some(c) => c.clone(),
+            None => match Client::connect(&self.manager, self.options.clone()).await {
+                Ok(c) => {
+                    self.client = Some(c.clone());
+                    c
+                }
+                Err(e) => {
+                    tracing::debug!("sites service: manager not answering yet: {e}");
+                    return Ok(Round::Idle);
+                }
+            },
+        };
+        self.round(&client).await;
+        Ok(Round::Idle)
+    }
+
+    fn summary(&self) -> String {
+        let rules = &self.last.rules;
+        if rules.is_empty() {
+            return "no rules".into();
         }
-    };
-    let mut running: BTreeMap<String, Running> = BTreeMap::new();
-    let mut written = ServiceStatus::default();
-    let metrics = tomus_metrics::sites();
-    loop {
-        if pause(&mut stop, POLL).await {
-            break;
+        let mut states: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in rules.values() {
+            *states.entry(r.state.as_str()).or_default() += 1;
         }
-        let cfg = match config::load(&client).await {
+        let states: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        let behind: u64 = rules.values().map(|r| r.versions_behind).sum();
+        let plural = if rules.len() == 1 { "" } else { "s" };
+        format!(
+            "{} rule{plural}: {}; {behind} versions behind",
+            rules.len(),
+            states.join(", ")
+        )
+    }
+}
+
+impl SitesWorker {
+    /// Matches the running rules to the configuration, then gathers their status.
+    async fn round(&mut self, client: &Client) {
+        let metrics = tomus_metrics::sites();
+        let cfg = match config::load(client).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!("sites service: reading its configuration: {e}");
-                continue;
+                return;
             }
         };
         // Rules removed or whose site changed stop; new ones start.
@@ -137,7 +215,7 @@ pub async fn run(
             .iter()
             .filter_map(|r| Some((r.id(), (r.clone(), cfg.sites.get(&r.site)?.clone()))))
             .collect();
-        running.retain(|id, r| {
+        self.running.retain(|id, r| {
             let keep = wanted
                 .get(id)
                 .is_some_and(|(rule, site)| *rule == r.rule && *site == r.site);
@@ -150,7 +228,7 @@ pub async fn run(
             keep
         });
         for (id, (rule, site)) in wanted {
-            if running.contains_key(&id) {
+            if self.running.contains_key(&id) {
                 continue;
             }
             let progress = Arc::new(Progress::default());
@@ -166,9 +244,9 @@ pub async fn run(
                 site.clone(),
                 progress.clone(),
                 shared.clone(),
-                stop.clone(),
+                self.stop.clone(),
             ));
-            running.insert(
+            self.running.insert(
                 id,
                 Running {
                     rule,
@@ -183,7 +261,7 @@ pub async fn run(
         // The status and the gauges, from every rule's counters.
         let now = tomus_wire::now_ms();
         let mut st = ServiceStatus::default();
-        for (id, r) in running.iter_mut() {
+        for (id, r) in self.running.iter_mut() {
             let mut s = r.shared.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let p = &r.progress;
             s.versions_behind = p.versions_behind.load(Ordering::Relaxed);
@@ -215,6 +293,7 @@ pub async fn run(
             r.counted = (s.versions_replicated, s.bytes_replicated);
             st.rules.insert(id.clone(), s);
         }
+        self.last = st.clone();
         // Written when something but the clock moved, and every 5 s while there are rules
         // (the age grows; `tomus sites status --wait` needs a status newer than its start).
         let behind = !st.rules.is_empty();
@@ -227,20 +306,16 @@ pub async fn run(
                 }
                 s
             };
-            strip(&st) != strip(&written)
+            strip(&st) != strip(&self.written)
         };
-        if changed || (behind && now >= written.updated_ms + 5_000) {
+        if changed || (behind && now >= self.written.updated_ms + 5_000) {
             st.updated_ms = now;
-            match write_state(&client, &state_path(STATUS), &st).await {
-                Ok(()) => written = st,
+            match write_state(client, &state_path(STATUS), &st).await {
+                Ok(()) => self.written = st,
                 Err(e) => tracing::debug!("sites service: writing its status: {e}"),
             }
         }
     }
-    for r in running.values() {
-        r.task.abort();
-    }
-    Ok(())
 }
 
 fn set_state(shared: &Mutex<RuleStatus>, f: impl FnOnce(&mut RuleStatus)) {

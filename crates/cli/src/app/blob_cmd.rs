@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::json;
+use tomus_client::{Append, CommitOptions, WriteAt};
 use tomus_wire::{ClusterSecret, VersionState};
 
 use super::connect;
@@ -136,8 +137,11 @@ pub(super) async fn run(
             let (input, size) = open_input(file.as_deref())?;
             fill_writer(input, size, &mut writer).await?;
             let len = writer.len();
-            let v = writer.commit_write(offset).await?.ok_or_else(empty_input)?;
-            print_landed(json_out, v, offset, len, false)?;
+            let info = writer
+                .commit(WriteAt { offset }, &CommitOptions::default())
+                .await?
+                .ok_or_else(empty_input)?;
+            print_landed(json_out, info.version, offset, len, false)?;
         }
         BlobCommand::Append { id, file, .. } => {
             let blob = client.open_blob(id).await?;
@@ -145,8 +149,11 @@ pub(super) async fn run(
             let (input, size) = open_input(file.as_deref())?;
             fill_writer(input, size, &mut writer).await?;
             let len = writer.len();
-            let (v, off) = writer.commit_append().await?.ok_or_else(empty_input)?;
-            print_landed(json_out, v, off, len, true)?;
+            let info = writer
+                .commit(Append, &CommitOptions::default())
+                .await?
+                .ok_or_else(empty_input)?;
+            print_landed(json_out, info.version, info.span.offset, len, true)?;
         }
         BlobCommand::Read(RangeArgs {
             id,

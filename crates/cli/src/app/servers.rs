@@ -253,11 +253,11 @@ async fn manager_with_maintenance(
             // Geo-replication (idle until `tomus sites replicate`) runs beside it: its
             // cursors are durable, so a pass cut short at shutdown resumes at the next start.
             let (sites_stop, sites_addr) = (stop.clone(), addr.clone());
-            let sites_secret = backup_secret.clone();
+            let (sites_secret, sites_workers) = (backup_secret.clone(), workers.clone());
             tokio::spawn(async move {
-                if let Err(e) =
-                    tomus_sites::service::run(sites_addr, sites_secret, sites_stop).await
-                {
+                let sites =
+                    tomus_sites::service::run(sites_addr, sites_secret, sites_stop, &sites_workers);
+                if let Err(e) = sites.await {
                     tracing::error!("the geo-replication service stopped: {e}");
                 }
             });

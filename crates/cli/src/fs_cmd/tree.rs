@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
-use tomus_client::{Blob, CommitOptions, CreateOptions, Namespace};
+use tomus_client::{Append, Blob, CommitOptions, CreateOptions, Namespace, Replace};
 use tomus_wire::{EntryKind, Error, ErrorKind, FsEntry, StorageClass};
 
 use super::paths::{base_name, clean, dir_syntax, display, join, relative, resolve};
@@ -207,7 +207,9 @@ async fn put_into(
     fill_writer_as(input, size, &mut writer, &display(path)).await?;
     let bytes = writer.len();
     if !append {
-        return Ok((writer.commit_replace().await?, 0, bytes));
+        let replace = Replace { reuse_empty: true };
+        let info = writer.commit(replace, &CommitOptions::default()).await?;
+        return Ok((info.version, 0, bytes));
     }
     if bytes == 0 {
         // Nothing to append: a new file still gets its (empty) first version, unless a
@@ -217,7 +219,7 @@ async fn put_into(
             ..CommitOptions::default()
         };
         if blob.latest().await? == 0 {
-            match writer.commit_replace_with(&empty).await {
+            match writer.commit(Replace::default(), &empty).await {
                 Ok(info) => return Ok((info.version, 0, 0)),
                 Err(e) if e.kind == ErrorKind::PreconditionFailed => {}
                 Err(e) => return Err(e.into()),
@@ -225,8 +227,8 @@ async fn put_into(
         }
         return Ok((blob.latest().await?, blob.size(None).await?, 0));
     }
-    match writer.commit_append().await? {
-        Some((version, offset)) => Ok((version, offset, bytes)),
+    match writer.commit(Append, &CommitOptions::default()).await? {
+        Some(info) => Ok((info.version, info.span.offset, bytes)),
         None => Ok((blob.latest().await?, blob.size(None).await?, bytes)),
     }
 }
