@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Dedicated vs collocated storage in network namespaces (needs root for `ip netns` and `tc`):
-# 8 hosts behind 2 switches, host links shaped, 4 compute hosts writing then reading files at
+# 8 hosts behind 2 switches, host links shaped, 4, 8, 16, 32 and 50 clients spread over the 4
+# compute hosts writing then reading files at
 # once against providers on the 3 storage hosts of a plan (dedicated) and against a provider
 # on every host with local-first placement (collocated), alternating rounds. JSON to
 # bench/results/dedicated_netns.json.

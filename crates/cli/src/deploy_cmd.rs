@@ -5,9 +5,11 @@
 //! manager, which resolves the node names to hosts (from the measured matrix, the agents'
 //! announcements, or `host:port` names) and from then on sends each writer's first replica to
 //! the storage node of its own cluster. The command then prints, per host, what to run there:
-//! a provider on each storage node, and on each compute node the Dask worker (and nothing of
-//! tomus but the client library, so the application has the node's memory and CPU). With
-//! `--ssh` it starts the providers itself over ssh.
+//! on each storage node a provider and a Dask worker with the `storage` resource (the one the
+//! data services of `tomus.services` run on, beside the data), and on each compute node the
+//! application's Dask worker (and nothing of tomus but the client library, so the application
+//! has the node's memory and CPU). With `--ssh` it starts the storage nodes' two processes
+//! itself over ssh.
 //!
 //! Storage nodes come and go at run time the usual way: a provider started on a new host
 //! joins (deploy a new plan to make it a cluster's storage node), and `tomus provider drain
@@ -48,10 +50,14 @@ pub struct DeployArgs {
     /// command with --secret-file, at the same path).
     #[arg(long, value_name = "PATH")]
     remote_secret_file: Option<String>,
-    /// Start the providers over ssh (`ssh HOST tomus ...` in the background, logs in
-    /// DATA/provider.log) instead of only printing the commands.
+    /// Start the storage nodes' providers and service workers over ssh (`ssh HOST ...` in
+    /// the background, logs in DATA/provider.log and DATA/services-worker.log) instead of
+    /// only printing the commands.
     #[arg(long)]
     ssh: bool,
+    /// Do not run a data-services Dask worker (`--resources storage=1`) on the storage nodes.
+    #[arg(long)]
+    no_services: bool,
     /// Only print: do not give the plan to the manager.
     #[arg(long)]
     dry_run: bool,
@@ -113,6 +119,23 @@ struct Role {
     /// `tomus` arguments (after the executable and the secret), or a whole command line.
     args: Vec<String>,
     command: String,
+    /// Where `--ssh` sends its output (in the data directory); `None`: not started by us.
+    ssh_log: Option<&'static str>,
+}
+
+/// A Dask worker line: `TOMUS_ADDR=MANAGER dask worker SCHED --name NAME --resources R=1`
+/// (the environment tells the tomus client library where the manager is).
+fn dask_worker(manager: &str, scheduler: &str, name: &str, resource: &str) -> Vec<String> {
+    vec![
+        format!("TOMUS_ADDR={manager}"),
+        "dask".into(),
+        "worker".into(),
+        scheduler.to_string(),
+        "--name".into(),
+        name.to_string(),
+        "--resources".into(),
+        format!("{resource}=1"),
+    ]
 }
 
 pub async fn run(
@@ -168,30 +191,43 @@ pub async fn run(
             role: "storage",
             args: std::mem::take(&mut args),
             command: shell_line(&line),
+            ssh_log: Some("provider.log"),
         });
+        if !a.no_services {
+            // Data services (tomus.services) run only on workers with the `storage`
+            // resource: one on every storage node, next to the data.
+            let line = dask_worker(
+                manager,
+                &a.scheduler,
+                &format!("{}-services", c.storage),
+                "storage",
+            );
+            roles.push(Role {
+                host: c.storage_host.clone(),
+                name: c.storage.clone(),
+                role: "services",
+                args: Vec::new(),
+                command: shell_line(&line),
+                ssh_log: Some("services-worker.log"),
+            });
+        }
         for (name, host) in c.members.iter().zip(&c.member_hosts) {
-            let line = [
-                format!("TOMUS_ADDR={manager}"),
-                "dask".into(),
-                "worker".into(),
-                a.scheduler.clone(),
-                "--name".into(),
-                name.clone(),
-                "--resources".into(),
-                "compute=1".into(),
-            ];
+            let line = dask_worker(manager, &a.scheduler, name, "compute");
             roles.push(Role {
                 host: host.clone(),
                 name: name.clone(),
                 role: "compute",
                 args: Vec::new(),
                 command: shell_line(&line),
+                ssh_log: None,
             });
         }
     }
     if a.ssh {
-        for r in roles.iter().filter(|r| r.role == "storage") {
-            start_over_ssh(&r.host, &a.data.replace("{name}", &r.name), &r.command)?;
+        for r in &roles {
+            if let Some(log) = r.ssh_log {
+                start_over_ssh(&r.host, &a.data.replace("{name}", &r.name), &r.command, log)?;
+            }
         }
     }
     if json_out {
@@ -205,8 +241,9 @@ pub async fn run(
         outln!("{}", json!({"manager": manager, "hosts": hosts}))?;
         return Ok(());
     }
+    let compute_nodes = roles.iter().filter(|r| r.role == "compute").count();
     outln!(
-        "plan {}: {} storage nodes (providers, {} of memory class each), {} compute nodes",
+        "plan {}: {} storage nodes (providers, {} of memory class each{}), {} compute nodes",
         if a.dry_run {
             "not given to the manager (--dry-run)"
         } else {
@@ -214,7 +251,12 @@ pub async fn run(
         },
         plan.clusters.len(),
         format_size(a.memory_class),
-        roles.len() - plan.clusters.len()
+        if a.no_services {
+            ""
+        } else {
+            ", and a data-services Dask worker"
+        },
+        compute_nodes
     )?;
     for r in &roles {
         outln!("[{} {} {}] {}", r.role, r.name, r.host, r.command)?;
@@ -222,20 +264,39 @@ pub async fn run(
     Ok(())
 }
 
-/// Starts `command` on `host` in the background over ssh.
-fn start_over_ssh(host: &str, data: &str, command: &str) -> Result<()> {
-    let remote = format!(
-        "mkdir -p {d} && nohup {command} >> {d}/provider.log 2>&1 < /dev/null &",
-        d = shell_word(data)
-    );
+/// Starts `command` (leading `NAME=value` words are its environment) on `host` in the
+/// background over ssh, its output appended to `data/log`.
+fn start_over_ssh(host: &str, data: &str, command: &str, log: &str) -> Result<()> {
+    let remote = ssh_remote_line(data, command, log);
     let status = std::process::Command::new("ssh")
         .args(["-o", "BatchMode=yes", host, &remote])
         .status()
         .with_context(|| format!("cannot run ssh to {host}"))?;
     if !status.success() {
-        bail!("starting the provider on {host} over ssh failed ({status})");
+        bail!("starting `{command}` on {host} over ssh failed ({status})");
     }
     Ok(())
+}
+
+/// The remote shell line starting `command` in the background, detached from the ssh session.
+fn ssh_remote_line(data: &str, command: &str, log: &str) -> String {
+    // `nohup` execs its first word, so the environment assignments go before it.
+    let words: Vec<&str> = command.split(' ').collect();
+    let env_words = words
+        .iter()
+        .take_while(|w| w.contains('=') && !w.starts_with('-') && !w.starts_with('\''))
+        .count();
+    let (env, rest) = words.split_at(env_words);
+    let env = if env.is_empty() {
+        String::new()
+    } else {
+        format!("{} ", env.join(" "))
+    };
+    format!(
+        "mkdir -p {d} && {env}nohup {rest} >> {d}/{log} 2>&1 < /dev/null &",
+        d = shell_word(data),
+        rest = rest.join(" ")
+    )
 }
 
 fn shell_line(words: &[String]) -> String {
@@ -255,5 +316,35 @@ fn shell_word(w: &str) -> String {
         w.to_string()
     } else {
         format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_line_puts_the_environment_before_nohup() {
+        let worker = shell_line(&dask_worker(
+            "m:7000",
+            "tcp://s:8786",
+            "h1-services",
+            "storage",
+        ));
+        assert_eq!(
+            worker,
+            "TOMUS_ADDR=m:7000 dask worker tcp://s:8786 --name h1-services --resources storage=1"
+        );
+        assert_eq!(
+            ssh_remote_line("/var/lib/tomus", &worker, "services-worker.log"),
+            "mkdir -p /var/lib/tomus && TOMUS_ADDR=m:7000 nohup dask worker tcp://s:8786 \
+             --name h1-services --resources storage=1 >> /var/lib/tomus/services-worker.log \
+             2>&1 < /dev/null &"
+        );
+        let provider = shell_line(&["tomus".into(), "provider".into(), "--x=a b".into()]);
+        assert_eq!(
+            ssh_remote_line("/d", &provider, "provider.log"),
+            "mkdir -p /d && nohup tomus provider '--x=a b' >> /d/provider.log 2>&1 < /dev/null &"
+        );
     }
 }

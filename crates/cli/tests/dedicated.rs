@@ -2,7 +2,9 @@
 //! switches: the manager on host 0, a `tomus agent` on each other host (so the plan's node
 //! names resolve to hosts), a placement plan chosen by `tomus topology select` (offline, on a
 //! matrix file with the two switches planted in it), and `tomus deploy --plan --json`, whose
-//! provider commands are started on the storage hosts it names.
+//! provider commands are started on the storage hosts it names (its Dask worker lines, a
+//! `storage` one beside each provider and a `compute` one on every other host, are checked
+//! as printed: Dask is not needed here).
 //!
 //! Checked: providers run on the storage hosts only; files written by clients on the compute
 //! hosts land only there (the providers' chunk counts add up to every replica written) and
@@ -190,6 +192,8 @@ fn dedicated_deployment_places_by_plan_and_repairs() {
     ));
     let roles = deployed["hosts"].as_array().unwrap();
     let mut provider_of: HashMap<usize, (usize, String)> = HashMap::new();
+    let mut services_on = HashSet::new();
+    let mut compute_on = Vec::new();
     for r in roles {
         let name = r["name"].as_str().unwrap();
         let host = r["host"].as_str().unwrap();
@@ -204,17 +208,37 @@ fn dedicated_deployment_places_by_plan_and_repairs() {
                 let p = hosts.spawn_server(h, &format!("provider-{name}"), &a);
                 provider_of.insert(h, (p, hosts.proc(p).addr.clone()));
             }
-            "compute" => {
-                assert!(!storage_hosts.contains(&h), "{r}");
+            "services" => {
+                // The data services' Dask worker, beside the provider.
+                assert!(storage_hosts.contains(&h), "{r}");
+                let command = r["command"].as_str().unwrap();
                 assert!(
-                    r["command"].as_str().unwrap().contains("dask worker"),
+                    command.starts_with(&format!("TOMUS_ADDR={manager} dask worker "))
+                        && command
+                            .ends_with(&format!("--name {name}-services --resources storage=1")),
                     "{r}"
                 );
+                assert!(services_on.insert(h), "two service workers on {name}");
+            }
+            "compute" => {
+                assert!(!storage_hosts.contains(&h), "{r}");
+                let command = r["command"].as_str().unwrap();
+                assert!(
+                    command.contains("dask worker") && command.ends_with("--resources compute=1"),
+                    "{r}"
+                );
+                compute_on.push(h);
             }
             other => panic!("unknown role {other}"),
         }
     }
     assert_eq!(provider_of.len(), STORAGE_NODES);
+    assert_eq!(
+        services_on, storage_hosts,
+        "a service worker on every storage node"
+    );
+    compute_on.sort_unstable();
+    assert_eq!(compute_on, compute, "a compute worker on every other host");
     let storage_addrs: HashSet<String> = provider_of.values().map(|(_, a)| a.clone()).collect();
 
     // Clients on the compute hosts write; with a plan, each writer's first replica goes to

@@ -1,5 +1,6 @@
-//! Benchmark (ignored by default; `bench/dedicated_netns.sh` runs it): concurrent clients on
-//! the compute hosts writing then reading files, against dedicated storage (providers on the
+//! Benchmark (ignored by default; `bench/dedicated_netns.sh` runs it): N concurrent clients
+//! (N = 4, 8, 16, 32, 50, spread round-robin over the 4 compute hosts) writing then reading
+//! files, against dedicated storage (providers on the
 //! plan's 3 storage hosts only, placement by the plan) and against collocated storage (a
 //! provider on every host, each client's first replica on its own host), on 8 hosts in
 //! network namespaces behind 2 switches with every host link shaped to HOST_MBIT. Both modes
@@ -26,7 +27,9 @@ const HOST_MBIT: u32 = 200;
 /// Storage hosts of the dedicated mode (one or two per switch) and the compute hosts.
 const STORAGE: [usize; 3] = [1, 4, 6];
 const COMPUTE: [usize; 4] = [2, 3, 5, 7];
-const FILE_MIB: usize = 8;
+const FILE_MIB: usize = 4;
+/// The sweep of concurrent clients.
+const CLIENTS: [usize; 5] = [4, 8, 16, 32, 50];
 const ROUNDS: usize = 3;
 
 fn args(v: &[&str]) -> Vec<String> {
@@ -85,13 +88,14 @@ fn cluster(hosts: &mut Hosts, label: &str, on: &[usize]) -> (String, Vec<usize>)
     (manager, procs)
 }
 
-/// Every compute host runs `tomus ARGS(host)` at once; answers MiB/s over all of them.
-fn concurrent(hosts: &Hosts, manager: &str, a: impl Fn(usize) -> Vec<String>) -> f64 {
+/// `n` clients run `tomus ARGS(client)` at once, client i on compute host i mod 4; answers
+/// MiB/s over all of them.
+fn concurrent(hosts: &Hosts, manager: &str, n: usize, a: impl Fn(usize) -> Vec<String>) -> f64 {
     let start = Instant::now();
-    let children: Vec<_> = COMPUTE
-        .iter()
-        .map(|&c| {
-            let owned = a(c);
+    let children: Vec<_> = (0..n)
+        .map(|i| {
+            let c = COMPUTE[i % COMPUTE.len()];
+            let owned = a(i);
             let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
             hosts
                 .command(c, manager, &refs)
@@ -109,7 +113,7 @@ fn concurrent(hosts: &Hosts, manager: &str, a: impl Fn(usize) -> Vec<String>) ->
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    (COMPUTE.len() * FILE_MIB) as f64 / start.elapsed().as_secs_f64()
+    (n * FILE_MIB) as f64 / start.elapsed().as_secs_f64()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -152,7 +156,9 @@ fn bench_dedicated_vs_collocated_clients() {
     std::fs::write(&plan_file, plan.to_string()).unwrap();
 
     let all: Vec<usize> = (1..HOSTS).collect();
-    let (mut w, mut r) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    // [mode][sweep point] -> one MiB/s per round.
+    let mut w = vec![vec![Vec::new(); CLIENTS.len()]; 2];
+    let mut r = w.clone();
     for round in 0..ROUNDS {
         for k in 0..2 {
             let mode = (k + round) % 2;
@@ -166,42 +172,57 @@ fn bench_dedicated_vs_collocated_clients() {
                     &["deploy", "--plan", plan_file.to_str().unwrap()],
                 ));
             }
-            let local = if mode == 1 { "--local" } else { "" };
-            let ids: Vec<String> = COMPUTE
-                .iter()
-                .map(|_| {
-                    let b = json(hosts.run(0, &manager, &["--json", "blob", "create"]));
-                    b["id"].as_u64().unwrap().to_string()
-                })
-                .collect();
-            let slot = |c: usize| COMPUTE.iter().position(|&x| x == c).unwrap();
-            w[mode].push(concurrent(&hosts, &manager, |c| {
-                let mut a = vec!["blob".to_string(), "write".into(), ids[slot(c)].clone()];
-                a.extend(["0".to_string(), input.clone()]);
-                if !local.is_empty() {
-                    a.push(local.into());
-                }
-                a
-            }));
-            // Each client reads another client's file.
-            r[mode].push(concurrent(&hosts, &manager, |c| {
-                let other = ids[(slot(c) + 1) % COMPUTE.len()].clone();
-                vec!["blob".into(), "read".into(), other]
-            }));
+            for (point, &n) in CLIENTS.iter().enumerate() {
+                let ids: Vec<String> = (0..n)
+                    .map(|_| {
+                        let b = json(hosts.run(0, &manager, &["--json", "blob", "create"]));
+                        b["id"].as_u64().unwrap().to_string()
+                    })
+                    .collect();
+                w[mode][point].push(concurrent(&hosts, &manager, n, |i| {
+                    let mut a = vec!["blob".to_string(), "write".into(), ids[i].clone()];
+                    a.extend(["0".to_string(), input.clone()]);
+                    if mode == 1 {
+                        a.push("--local".into());
+                    }
+                    a
+                }));
+                // Each client reads another's blob (written from the next compute host).
+                r[mode][point].push(concurrent(&hosts, &manager, n, |i| {
+                    vec!["blob".into(), "read".into(), ids[(i + 1) % n].clone()]
+                }));
+                eprintln!(
+                    "{label} {n} clients: write {:.1} read {:.1} MiB/s",
+                    w[mode][point].last().unwrap(),
+                    r[mode][point].last().unwrap()
+                );
+            }
             for p in procs {
                 hosts.kill(p);
             }
         }
     }
+    let side = |mode: usize| -> serde_json::Value {
+        CLIENTS
+            .iter()
+            .enumerate()
+            .map(|(p, n)| {
+                serde_json::json!({"clients": n,
+                    "write_mib_s": median(w[mode][p].clone()),
+                    "read_mib_s": median(r[mode][p].clone()),
+                    "write_runs": w[mode][p], "read_runs": r[mode][p]})
+            })
+            .collect::<Vec<_>>()
+            .into()
+    };
     let out = serde_json::json!({
         "config": {"hosts": HOSTS, "switches": SWITCHES, "host_mbit": HOST_MBIT,
-                   "storage_hosts_dedicated": STORAGE.len(), "clients": COMPUTE.len(),
-                   "file_mib": FILE_MIB, "rounds": ROUNDS, "replication": 1,
+                   "storage_hosts_dedicated": STORAGE.len(), "compute_hosts": COMPUTE.len(),
+                   "clients": CLIENTS, "file_mib_per_client": FILE_MIB, "rounds": ROUNDS,
+                   "replication": 1,
                    "build_profile": if cfg!(debug_assertions) { "debug" } else { "release" }},
-        "dedicated": {"write_mib_s": median(w[0].clone()), "read_mib_s": median(r[0].clone()),
-                      "write_runs": w[0], "read_runs": r[0]},
-        "collocated": {"write_mib_s": median(w[1].clone()), "read_mib_s": median(r[1].clone()),
-                       "write_runs": w[1], "read_runs": r[1]},
+        "dedicated": side(0),
+        "collocated": side(1),
     });
     let text = serde_json::to_string_pretty(&out).unwrap();
     println!("{text}");

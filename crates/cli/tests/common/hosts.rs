@@ -417,6 +417,21 @@ impl Hosts {
             .unwrap_or_else(|e| panic!("cannot run tomus on host {host}: {e}"))
     }
 
+    /// The OS process id of process `p` while it runs (`ip netns exec` execs in place, so
+    /// it is the server's own: benchmarks put it in a cgroup).
+    pub fn pid(&self, p: usize) -> Option<u32> {
+        self.procs[p].child.as_ref().map(Child::id)
+    }
+
+    /// The network namespace of host `i` (None without namespaces), to run other programs
+    /// there with `ip netns exec`.
+    pub fn netns(&self, i: usize) -> Option<&str> {
+        match self.mode {
+            Mode::Netns => Some(&self.hosts[i].ns),
+            Mode::Loopback => None,
+        }
+    }
+
     pub fn proc(&self, p: usize) -> &Proc {
         &self.procs[p]
     }
