@@ -4,9 +4,14 @@
 # The tests get a virtualenv of their own because they install a debug build of the extension:
 # sharing .venv with scripts/demo.sh would leave a slow `tomus` there after every test run.
 # Needs only Rust, Python >= 3.10 with pip and venv, and access to crates.io and PyPI (and,
-# for the dashboard test, Debian's chromium, installed here when missing and run as root).
+# for the dashboard test, Debian's chromium, installed here when missing and run as root; for
+# the Azure backup test, npm with the npm registry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The Azure Blob emulator the Azure backup test starts (cached; a failed install only makes
+# that test skip, saying why). fake-gcs-server is not installed here: its GCS test is ignored.
+scripts/emulators.sh azurite || echo "emulators: Azurite not installed; its backup test will skip" >&2
 
 cargo test --workspace --locked
 

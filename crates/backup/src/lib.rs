@@ -1,8 +1,10 @@
 //! tomus backup: incremental, version-aware backup points of a cluster in object storage
-//! (S3-compatible endpoints, a local directory), their verification, and restore (a fresh
+//! (S3-compatible endpoints, Azure Blob, Google Cloud Storage, a local directory), their verification, and restore (a fresh
 //! cluster from a point, or one file into a running cluster). The paper's background
 //! checkpoint of ephemeral storage to persistent BLOBs (TomusBlobs, section 3).
 
+/// Azure Blob and Google Cloud Storage stores from a URL and the environment.
+pub mod cloud;
 /// What a target holds and the names it holds it under.
 pub mod format;
 /// Taking one point, listing and pruning points.

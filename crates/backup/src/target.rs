@@ -6,6 +6,8 @@
 //!   without `AWS_ACCESS_KEY_ID`, the keys come from the AWS shared credentials file
 //!   (`AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`; profile `AWS_PROFILE`).
 //!   Requests are path-style unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true`.
+//! - `az://container/prefix` (and the other Azure schemes) and `gs://bucket/prefix`: Azure
+//!   Blob and Google Cloud Storage, configured from their environment (see [`crate::cloud`]).
 //! - `file:///absolute/dir`: a local (or mounted) directory.
 //!
 //! Uploads wait on a token bucket (`--rate`), and count what they send so tests and the
@@ -41,6 +43,16 @@ fn store_err(what: &str, e: object_store::Error) -> Error {
     }
 }
 
+/// A few quick retries: the service retries whole points with its own back-off and says so
+/// in its status, instead of one request retrying for minutes.
+fn retry() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        max_retries: 3,
+        retry_timeout: Duration::from_secs(15),
+        ..Default::default()
+    }
+}
+
 impl Target {
     /// Opens the target `url`; uploads go at most `rate` bytes per second (0: unlimited).
     pub fn open(url: &str, rate: u64) -> Result<Self> {
@@ -50,16 +62,9 @@ impl Target {
                 if bucket.is_empty() {
                     return Err(Error::invalid(format!("{url}: no bucket named")));
                 }
-                // A few quick retries: the service retries whole points with its own back-off
-                // and says so in its status, instead of one request retrying for minutes.
-                let retry = object_store::RetryConfig {
-                    max_retries: 3,
-                    retry_timeout: Duration::from_secs(15),
-                    ..Default::default()
-                };
                 let mut builder = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
-                    .with_retry(retry);
+                    .with_retry(retry());
                 if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
                     if let Some(keys) = shared_credentials()? {
                         builder = builder
@@ -94,9 +99,17 @@ impl Target {
                 let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
                     .map_err(|e| Error::invalid(format!("{url}: {e}")))?;
                 (Arc::new(fs), String::new())
+            } else if url.starts_with("gs://") {
+                crate::cloud::gcs(url, retry())?
+            } else if let Some(scheme) = crate::cloud::AZURE_SCHEMES
+                .into_iter()
+                .find(|s| url.strip_prefix(s).is_some_and(|r| r.starts_with("://")))
+            {
+                crate::cloud::azure(url, scheme, retry())?
             } else {
                 return Err(Error::invalid(format!(
-                    "{url}: unsupported target (use s3://bucket/prefix or file:///absolute/dir)"
+                    "{url}: unsupported target (use s3://bucket/prefix, az://container/prefix, \
+                     gs://bucket/prefix or file:///absolute/dir)"
                 )));
             };
         Ok(Target {

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod backup;
+pub mod emulators;
 pub mod hosts;
 
 use std::path::PathBuf;
