@@ -42,8 +42,11 @@ concurrent writes and appends (BlobSeer's design).\n\nStart a single-machine clu
 `tomus up`, then use `tomus blob ...` or `tomus fs ...` against it (TOMUS_ADDR or --addr names \
 the manager).\n\nThe `tomus` command of the Python package adds the compute layer: `tomus demo` \
 runs the main job (MostFrequentWords, KMeans and A-Brain on Dask next to the data; \
-`--storage` runs this binary's storage demo) and `tomus compute APP ...` runs the \
-applications (wordcount, mfw, grep, kmeans, pca, abrain, pagerank)."
+`--storage` runs this binary's storage demo), `tomus compute APP ...` runs the \
+applications (wordcount, mfw, grep, kmeans, pca, abrain, pagerank; `--sites FILE` across \
+clusters), `tomus workflow run|status|logs|synthetic|blast` runs workflows that pass files \
+inside the deployment, and `tomus service submit|status|list` runs data services on the \
+storage nodes."
 )]
 struct Cli {
     /// Manager address (host:port).
