@@ -138,7 +138,7 @@ pub fn chunk_files(dir: &std::path::Path) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if !is_temp_or_log(&p) {
+            } else if !is_not_a_chunk(&p) {
                 out.push(p);
             }
         }
@@ -146,10 +146,14 @@ pub fn chunk_files(dir: &std::path::Path) -> Vec<PathBuf> {
     out
 }
 
-fn is_temp_or_log(p: &std::path::Path) -> bool {
+/// The other files of a provider's chunk directory: temporary files, the small-chunk logs
+/// and the memory-class journal of ids.
+fn is_not_a_chunk(p: &std::path::Path) -> bool {
     let name = p
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    name.contains(".tmp") || (name.starts_with("small-") && name.ends_with(".log"))
+    name.contains(".tmp")
+        || (name.starts_with("small-") && name.ends_with(".log"))
+        || name == "memory-class.ids"
 }
