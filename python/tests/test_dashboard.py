@@ -380,7 +380,8 @@ def test_a_mapreduce_job_shows_its_maps_then_its_reducers(
     # rounding aside), unlike IterativeReduce's tree.
     assert min(bars["reduce"]) >= max(bars["map-end"]) - 1
     summary = browser.find_element(By.ID, "job-summary").text  # type: ignore[attr-defined]
-    assert "mapreduce · 4 inputs, 2 reducers" in summary and "6 tasks (4 map, 2 reduce) on" in summary
+    assert "mapreduce · 4 inputs, 2 reducers" in summary
+    assert "6 tasks (4 map, 2 reduce) on" in summary
     shot(browser, "mapreduce-timeline")
 
 
