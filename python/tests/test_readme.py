@@ -57,9 +57,10 @@ def test_top_readme_python_example(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_package_readme_python_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = examples(ROOT / "python" / "README.md", "python")
-    assert len(blocks) == 2, "python/README.md lost an example marker"
+    assert len(blocks) == 3, "python/README.md lost an example marker"
     (tmp_path / "local.bin").write_bytes(os.urandom(100_000))  # the workflow example's input
-    blob_example, workflow_example = (run_python(b, tmp_path, monkeypatch) for b in blocks)
+    # The blob example, the data services example, the workflow example.
+    blob_example, _, workflow_example = (run_python(b, tmp_path, monkeypatch) for b in blocks)
     assert blob_example["out"][-1] == 999
     # The workflow ran both tasks, sq read gen's output, and the registered file came back.
     report = workflow_example["report"]
