@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tomus_client::CreateOptions;
 
-use common::backup::{enable, held, point_now, points, restore_and_read};
+use common::backup::{enable, held, point_now, points, restore_each_and_verify};
 use common::{exe, json, ok, tomus, TestCluster};
 
 const ACCESS: &str = "backup-test";
@@ -131,17 +131,7 @@ async fn points_at_an_s3_endpoint_restore_and_survive_its_outage() {
     drop(client);
     drop(tc);
 
-    for (i, (id, want)) in ids.iter().zip(&expected).enumerate() {
-        let restored = tomus_cli::scratch_dir(&format!("restored-s3-{i}"));
-        let got = restore_and_read(url, id, &restored).await;
-        assert_eq!(&got, want, "point {i} ({id}) restored differently");
-        let _ = std::fs::remove_dir_all(&restored);
-    }
-    let report = json(tomus(
-        "127.0.0.1:1",
-        &["backup", "verify", "--target", url, "--json"],
-    ));
-    assert!(report["chunks"].as_u64().unwrap() > 0, "{report}");
+    restore_each_and_verify(url, "s3", &ids, &expected).await;
 
     // Keys from the AWS shared credentials file instead of the environment: the right ones
     // list the same points, wrong ones are refused.

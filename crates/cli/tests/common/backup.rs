@@ -164,7 +164,14 @@ pub async fn three_points_restore_exactly(url: &str, tag: &str) -> Vec<String> {
     drop(client);
     drop(tc);
 
-    for (i, (id, want)) in ids.iter().zip(&expected).enumerate() {
+    restore_each_and_verify(url, tag, &ids, &expected).await;
+    ids
+}
+
+/// Restores each point `ids[i]` of `url` into a fresh cluster and checks it holds
+/// `expected[i]`; then `tomus backup verify` of the newest point finds its chunks.
+pub async fn restore_each_and_verify(url: &str, tag: &str, ids: &[String], expected: &[Held]) {
+    for (i, (id, want)) in ids.iter().zip(expected).enumerate() {
         let restored = tomus_cli::scratch_dir(&format!("restored-{tag}-{i}"));
         let got = restore_and_read(url, id, &restored).await;
         assert_eq!(&got, want, "point {i} ({id}) restored differently");
@@ -175,5 +182,4 @@ pub async fn three_points_restore_exactly(url: &str, tag: &str) -> Vec<String> {
         &["backup", "verify", "--target", url, "--json"],
     ));
     assert!(report["chunks"].as_u64().unwrap() > 0, "{report}");
-    ids
 }
