@@ -137,6 +137,7 @@ pub async fn run(config: MaintenanceConfig, stop: watch::Receiver<bool>) -> Resu
         service: service.clone(),
         membership: Default::default(),
         unresolved: Vec::new(),
+        pass: None,
         last: String::new(),
     };
     let audit = AuditWorker {

@@ -27,7 +27,7 @@ use tomus_wire::{MaintenanceStatus, Pool, ProviderInfo, Result};
 
 use crate::follow::on_ledger;
 use crate::inventory::Inventory;
-use crate::ledger::{ChunkTrack, Ledger};
+use crate::ledger::{BlobTrack, ChunkTrack, Ledger};
 use crate::references::References;
 use crate::throttle::Throttle;
 
@@ -361,15 +361,23 @@ pub async fn chunks_from_ledger(
     Ok(plan)
 }
 
-/// Event repair of nodes: every listed node not on its current ring owners is copied there
-/// from a holder (`replication` gives each blob's; nodes of unknown blobs are left alone).
+/// Event repair of nodes: every listed node of a version the ledger counted (`tracks`) that is
+/// not on its current ring owners is copied there from a holder. Nodes of unknown blobs and of
+/// versions not counted yet are left alone: their writers may still be storing them, so one
+/// listing after another can catch them on some owners and not yet on the others.
 pub async fn nodes_from_listing(
     cluster: &Cluster,
     holders: &HashMap<NodeKey, Vec<ProviderId>>,
     providers: &HashMap<ProviderId, ProviderInfo>,
     ring: &Ring,
-    replication: &HashMap<BlobId, u32>,
+    tracks: &HashMap<BlobId, BlobTrack>,
 ) -> Result<Plan> {
+    let replication = |k: &NodeKey| {
+        tracks
+            .get(&k.blob)
+            .filter(|t| k.node.version <= t.counted)
+            .map(|t| t.replication)
+    };
     let mut plan = Plan::default();
     for p in providers.values().filter(|p| p.draining) {
         plan.draining_left.insert(p.id, 0);
@@ -379,7 +387,7 @@ pub async fn nodes_from_listing(
     let mut probe = Plan::default();
     let items = holders
         .iter()
-        .filter_map(|(k, h)| replication.get(&k.blob).map(|r| (*k, *r, h.clone())));
+        .filter_map(|(k, h)| replication(k).map(|r| (*k, r, h.clone())));
     plan_nodes(&mut probe, items, providers, ring, |k| {
         needed.push(*k);
         None
@@ -422,11 +430,9 @@ pub async fn nodes_from_listing(
             }
         }
     }
-    let items = needed.iter().filter_map(|k| {
-        replication
-            .get(&k.blob)
-            .map(|r| (*k, *r, holders[k].clone()))
-    });
+    let items = needed
+        .iter()
+        .filter_map(|k| replication(k).map(|r| (*k, r, holders[k].clone())));
     let mut copies = Plan::default();
     plan_nodes(&mut copies, items, providers, ring, |k| {
         content.get(k).cloned()
@@ -543,4 +549,63 @@ async fn record(
         on_ledger(ledger, move |l| l.set_replicas(&e)).await?;
     }
     cluster.manager(RecordReplicas { entries }).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tomus_metadata::NodeRef;
+    use tomus_wire::RpcConfig;
+
+    fn provider(id: ProviderId) -> ProviderInfo {
+        ProviderInfo {
+            id,
+            addr: format!("127.0.0.1:{}", 1 + id),
+            host: "127.0.0.1".into(),
+            capacity: 1 << 30,
+            free: 1 << 30,
+            chunks: 0,
+            load: 0,
+            alive: true,
+            draining: false,
+        }
+    }
+
+    /// A node listed on one provider of two is under-replicated only once the ledger counted
+    /// its version: before that its writer may still be storing the other copy (the race
+    /// that kept a repair pass from ever settling under steady writes).
+    #[tokio::test]
+    async fn nodes_of_versions_not_counted_yet_are_left_to_their_writers() {
+        let cluster = Cluster::new("127.0.0.1:1".into(), Pool::new(RpcConfig::default()));
+        let providers: HashMap<ProviderId, ProviderInfo> =
+            (0..3).map(|id| (id, provider(id))).collect();
+        let ring = Ring::new(&[0, 1, 2]);
+        let key = NodeKey {
+            blob: 7,
+            node: NodeRef {
+                version: 5,
+                offset: 0,
+                size: 1 << 16,
+            },
+        };
+        let holders = HashMap::from([(key, vec![ring.walk(&key)[0]])]);
+        let track = |counted| BlobTrack {
+            chunk_size: 1 << 16,
+            replication: 2,
+            counted,
+            counted_capacity: 1 << 16,
+            retained_from: 1,
+        };
+        let writing = HashMap::from([(7, track(4))]);
+        let plan = nodes_from_listing(&cluster, &holders, &providers, &ring, &writing)
+            .await
+            .unwrap();
+        assert_eq!(plan.under_replicated_nodes, 0);
+        assert!(plan.nodes.is_empty());
+        let published = HashMap::from([(7, track(5))]);
+        let plan = nodes_from_listing(&cluster, &holders, &providers, &ring, &published)
+            .await
+            .unwrap();
+        assert_eq!(plan.under_replicated_nodes, 1);
+    }
 }

@@ -23,7 +23,7 @@ use tomus_wire::{now_ms, Cutoffs, Pool, ProviderInfo, Result};
 use tomus_worker::{Round, Worker};
 
 use crate::follow::{self, on_ledger};
-use crate::ledger::Ledger;
+use crate::ledger::{BlobTrack, Ledger};
 use crate::repair::{self, update, Progress};
 use crate::throttle::Throttle;
 use crate::{audit, collect, inventory, MaintenanceConfig};
@@ -152,7 +152,19 @@ pub(crate) struct RepairWorker {
     /// Copies reported lost that the ledger could not place yet: tried again until a round
     /// whose ledger had followed the whole change log.
     pub unresolved: Vec<(ChunkId, ProviderId)>,
+    /// The pass under way, kept across rounds until one completes it.
+    pub pass: Option<PassStart>,
     pub last: String,
+}
+
+/// Where a repair pass began: the change log's end and the manager's clock then. A round
+/// completes the pass once it plans from a ledger that has applied the log up to `position`;
+/// the target stays put across rounds, so writers that keep moving the log's end (and a `gc`
+/// slower than a round) cannot keep every pass from completing.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PassStart {
+    position: u64,
+    started_ms: u64,
 }
 
 /// How often a repair round waiting for the ledger looks again.
@@ -176,17 +188,16 @@ impl Worker for RepairWorker {
     async fn work(&mut self) -> Result<Round> {
         update(&self.service.progress, |p| p.running = true);
         let started = Instant::now();
-        let started_ms = now_ms();
         let outcome = self.repair().await;
         update(&self.service.progress, |p| {
             p.running = false;
             p.last_pass_ms = now_ms();
             p.last_pass_duration_ms = started.elapsed().as_millis() as u64;
             match &outcome {
-                Ok(complete) => {
-                    if *complete {
+                Ok(completed) => {
+                    if let Some(pass) = completed {
                         p.passes += 1;
-                        p.last_pass_started_ms = started_ms;
+                        p.last_pass_started_ms = pass.started_ms;
                     }
                     p.last_error = None;
                 }
@@ -205,17 +216,15 @@ impl Worker for RepairWorker {
 const LEDGER_WAIT: Duration = Duration::from_secs(1);
 
 impl RepairWorker {
-    /// Waits until the ledger has applied the change log up to `position` (a couple of `gc`
-    /// rounds at most); whether it did.
-    async fn wait_for_ledger(&self, position: u64) -> Result<bool> {
+    /// Waits (a little) until the ledger has applied the change log up to `position`; the
+    /// ledger's position then.
+    async fn wait_for_ledger(&self, position: u64) -> Result<u64> {
         let s = &self.service;
         let deadline = Instant::now() + LEDGER_WAIT + 2 * s.config.interval;
         loop {
-            if on_ledger(&s.ledger, |l| l.cursor()).await? >= position {
-                return Ok(true);
-            }
-            if Instant::now() >= deadline {
-                return Ok(false);
+            let cursor = on_ledger(&s.ledger, |l| l.cursor()).await?;
+            if cursor >= position || Instant::now() >= deadline {
+                return Ok(cursor);
             }
             s.wake_gc.notify_one();
             tokio::time::sleep(LEDGER_POLL).await;
@@ -223,12 +232,13 @@ impl RepairWorker {
     }
 
     /// Chunks of providers that are down or draining and copies reported lost, from the
-    /// ledger; nodes off their ring owners when membership changed. Returns whether the
-    /// ledger it planned from had caught up with the change log as it stood when the round
-    /// began (it waits a little for that, waking `gc`: under a steady stream of writes the
-    /// ledger is always a round behind the log).
-    async fn repair(&mut self) -> Result<bool> {
+    /// ledger; nodes off their ring owners when membership changed. Returns the pass this
+    /// round completed: one whose start the ledger it planned from had caught up with (it
+    /// waits a little for that, waking `gc`: under a steady stream of writes the ledger is
+    /// always a round behind the log).
+    async fn repair(&mut self) -> Result<Option<PassStart>> {
         let s = self.service.clone();
+        let started_ms = now_ms();
         let providers = s.cluster.providers().await?;
         let mut lost = s.cluster.manager(TakeLostChunks {}).await?;
         lost.chunks.append(&mut self.unresolved);
@@ -243,7 +253,13 @@ impl RepairWorker {
             })
             .await?
             .last;
-        let caught_up = self.wait_for_ledger(position).await?;
+        let pass = *self.pass.get_or_insert(PassStart {
+            position,
+            started_ms,
+        });
+        let cursor = self.wait_for_ledger(pass.position).await?;
+        // This round's own reports and membership need the ledger at this round's position.
+        let caught_up = cursor >= position;
         if lost.overflowed {
             s.audit_wanted.store(true, Ordering::SeqCst);
             s.wake_audit.notify_one();
@@ -267,14 +283,12 @@ impl RepairWorker {
             let ids: Vec<ProviderId> = providers.iter().map(|p| p.id).collect();
             let ring = Ring::new(&ids);
             let listing = inventory::nodes(&s.cluster, &providers).await;
-            let replication: HashMap<BlobId, u32> = on_ledger(&s.ledger, |l| l.blobs())
+            let tracks: HashMap<BlobId, BlobTrack> = on_ledger(&s.ledger, |l| l.blobs())
                 .await?
                 .into_iter()
-                .map(|(id, t)| (id, t.replication))
                 .collect();
             let nodes =
-                repair::nodes_from_listing(&s.cluster, &listing, &by_id, &ring, &replication)
-                    .await?;
+                repair::nodes_from_listing(&s.cluster, &listing, &by_id, &ring, &tracks).await?;
             plan = plan.merge(nodes);
         }
         update(&s.progress, |p| {
@@ -322,7 +336,11 @@ impl RepairWorker {
             self.unresolved = unknown_lost;
             self.unresolved.truncate(MAX_UNRESOLVED);
         }
-        Ok(caught_up)
+        if cursor >= pass.position {
+            self.pass = None;
+            return Ok(Some(pass));
+        }
+        Ok(None)
     }
 }
 
