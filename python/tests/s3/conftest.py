@@ -67,19 +67,19 @@ class Gateway:
 
     def chunk_bytes(self) -> int:
         """Bytes of chunk data on every provider (as `chunk_files` counts files)."""
-        return sum(
-            p.stat().st_size
-            for p in self.data.glob("provider-*/chunks/**/*")
-            if p.is_file() and ".tmp" not in p.name and not p.name.endswith(".log")
-        )
+        return sum(p.stat().st_size for p in self._chunk_paths())
 
     def chunk_files(self) -> int:
         """Chunk files on every provider (chunks of 64 KiB and more are one file each)."""
-        return sum(
-            1
-            for p in self.data.glob("provider-*/chunks/**/*")
-            if p.is_file() and ".tmp" not in p.name and not p.name.endswith(".log")
-        )
+        return sum(1 for _ in self._chunk_paths())
+
+    def _chunk_paths(self) -> Iterator[Path]:
+        """Chunk files: not temporaries, small-chunk logs or the memory-class journal."""
+        for p in self.data.glob("provider-*/chunks/**/*"):
+            if not p.is_file() or ".tmp" in p.name or p.name == "memory-class.ids":
+                continue
+            if not p.name.endswith(".log"):
+                yield p
 
 
 def _read_lines(stream, out: queue.Queue) -> None:
