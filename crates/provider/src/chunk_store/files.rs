@@ -1,5 +1,5 @@
 //! The chunk files on disk: `<dir>/<first two hex digits>/<32 hex digit id>`, written under
-//! a temporary name and renamed into place, read with positioned reads (verified before any
+//! a temporary name and linked (or, over an existing copy, renamed) into place, read with positioned reads (verified before any
 //! byte is returned), listed in id order, deleted or moved to quarantine, and counted and
 //! cleaned up at startup.
 
@@ -88,28 +88,50 @@ impl Inner {
             std::process::id(),
             TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        let file_len = match write_chunk_file(&tmp, &header, data, self.fsync) {
-            Ok(n) => n,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(io_error(format_args!("storing chunk {id}"), e));
-            }
-        };
-        // Only for the statistics: a concurrent put of the same id may count it twice.
-        let existed = path.symlink_metadata().is_ok();
-        if let Err(e) = fs::rename(&tmp, &path) {
+        let stored = write_chunk_file(&tmp, &header, data)
+            .and_then(|(file, len)| self.place(&tmp, &path, &file).map(|new| (new, len)));
+        let (new, file_len) = stored.map_err(|e| {
             let _ = fs::remove_file(&tmp);
-            return Err(io_error(format_args!("storing chunk {id}"), e));
-        }
-        if !existed {
+            io_error(format_args!("storing chunk {id}"), e)
+        })?;
+        if new {
             self.chunks.fetch_add(1, Ordering::Relaxed);
             self.bytes.fetch_add(file_len, Ordering::Relaxed);
         }
         if self.fsync {
-            // The rename itself must be durable, not only the file's contents.
+            // The new name must be durable, not only the file's contents.
             sync_dir(&parent).map_err(|e| io_error(format_args!("storing chunk {id}"), e))?;
         }
         Ok(())
+    }
+
+    /// Gives the complete, written file `tmp` the chunk's name `path` and syncs its data;
+    /// whether the name is new. A new name is linked before the data sync: the sync then
+    /// commits the name too (on journaling file systems the link rides in the transaction
+    /// the sync forces, which makes the directory sync after it nearly free), and a crash in
+    /// between leaves only an unacknowledged chunk whose checksums fail. An existing name (a
+    /// repeated put) may be an acknowledged copy: it is replaced only once the new file is
+    /// durable, by rename (as is any name where the file system refuses hard links).
+    fn place(&self, tmp: &Path, path: &Path, file: &File) -> io::Result<bool> {
+        let sync = |f: &File| {
+            if self.fsync {
+                crate::group_commit::timed_sync(f, "chunk")
+            } else {
+                Ok(())
+            }
+        };
+        match fs::hard_link(tmp, path) {
+            Ok(()) => {
+                // Before the sync, so that it commits this change to the directory as well.
+                fs::remove_file(tmp)?;
+                sync(file).map(|()| true)
+            }
+            Err(e) => {
+                let new = e.kind() != io::ErrorKind::AlreadyExists;
+                sync(file)?;
+                fs::rename(tmp, path).map(|()| new)
+            }
+        }
     }
 
     /// Verified bytes `[offset, offset + len)` of chunk `id`, with their CRC32C: small

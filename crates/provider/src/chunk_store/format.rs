@@ -119,18 +119,11 @@ pub(super) fn whole_crc(header: &[u8], data: &[u8]) -> u32 {
     crc
 }
 
-/// Writes a new chunk file at `path` from its encoded header and data; returns its size.
-pub(super) fn write_chunk_file(
-    path: &Path,
-    header: &[u8],
-    data: &[u8],
-    fsync: bool,
-) -> io::Result<u64> {
+/// Writes a new chunk file at `path` from its encoded header and data (not synced); returns
+/// the open file and its size.
+pub(super) fn write_chunk_file(path: &Path, header: &[u8], data: &[u8]) -> io::Result<(File, u64)> {
     let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
     file.write_all(header)?;
     file.write_all(data)?;
-    if fsync {
-        crate::group_commit::timed_sync(&file, "chunk")?;
-    }
-    Ok((header.len() + data.len()) as u64)
+    Ok((file, (header.len() + data.len()) as u64))
 }

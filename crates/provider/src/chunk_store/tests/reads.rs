@@ -51,6 +51,20 @@ async fn round_trip_at_block_boundaries() {
         assert_eq!(&store.get(id, 0, sizes[i]).await.unwrap()[..], &data[..]);
     }
     assert_eq!(store.stats(), before);
+    // New names are linked and repeated ones renamed over: no temporary name is left.
+    let mut left = Vec::new();
+    for sub in fs::read_dir(dir.path().join("chunks")).unwrap() {
+        let sub = sub.unwrap().path();
+        if sub.is_dir() {
+            for f in fs::read_dir(&sub).unwrap() {
+                let name = f.unwrap().file_name().to_string_lossy().into_owned();
+                if name.ends_with(".tmp") {
+                    left.push(name);
+                }
+            }
+        }
+    }
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[tokio::test]
