@@ -440,6 +440,12 @@ def main() -> None:
     ap.add_argument(
         "--dir", default=None, help="where the hosts' data lives (one file system)"
     )
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="each round, also the broadcast of 1 MiB by adaptive (workload bcast-1MiB): the "
+        "makespan that is not moving bytes (tasks, Dask, Python, registration)",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces, tc)")
@@ -457,6 +463,10 @@ def main() -> None:
                 for s in strategies:
                     r = one_run(kind, s, args, ctx)
                     rows.setdefault(kind, {}).setdefault(s, []).append(r)
+                if args.floor and kind == "bcast":
+                    tiny = argparse.Namespace(**{**vars(args), "bcast_size": "1MiB"})
+                    r = one_run("bcast", "adaptive", tiny, ctx)
+                    rows.setdefault("bcast-1MiB", {}).setdefault("adaptive", []).append(r)
     summary: dict[str, Any] = {}
     medians: dict[str, dict[str, float]] = {}
     for kind, by in rows.items():
