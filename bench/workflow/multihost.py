@@ -466,7 +466,8 @@ def main() -> None:
                 if args.floor and kind == "bcast":
                     tiny = argparse.Namespace(**{**vars(args), "bcast_size": "1MiB"})
                     r = one_run("bcast", "adaptive", tiny, ctx)
-                    rows.setdefault("bcast-1MiB", {}).setdefault("adaptive", []).append(r)
+                    floor = rows.setdefault("bcast-1MiB", {})
+                    floor.setdefault("adaptive", []).append(r)
     summary: dict[str, Any] = {}
     medians: dict[str, dict[str, float]] = {}
     for kind, by in rows.items():
