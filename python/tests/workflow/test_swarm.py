@@ -147,3 +147,35 @@ def test_readers_still_downloading_serve_each_other_pieces(
     # Every reader is a holder now; no partial copy stays registered.
     holders = {h["addr"] for h in workflow.registered(client, path)["holders"]}
     assert holders == set(providers)
+
+
+def test_a_peer_serving_wrong_pieces_is_caught_and_the_holders_serve(
+    client: tomus.Client, providers: list[str], tmp_path: Path
+) -> None:
+    """A reader on the piece board claims every piece of the file but its copy holds other
+    bytes: the whole-file checksum catches it and the file comes from the holders."""
+    from tomus.workflow import pieces
+
+    size = (24 << 20) + 99
+    data = write(tmp_path / "src", size, seed=7)
+    write(tmp_path / "liar", size, seed=11)
+    path = "/t/swarm/liar.bin"
+    workflow.register(client, tmp_path / "src", path, provider=providers[0])
+    lie = workflow.register(client, tmp_path / "liar", "/t/swarm/liar-copy.bin",
+                            provider=providers[2])  # fmt: skip
+    liar_name = lie["holders"][0]["name"]
+    board = pieces.board()
+    board.join(path, providers[2], liar_name)
+    for p in range(-(-size // pieces.PIECE)):
+        board.have(path, providers[2], p)
+    try:
+        info = file_info(client, path)
+        assert isinstance(info, FileInfo)
+        ctx = TransferContext(file=info, pending_readers=2, provider=providers[1], client=client)
+        report = SwarmModule().fetch(info, tmp_path / "got", ctx)
+    finally:
+        board.leave(path, providers[2])
+    assert (tmp_path / "got").read_bytes() == data
+    assert report["failures"][0][0] == "exchange", report["failures"]
+    assert "checksum" in report["failures"][0][1]
+    assert dict(report["served"]).get(providers[0]) == size, report["served"]
