@@ -244,6 +244,16 @@ def bcast_reference(size: int) -> str:
 # --- runs -----------------------------------------------------------------------------------
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine since boot (/proc/stat): every host's
+    processes share its cores, so the busy fraction over a run says how close the run came to
+    the CPU ceiling."""
+    first = Path("/proc/stat").read_text().split("\n", 1)[0]
+    fields = [int(x) for x in first.split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def read_result(
     ctx: dict[str, Any], strategy: str, wf: Workflow, name: str, dest: Path
 ) -> None:
@@ -288,9 +298,11 @@ def one_run(
         kw["replication"] = CostModel()
     run_wf = apps.via_s3(wf, ctx["s3"]) if strategy == "s3" else wf
     before = {h: ctx["net"].bytes(h) for h in ctx["net"].hosts}
+    busy0, total0 = cpu_ticks()
     t0 = time.perf_counter()
     report = run(run_wf, ctx["client"], **kw)
     wall = time.perf_counter() - t0
+    busy1, total1 = cpu_ticks()
     moved = {h: ctx["net"].bytes(h) - before[h] for h in ctx["net"].hosts}
     with tempfile.TemporaryDirectory(dir=ctx["work"]) as tmp:
         got = Path(tmp) / "r"
@@ -327,6 +339,8 @@ def one_run(
         "reasons": reasons,
         "replicas_added": len(report.replicas),
         "host_link_bytes": moved,
+        # Busy fraction of all cores during the run (other helpers' jobs included).
+        "cpu_busy": round((busy1 - busy0) / max(1, total1 - total0), 3),
         "equal_reference": bool(equal),
     }
     print(json.dumps(row), flush=True)
