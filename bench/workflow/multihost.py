@@ -254,6 +254,20 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def own_cpu_s() -> float:
+    """CPU seconds used so far by this process and every process it started (the hosts'
+    providers, Dask workers, the manager, the scheduler, MinIO), live ones only."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def read_result(
     ctx: dict[str, Any], strategy: str, wf: Workflow, name: str, dest: Path
 ) -> None:
@@ -299,10 +313,12 @@ def one_run(
     run_wf = apps.via_s3(wf, ctx["s3"]) if strategy == "s3" else wf
     before = {h: ctx["net"].bytes(h) for h in ctx["net"].hosts}
     busy0, total0 = cpu_ticks()
+    own0 = own_cpu_s()
     t0 = time.perf_counter()
     report = run(run_wf, ctx["client"], **kw)
     wall = time.perf_counter() - t0
     busy1, total1 = cpu_ticks()
+    own1 = own_cpu_s()
     moved = {h: ctx["net"].bytes(h) - before[h] for h in ctx["net"].hosts}
     with tempfile.TemporaryDirectory(dir=ctx["work"]) as tmp:
         got = Path(tmp) / "r"
@@ -341,6 +357,8 @@ def one_run(
         "host_link_bytes": moved,
         # Busy fraction of all cores during the run (other helpers' jobs included).
         "cpu_busy": round((busy1 - busy0) / max(1, total1 - total0), 3),
+        # Cores used by the deployment itself on average (CPU seconds / wall seconds).
+        "own_cores": round((own1 - own0) / wall, 2),
         "equal_reference": bool(equal),
     }
     print(json.dumps(row), flush=True)
