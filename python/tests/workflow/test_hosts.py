@@ -228,3 +228,28 @@ def test_deleting_a_registered_file_removes_every_copy(hosts: Hosts, tmp_path: P
     assert freed >= 3 * size, (before, freed)
     with pytest.raises(FileNotFoundError):
         hosts.client.fs().info(path)
+
+
+def test_persisting_a_registered_file_removes_its_copies(hosts: Hosts, tmp_path: Path) -> None:
+    """`tomus fs persist` replaces the registered entry by an ordinary file: the holder's
+    copy is collected, the persisted file keeps the bytes."""
+    size = 3 * MIB + 5
+    data = write(tmp_path / "src", size, seed=13)
+    path = "/t/hosts/persist.bin"
+    rec = workflow.register(hosts.client, tmp_path / "src", path, provider=hosts.addrs[1])
+    (tmp_path / "src").unlink()
+    copy = hosts.dirs[1] / "registered" / rec["holders"][0]["name"]
+    assert copy.stat().st_size == size
+    workflow.registered(hosts.client, path)  # its checksum recorded first (persist reads it)
+    env = dict(os.environ, TOMUS_ADDR=hosts.addr)
+    p = subprocess.run(
+        [sys.executable, "-m", "tomus", "fs", "persist", path],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    deadline = time.monotonic() + 20
+    while copy.exists():
+        assert time.monotonic() < deadline, "the holder's copy was not collected"
+        time.sleep(0.1)
+    with hosts.client.fs().open(path, "rb") as f:
+        assert f.read() == data
