@@ -244,6 +244,30 @@ def bcast_reference(size: int) -> str:
 # --- runs -----------------------------------------------------------------------------------
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine since boot (/proc/stat): every host's
+    processes share its cores, so the busy fraction over a run says how close the run came to
+    the CPU ceiling."""
+    first = Path("/proc/stat").read_text().split("\n", 1)[0]
+    fields = [int(x) for x in first.split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def own_cpu_s() -> float:
+    """CPU seconds used so far by this process and every process it started (the hosts'
+    providers, Dask workers, the manager, the scheduler, MinIO), live ones only."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def read_result(
     ctx: dict[str, Any], strategy: str, wf: Workflow, name: str, dest: Path
 ) -> None:
@@ -288,9 +312,13 @@ def one_run(
         kw["replication"] = CostModel()
     run_wf = apps.via_s3(wf, ctx["s3"]) if strategy == "s3" else wf
     before = {h: ctx["net"].bytes(h) for h in ctx["net"].hosts}
+    busy0, total0 = cpu_ticks()
+    own0 = own_cpu_s()
     t0 = time.perf_counter()
     report = run(run_wf, ctx["client"], **kw)
     wall = time.perf_counter() - t0
+    busy1, total1 = cpu_ticks()
+    own1 = own_cpu_s()
     moved = {h: ctx["net"].bytes(h) - before[h] for h in ctx["net"].hosts}
     with tempfile.TemporaryDirectory(dir=ctx["work"]) as tmp:
         got = Path(tmp) / "r"
@@ -327,6 +355,10 @@ def one_run(
         "reasons": reasons,
         "replicas_added": len(report.replicas),
         "host_link_bytes": moved,
+        # Busy fraction of all cores during the run (other helpers' jobs included).
+        "cpu_busy": round((busy1 - busy0) / max(1, total1 - total0), 3),
+        # Cores used by the deployment itself on average (CPU seconds / wall seconds).
+        "own_cores": round((own1 - own0) / wall, 2),
         "equal_reference": bool(equal),
     }
     print(json.dumps(row), flush=True)
@@ -440,6 +472,12 @@ def main() -> None:
     ap.add_argument(
         "--dir", default=None, help="where the hosts' data lives (one file system)"
     )
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="each round, also the broadcast of 1 MiB by adaptive (workload bcast-1MiB): the "
+        "makespan that is not moving bytes (tasks, Dask, Python, registration)",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (network namespaces, tc)")
@@ -457,6 +495,11 @@ def main() -> None:
                 for s in strategies:
                     r = one_run(kind, s, args, ctx)
                     rows.setdefault(kind, {}).setdefault(s, []).append(r)
+                if args.floor and kind == "bcast":
+                    tiny = argparse.Namespace(**{**vars(args), "bcast_size": "1MiB"})
+                    r = one_run("bcast", "adaptive", tiny, ctx)
+                    floor = rows.setdefault("bcast-1MiB", {})
+                    floor.setdefault("adaptive", []).append(r)
     summary: dict[str, Any] = {}
     medians: dict[str, dict[str, float]] = {}
     for kind, by in rows.items():

@@ -31,7 +31,10 @@ mod _native {
     #[pymodule_export]
     use crate::namespace::Namespace;
     #[pymodule_export]
-    use crate::registered::{fetch_registered, register_file, registered_file};
+    use crate::registered::{
+        crc32c_combine, drop_registered, fetch_registered, read_registered, register_file,
+        registered_file, share_partial,
+    };
     #[pymodule_export]
     use crate::types::{BlobInfo, ProviderInfo, VersionInfo, VersionList};
     #[pymodule_export]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 use tomus_client::registered::{FetchMode, FetchReport, RegisterOptions};
 use tomus_wire::RegisteredFile;
 
@@ -129,4 +129,66 @@ pub fn fetch_registered<'py>(
     })?
     .map_err(to_py)?;
     report(py, &r)
+}
+
+/// Bytes `[offset, offset + length)` of copy `name` on the provider `addr`, and their
+/// CRC32C (the swarm's piece reads).
+#[pyfunction]
+pub fn read_registered<'py>(
+    py: Python<'py>,
+    client: &ClientHandle,
+    addr: String,
+    name: String,
+    offset: u64,
+    length: usize,
+) -> PyResult<(Bound<'py, PyBytes>, u32)> {
+    let conn = client.conn.clone();
+    let (data, crc) = block_on(py, async move {
+        let mut buf = vec![0u8; length];
+        let crc = conn
+            .client()
+            .await?
+            .read_registered(&addr, &name, offset, &mut buf)
+            .await?;
+        Ok::<_, tomus_wire::Error>((buf, crc))
+    })?
+    .map_err(to_py)?;
+    Ok((PyBytes::new(py, &data), crc))
+}
+
+/// Shares the local file `local`, still being written, through the provider `provider` of
+/// this host; returns the copy's name (see `Client::share_partial`).
+#[pyfunction]
+pub fn share_partial(
+    py: Python<'_>,
+    client: &ClientHandle,
+    local: PathBuf,
+    provider: String,
+) -> PyResult<String> {
+    let conn = client.conn.clone();
+    block_on(py, async move {
+        conn.client().await?.share_partial(&local, &provider).await
+    })?
+    .map_err(to_py)
+}
+
+/// Removes the registered copies `names` from the provider `addr`; returns their bytes.
+#[pyfunction]
+pub fn drop_registered(
+    py: Python<'_>,
+    client: &ClientHandle,
+    addr: String,
+    names: Vec<String>,
+) -> PyResult<u64> {
+    let conn = client.conn.clone();
+    block_on(py, async move {
+        conn.client().await?.drop_registered(&addr, names).await
+    })?
+    .map_err(to_py)
+}
+
+/// The CRC32C of `a + b` from the CRC32C of `a`, that of `b` and the length of `b`.
+#[pyfunction]
+pub fn crc32c_combine(a: u32, b: u32, b_len: usize) -> u32 {
+    tomus_client::registered::crc32c_combine(a, b, b_len)
 }

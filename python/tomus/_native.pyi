@@ -24,13 +24,17 @@ __all__ = [
     "VersionList",
     "cli_main",
     "connect",
+    "crc32c_combine",
     "die_with_parent",
+    "drop_registered",
     "error_kinds",
     "fetch_registered",
+    "read_registered",
     "register_file",
     "registered_file",
     "restore_blob",
     "restore_client",
+    "share_partial",
 ]
 
 # What a pickled Client holds: restore_client's arguments.
@@ -263,3 +267,17 @@ def fetch_registered(
     holders: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Fetches a registered file into `dest`, verified; {bytes, served, failures}."""
+
+def read_registered(
+    client: Client, addr: str, name: str, offset: int, length: int
+) -> tuple[bytes, int]:
+    """Bytes [offset, offset + length) of copy `name` on provider `addr`, and their CRC32C."""
+
+def share_partial(client: Client, local: str | PathLike[str], provider: str) -> str:
+    """Shares a file still being written through `provider`; returns the copy's name."""
+
+def drop_registered(client: Client, addr: str, names: Sequence[str]) -> int:
+    """Removes registered copies from provider `addr`; returns their bytes."""
+
+def crc32c_combine(a: int, b: int, b_len: int) -> int:
+    """The CRC32C of a + b from those of a and b and the length of b."""

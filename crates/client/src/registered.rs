@@ -16,10 +16,13 @@ use std::time::{Duration, Instant};
 use tomus_wire::frame::MAX_BODY;
 use tomus_wire::manager::{FsDropHolder, FsRegister, FsRegistered};
 use tomus_wire::pool::Placed;
-use tomus_wire::provider::{AdoptFile, ReadRegistered};
+use tomus_wire::provider::{AdoptFile, DropRegistered, ReadRegistered};
 use tomus_wire::{trace, Error, ErrorKind, Holder, RegisteredFile, Result};
 
 use crate::Client;
+
+/// For callers combining the CRC32C of pieces (the Python swarm module).
+pub use crc32c::crc32c_combine;
 
 /// Bytes per piece of a fetch.
 pub const PIECE: u64 = 8 << 20;
@@ -146,6 +149,29 @@ impl Client {
             return self.cluster.manager(req).await;
         }
         Err(last.unwrap_or_else(|| Error::unavailable("no provider could register the file")))
+    }
+
+    /// Offers the local file `local`, still being written, to other readers: the provider
+    /// `provider` (of this host) hard-links it and serves its ranges, unchecked, under the
+    /// returned copy name, until [`Client::drop_registered`] removes it. Pieces read from
+    /// it are only trusted once the whole file's checksum matches.
+    pub async fn share_partial(&self, local: &Path, provider: &str) -> Result<String> {
+        let local = std::path::absolute(local)
+            .map_err(|e| Error::invalid(format!("{}: {e}", local.display())))?;
+        let meta = std::fs::metadata(&local)
+            .map_err(|e| ctx(Error::from(e), format!("cannot share {}", local.display())))?;
+        let adopt = AdoptFile {
+            local_path: local.to_string_lossy().into_owned(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            tomus_path: String::new(),
+        };
+        Ok(self.cluster.pool.call(provider, adopt).await?.name)
+    }
+
+    /// Removes the registered copies `names` from the provider `addr`; returns their bytes.
+    pub async fn drop_registered(&self, addr: &str, names: Vec<String>) -> Result<u64> {
+        self.cluster.pool.call(addr, DropRegistered { names }).await
     }
 
     /// The record of the registered file `path`.
@@ -390,7 +416,7 @@ impl Client {
         let mut whole = 0u32;
         for (i, crc) in crcs.into_iter().enumerate() {
             let len = piece_len.min(file.size - i as u64 * piece_len) as usize;
-            whole = crc32c::crc32c_combine(whole, crc, len);
+            whole = crc32c_combine(whole, crc, len);
         }
         report.bytes = file.size;
         Ok(whole)

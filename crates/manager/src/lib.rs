@@ -78,6 +78,7 @@ pub async fn run(
         versions: Arc::downgrade(&versions),
         expired: 0,
     };
+    let stopped_copies = stopped.clone();
     workers.spawn(retention, stopped, None);
     let registry = Arc::new(registry::Registry::open(
         store.clone(),
@@ -101,6 +102,17 @@ pub async fn run(
         config.provider_timeout,
     ));
     let steward = Arc::new(steward::Steward::open(store.clone())?);
+    let copies = workers::RegisteredCopies {
+        namespace: Arc::downgrade(&namespace),
+        registry: Arc::downgrade(&registry),
+        pool: tomus_wire::Pool::new(tomus_wire::RpcConfig {
+            secret: config.secret.clone(),
+            ..tomus_wire::RpcConfig::default()
+        }),
+        removed: 0,
+        freed: 0,
+    };
+    workers.spawn(copies, stopped_copies, None);
     let service = Arc::new(service::ManagerService {
         versions,
         namespace,

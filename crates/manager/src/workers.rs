@@ -1,13 +1,16 @@
-//! The manager's periodic work: writer leases and retention. (The committer, fed by a queue,
+//! The manager's periodic work: writer leases, retention, and the removal of registered
+//! files' copies. (The committer, fed by a queue,
 //! lives with the version manager.)
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tomus_wire::{Error, Result};
+use tomus_wire::provider::DropRegistered;
+use tomus_wire::{Error, Pool, Result, MAX_ITEMS};
 use tomus_worker::{Round, Worker};
 
 use crate::namespace::Namespace;
+use crate::registry::Registry;
 use crate::versions::{now_ms, VersionManager};
 
 /// Drops new files (create-on-commit) whose writers showed no sign of life for `grace`: they
@@ -107,5 +110,83 @@ impl Worker for Retention {
 
     fn summary(&self) -> String {
         format!("versions expired in {} blobs since start", self.expired)
+    }
+}
+
+/// Removes the copies of registered files that no entry names any more (deleted, replaced,
+/// persisted) and of dropped holders: collects them (`namespace/registered.rs`), then asks
+/// each holder to remove its copies; a holder that is down is asked again later.
+pub struct RegisteredCopies {
+    pub namespace: Weak<Namespace>,
+    pub registry: Weak<Registry>,
+    pub pool: Arc<Pool>,
+    pub removed: u64,
+    pub freed: u64,
+}
+
+impl Worker for RegisteredCopies {
+    fn name(&self) -> &'static str {
+        "registered copies"
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    async fn work(&mut self) -> Result<Round> {
+        let (Some(ns), Some(registry)) = (self.namespace.upgrade(), self.registry.upgrade()) else {
+            return Ok(Round::Done);
+        };
+        let collect = ns.clone();
+        let garbage = tokio::task::spawn_blocking(move || {
+            collect.collect_unnamed_registered()?;
+            collect.registered_garbage()
+        })
+        .await
+        .map_err(|e| Error::internal(format!("collecting registered copies failed: {e}")))??;
+        if garbage.is_empty() {
+            return Ok(Round::Idle);
+        }
+        let providers = registry.list();
+        for (id, names) in garbage {
+            let provider = providers.iter().find(|p| p.id == id);
+            match provider {
+                // A provider removed from the cluster took its copies with it.
+                None => {}
+                Some(p) if !p.alive => continue,
+                Some(p) => {
+                    for batch in names.chunks(MAX_ITEMS) {
+                        let req = DropRegistered {
+                            names: batch.to_vec(),
+                        };
+                        match self.pool.call(&p.addr, req).await {
+                            Ok(bytes) => self.freed += bytes,
+                            Err(e) => {
+                                tracing::debug!("removing registered copies on {}: {e}", p.addr);
+                                continue;
+                            }
+                        }
+                        self.removed += batch.len() as u64;
+                        let (ns, batch) = (ns.clone(), batch.to_vec());
+                        tokio::task::spawn_blocking(move || ns.forget_garbage(id, &batch))
+                            .await
+                            .map_err(|e| Error::internal(e.to_string()))??;
+                    }
+                    continue;
+                }
+            }
+            let ns = ns.clone();
+            tokio::task::spawn_blocking(move || ns.forget_garbage(id, &names))
+                .await
+                .map_err(|e| Error::internal(e.to_string()))??;
+        }
+        Ok(Round::Idle)
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "{} registered copies removed ({} bytes) since start",
+            self.removed, self.freed
+        )
     }
 }

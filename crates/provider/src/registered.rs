@@ -11,6 +11,11 @@
 //! find no checksum yet wait for it. Small files are kept in memory while at it (the memory
 //! tier of registered files), so the in-memory transfer module is answered without a disk
 //! read; larger ranges go out with sendfile.
+//!
+//! A copy adopted without a path is one still being written (a swarm reader sharing the
+//! pieces it has with the other readers): served by range, never checksummed nor kept in
+//! memory. Copies go with `DropRegistered`: the manager's collection of deleted files'
+//! copies, or a reader dropping its shared partial copy.
 
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -152,9 +157,13 @@ impl RegisteredFiles {
             Ok(meta.len())
         })
         .await?;
-        let me = self.clone();
-        let copy = name.clone();
-        tokio::spawn(async move { me.checksum_and_record(copy, size, tomus_path).await });
+        // A copy still being written (no path) is served as it is: its checksum would be
+        // wrong, and a small one kept in memory would stay a partial copy.
+        if !tomus_path.is_empty() {
+            let me = self.clone();
+            let copy = name.clone();
+            tokio::spawn(async move { me.checksum_and_record(copy, size, tomus_path).await });
+        }
         Ok(Adopted { name, size })
     }
 
@@ -207,17 +216,46 @@ impl RegisteredFiles {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Removes the copies `names` (from memory too); returns the bytes of those it held.
+    /// Names it does not hold are ignored: collection retries after lost answers.
+    pub async fn drop_copies(&self, names: Vec<String>) -> Result<u64> {
+        for name in &names {
+            check_name(name)?;
+        }
+        {
+            let mut cache = self.lock();
+            for name in &names {
+                if let Some(d) = cache.files.remove(name) {
+                    cache.used -= d.len() as u64;
+                    cache.order.retain(|n| n != name);
+                }
+            }
+        }
+        let dir = self.dir.clone();
+        blocking(move || {
+            let mut freed = 0;
+            for name in names {
+                let path = dir.join(&name);
+                let len = match std::fs::metadata(&path) {
+                    Ok(m) => m.len(),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io_error(format_args!("copy {name}"), e)),
+                };
+                match std::fs::remove_file(&path) {
+                    Ok(()) => freed += len,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error(format_args!("removing copy {name}"), e)),
+                }
+            }
+            Ok(freed)
+        })
+        .await
+    }
+
     /// Bytes `[offset, offset + len)` of copy `name` and the copy's whole size: from memory
     /// for a small file, else a file range for sendfile.
     pub async fn read(&self, name: String, offset: u64, len: u64) -> Result<(Payload, u64)> {
-        if name.is_empty()
-            || name.len() > MAX_NAME
-            || !name.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
-        {
-            return Err(Error::invalid(format!(
-                "no registered copy is named {name:?}"
-            )));
-        }
+        check_name(&name)?;
         if len > MAX_BODY {
             return Err(Error::invalid(format!(
                 "a registered range is at most {MAX_BODY} bytes; {len} asked"
@@ -247,6 +285,19 @@ impl RegisteredFiles {
         })
         .await
     }
+}
+
+/// Refuses names this provider never gives (a path that could leave its directory).
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name.len() > MAX_NAME
+        || !name.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+    {
+        return Err(Error::invalid(format!(
+            "no registered copy is named {name:?}"
+        )));
+    }
+    Ok(())
 }
 
 /// The end of `[offset, offset + len)` if it lies within a copy of `size` bytes.

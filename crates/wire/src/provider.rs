@@ -56,10 +56,17 @@ service! {
         /// Hard-links the local file `local_path` (which must be the file with inode `ino`
         /// on device `dev`, i.e. on this host and this file system) into the `registered`
         /// directory: no byte is copied. The provider then computes its CRC32C in the
-        /// background and records it for `tomus_path` with the manager.
+        /// background and records it for `tomus_path` with the manager; an empty `tomus_path`
+        /// adopts a copy still being written (a swarm reader sharing its pieces): served by
+        /// range, never checksummed nor kept in memory.
         AdoptFile { local_path: String, dev: u64, ino: u64, tomus_path: String } -> Adopted, once;
         /// Bytes `[offset, offset + len)` of the registered file `name`, in the answer's body
         /// (sent with sendfile); the answer is the file's whole size.
         ReadRegistered { name: String, offset: u64, len: u64 } -> u64;
+        /// Removes the registered copies `names` (names it does not hold are ignored): the
+        /// manager collecting the copies of deleted registered files, or a reader dropping
+        /// the copy it shared while it was still downloading. The answer: bytes of the
+        /// copies removed.
+        DropRegistered { names: Vec<String> } -> u64;
     }
 }

@@ -63,16 +63,17 @@ def test_swarm_broadcast_spreads_the_load(
 def test_simultaneous_readers_take_turns_on_holders(
     client: tomus.Client, providers: list[str], tmp_path: Path
 ) -> None:
-    """8 readers start together on 1 holder (a broadcast as the runner submits it): without
-    turns all 8 would share that holder and it would serve 8 copies; with turns each holder
-    serves one reader at a time and finished readers serve the rest."""
+    """Without piece exchange: 8 readers start together on 1 holder (a broadcast as the
+    runner submits it): without turns all 8 would share that holder and it would serve 8
+    copies; with turns each holder serves one reader at a time and finished readers serve
+    the rest."""
     size = (16 << 20) + 777
     data = write(tmp_path / "src", size, seed=3)
     path = "/t/swarm/together.bin"
     workflow.register(client, tmp_path / "src", path, provider=providers[0])
     info = file_info(client, path)
     assert isinstance(info, FileInfo) and len(info.holders) == 1
-    swarm = SwarmModule()
+    swarm = SwarmModule(exchange=False)
 
     def read(i: int) -> dict[str, object]:
         ctx = TransferContext(
@@ -96,3 +97,85 @@ def test_simultaneous_readers_take_turns_on_holders(
     # One reader per holder at a time: the first holder serves a few copies, not all 8.
     assert served[providers[0]] <= 5 * size, served
     assert len([a for a, n in served.items() if n > 0]) >= 3, served
+
+
+def test_readers_still_downloading_serve_each_other_pieces(
+    client: tomus.Client, providers: list[str], tmp_path: Path
+) -> None:
+    """Piece exchange: 3 readers on 3 other providers start together on 1 holder; each
+    shares its copy while it downloads, so pieces come from readers still in progress (the
+    report lists the source of every piece), and the holder serves well under the 3 copies
+    it would alone."""
+    size = (96 << 20) + 4321
+    data = write(tmp_path / "src", size, seed=5)
+    path = "/t/swarm/exchange.bin"
+    workflow.register(client, tmp_path / "src", path, provider=providers[0])
+    info = file_info(client, path)
+    assert isinstance(info, FileInfo) and len(info.holders) == 1
+    start = threading.Barrier(3)
+    readers = providers[1:4]
+
+    def read(i: int) -> dict[str, object]:
+        ctx = TransferContext(file=info, pending_readers=3, provider=readers[i], client=client)
+        dest = tmp_path / f"exchange{i}"
+        start.wait()
+        report = SwarmModule().fetch(info, dest, ctx)
+        assert dest.read_bytes() == data, f"reader {i} got other bytes"
+        return report
+
+    with ThreadPoolExecutor(3) as pool:
+        reports = list(pool.map(read, range(3)))
+    pieces = -(-size // (8 << 20))
+    from_peers: Counter[str] = Counter()
+    for i, r in enumerate(reports):
+        assert r["failures"] == [], r["failures"]
+        log = r["pieces"]  # type: ignore[index]
+        assert sorted(p for p, _, _ in log) == list(range(pieces)), f"reader {i}: {log}"
+        for _, addr, kind in log:
+            assert (kind == "holder") == (addr == providers[0]), log
+            assert addr != readers[i], "a reader fetched from itself"
+            if kind == "peer":
+                from_peers[addr] += 1
+    assert sum(from_peers.values()) > 0, "no piece came from a reader still downloading"
+    served: Counter[str] = Counter()
+    for r in reports:
+        for addr, n in r["served"]:  # type: ignore[attr-defined]
+            served[addr] += n
+    assert sum(served.values()) == 3 * size
+    print(f"pieces from peers: {dict(from_peers)}; bytes served: {dict(served)}")
+    assert served[providers[0]] < 2 * size, served
+    # Every reader is a holder now; no partial copy stays registered.
+    holders = {h["addr"] for h in workflow.registered(client, path)["holders"]}
+    assert holders == set(providers)
+
+
+def test_a_peer_serving_wrong_pieces_is_caught_and_the_holders_serve(
+    client: tomus.Client, providers: list[str], tmp_path: Path
+) -> None:
+    """A reader on the piece board claims every piece of the file but its copy holds other
+    bytes: the whole-file checksum catches it and the file comes from the holders."""
+    from tomus.workflow import pieces
+
+    size = (24 << 20) + 99
+    data = write(tmp_path / "src", size, seed=7)
+    write(tmp_path / "liar", size, seed=11)
+    path = "/t/swarm/liar.bin"
+    workflow.register(client, tmp_path / "src", path, provider=providers[0])
+    lie = workflow.register(client, tmp_path / "liar", "/t/swarm/liar-copy.bin",
+                            provider=providers[2])  # fmt: skip
+    liar_name = lie["holders"][0]["name"]
+    board = pieces.board()
+    board.join(path, providers[2], liar_name)
+    for p in range(-(-size // pieces.PIECE)):
+        board.have(path, providers[2], p)
+    try:
+        info = file_info(client, path)
+        assert isinstance(info, FileInfo)
+        ctx = TransferContext(file=info, pending_readers=2, provider=providers[1], client=client)
+        report = SwarmModule().fetch(info, tmp_path / "got", ctx)
+    finally:
+        board.leave(path, providers[2])
+    assert (tmp_path / "got").read_bytes() == data
+    assert report["failures"][0][0] == "exchange", report["failures"]
+    assert "checksum" in report["failures"][0][1]
+    assert dict(report["served"]).get(providers[0]) == size, report["served"]

@@ -8,6 +8,8 @@ Modules:
 - ``dag``: :class:`Workflow` and :class:`Task`, from Python or YAML; validation.
 - ``modules``: the transfer-module API and the built-in modules (memory, direct, swarm,
   store); :func:`register_module` for user modules.
+- ``pieces``: the swarm's piece exchange between readers still downloading, and its board.
+- ``turns``: holder turns for the swarm without piece exchange.
 - ``selection``: the per-transfer choice (Algorithms 1 and 2) and its configuration.
 - ``runner``: :func:`run` on Dask, resume, the report; :func:`status`.
 - ``replication``: the replication agent and its cost model (the paper's section IV).

@@ -10,9 +10,10 @@ The API (the AFM paper's, section III) is two methods and a name:
 
 Built in: ``memory`` (small files, answered by the holder's in-memory copy in one request),
 ``direct`` (one stream from one holder, sendfile on its side, failing over to the next),
-``swarm`` (pieces from every holder at once; the reader then registers its copy, becoming a
-holder; when readers outnumber holders, they take turns, one per holder: see
-:mod:`tomus.workflow.turns`), ``store`` (ordinary striped, replicated files of the blob
+``swarm`` (pieces from every holder and from the readers still downloading, which serve
+the pieces they have: see :mod:`tomus.workflow.pieces`; the reader then registers its copy,
+becoming a holder; without piece exchange, readers that outnumber holders take turns, one per
+holder: see :mod:`tomus.workflow.turns`), ``store`` (ordinary striped, replicated files of the blob
 store). Users add modules with :func:`register_module` or the ``tomus.workflow.modules``
 entry point group.
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tomus import _native
+from tomus.workflow.pieces import PIECE, ExchangeFailed, exchange
 
 __all__ = [
     "BUILTIN",
@@ -106,10 +108,15 @@ class MemoryModule(DirectModule):
 
 
 class SwarmModule:
-    """Pieces from every holder at once; the reader's copy is then registered on its own
-    provider, so the next readers have one more source."""
+    """Pieces from every holder and from the other readers still downloading (piece
+    exchange); the reader's copy is then registered on its own provider, so the next
+    readers have one more holder. With ``exchange=False``: pieces from the holders only,
+    readers taking turns on them when they outnumber them."""
 
     name = "swarm"
+
+    def __init__(self, exchange: bool = True) -> None:
+        self.exchange = exchange
 
     def score(self, context: TransferContext) -> float:
         return 0.0
@@ -119,10 +126,21 @@ class SwarmModule:
     poll: float = 0.2
 
     def fetch(self, file: FileInfo, dest: Path, context: TransferContext) -> dict[str, Any]:
+        if self.exchange and context.provider is not None and file.size > PIECE:
+            try:
+                report = exchange(context.client, file.path, dest, context.provider)
+            except ExchangeFailed as e:
+                # A bad or missing piece: the whole file from the holders, verified.
+                report = dict(
+                    _native.fetch_registered(context.client, file.path, dest, mode="swarm")
+                )
+                report["failures"] = [("exchange", str(e)), *report["failures"]]
+            self.serve(file, dest, context)
+            return report
         if context.pending_readers > len(file.holders) and context.provider is not None:
-            report = self._by_turns(file, dest, context)
-            if report is not None:
-                return report
+            turn = self._by_turns(file, dest, context)
+            if turn is not None:
+                return turn
         report = dict(_native.fetch_registered(context.client, file.path, dest, mode="swarm"))
         self.serve(file, dest, context)
         return report

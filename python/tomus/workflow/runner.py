@@ -137,6 +137,8 @@ def _execute(spec: dict[str, Any]) -> dict[str, Any]:
                 "seconds": time.perf_counter() - t0,
                 "served": [list(s) for s in result.get("served", [])],
                 "failures": [list(f) for f in result.get("failures", [])],
+                # Swarm: bytes from readers still downloading (piece exchange).
+                "peer_bytes": int(result.get("peer_bytes", 0)),
             }
         )
     ran = time.time()

@@ -99,6 +99,9 @@ pub struct Namespace {
     versions: Arc<VersionManager>,
     /// Serializes changes, so a file's blob is created only once its path was found free.
     writer: Mutex<()>,
+    /// Set when entries were removed or replaced: registered records may have lost their
+    /// names (the copies collection looks then; see `registered.rs`).
+    registered_unnamed: std::sync::atomic::AtomicBool,
 }
 
 impl Namespace {
@@ -107,6 +110,7 @@ impl Namespace {
         txn.open_table(NAMESPACE).map_err(db_err)?;
         txn.open_table(retention::POLICIES).map_err(db_err)?;
         txn.open_table(registered::REGISTERED).map_err(db_err)?;
+        txn.open_table(registered::GARBAGE).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
         // New files being written when the manager stopped: named again, so their first
         // publication binds them (or the grace drops them when their writers are gone).
@@ -124,6 +128,7 @@ impl Namespace {
             store,
             versions,
             writer: Mutex::new(()),
+            registered_unnamed: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -183,6 +188,8 @@ impl Namespace {
         };
         remove_blobs_in(&txn, &blobs)?;
         txn.commit().map_err(db_err)?;
+        self.registered_unnamed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.versions.forget_blobs(&blobs);
         if !blobs.is_empty() {
             tracing::debug!("deleted blobs {blobs:?} with their files");
@@ -548,7 +555,7 @@ impl Namespace {
             match visible(get(t, &path)?) {
                 None => return Err(not_found(&path)),
                 Some(Record::File { blob, .. } | Record::Pending { blob, .. }) => blobs.push(blob),
-                // Its holders keep their copies (see `registered.rs`).
+                // Its holders' copies are collected (see `registered.rs`).
                 Some(Record::Registered { .. }) => {}
                 Some(Record::Dir { .. }) if recursive => {
                     // New files being written below go too (their writers are told).

@@ -7,8 +7,12 @@
 //! (and checksum) adds a holder (a reader that fetched it offers its copy), anything else is
 //! refused. Holders are provider ids; the service turns them into current addresses.
 //!
-//! Deleting or replacing the entry leaves its record unnamed in the table and the holders'
-//! copies in their data directories: reclaiming them is left to a later collection pass.
+//! Deleting or replacing the entry leaves its record unnamed in the table. Collection
+//! ([`Namespace::collect_unnamed_registered`], run by the manager's `registered copies`
+//! worker) moves the copies of unnamed records, and those of dropped holders, into the
+//! `registered_garbage` table, from which the worker asks each holder to remove them
+//! (`DropRegistered`) and forgets those removed: the space of a deleted registered file,
+//! its swarm readers' and replication agent's copies included, comes back.
 
 use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -22,6 +26,9 @@ use crate::versions::now_ms;
 
 /// Registration id -> [`Stored`].
 pub(super) const REGISTERED: TableDefinition<u64, &[u8]> = TableDefinition::new("registered");
+/// Copies to remove: (provider, copy name) -> ().
+pub(super) const GARBAGE: TableDefinition<(u32, &str), ()> =
+    TableDefinition::new("registered_garbage");
 
 /// Most holders one registered file keeps (readers that finished offer their copies).
 const MAX_HOLDERS: usize = 64;
@@ -221,11 +228,107 @@ impl Namespace {
         .map(|_| ())
     }
 
-    /// `provider` stops holding `path` (its copy was found damaged, or it is gone).
+    /// `provider` stops holding `path` (its copy was found damaged, or it is gone); its
+    /// copy is collected.
     pub fn drop_holder(&self, path: &str, provider: ProviderId) -> Result<(String, Stored)> {
-        self.change_registered(path, |_, s| {
-            s.holders.retain(|(p, _)| *p != provider);
+        let mut dropped = Vec::new();
+        let out = self.change_registered(path, |_, s| {
+            s.holders.retain(|(p, n)| {
+                if *p == provider {
+                    dropped.push((*p, n.clone()));
+                }
+                *p != provider
+            });
             Ok(())
-        })
+        })?;
+        self.add_garbage(&dropped)?;
+        Ok(out)
+    }
+
+    fn add_garbage(&self, copies: &[(ProviderId, String)]) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let txn = self.store.db().begin_write().map_err(db_err)?;
+        {
+            let mut garbage = txn.open_table(GARBAGE).map_err(db_err)?;
+            for (p, name) in copies {
+                garbage.insert((*p, name.as_str()), ()).map_err(db_err)?;
+            }
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// Moves the copies of registered records no entry names any more (deleted, or
+    /// replaced by a rename or `persist`) to the garbage table and removes the records.
+    /// Scans the namespace only after entries were removed or replaced. Returns the number
+    /// of records removed.
+    pub fn collect_unnamed_registered(&self) -> Result<usize> {
+        use std::sync::atomic::Ordering;
+        if !self.registered_unnamed.swap(false, Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let _guard = self.lock();
+        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let removed = {
+            let names = txn.open_table(NAMESPACE).map_err(db_err)?;
+            let mut table = txn.open_table(REGISTERED).map_err(db_err)?;
+            if table.first().map_err(db_err)?.is_none() {
+                return Ok(0);
+            }
+            let mut named = std::collections::HashSet::new();
+            for row in names.iter().map_err(db_err)? {
+                let (_, v) = row.map_err(db_err)?;
+                if let Record::Registered { id, .. } = decode(v.value())? {
+                    named.insert(id);
+                }
+            }
+            let mut unnamed = Vec::new();
+            for row in table.iter().map_err(db_err)? {
+                let (k, v) = row.map_err(db_err)?;
+                if !named.contains(&k.value()) {
+                    let s: Stored = decode(v.value())?;
+                    unnamed.push((k.value(), s.holders));
+                }
+            }
+            let mut garbage = txn.open_table(GARBAGE).map_err(db_err)?;
+            for (id, holders) in &unnamed {
+                table.remove(*id).map_err(db_err)?;
+                for (p, name) in holders {
+                    garbage.insert((*p, name.as_str()), ()).map_err(db_err)?;
+                }
+            }
+            unnamed.len()
+        };
+        txn.commit().map_err(db_err)?;
+        Ok(removed)
+    }
+
+    /// The copies waiting to be removed, by provider.
+    pub fn registered_garbage(&self) -> Result<Vec<(ProviderId, Vec<String>)>> {
+        let txn = self.store.db().begin_read().map_err(db_err)?;
+        let garbage = txn.open_table(GARBAGE).map_err(db_err)?;
+        let mut out: Vec<(ProviderId, Vec<String>)> = Vec::new();
+        for row in garbage.iter().map_err(db_err)? {
+            let (k, _) = row.map_err(db_err)?;
+            let (p, name) = k.value();
+            match out.last_mut() {
+                Some((last, names)) if *last == p => names.push(name.to_string()),
+                _ => out.push((p, vec![name.to_string()])),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The copies `names` of `provider` were removed.
+    pub fn forget_garbage(&self, provider: ProviderId, names: &[String]) -> Result<()> {
+        let txn = self.store.db().begin_write().map_err(db_err)?;
+        {
+            let mut garbage = txn.open_table(GARBAGE).map_err(db_err)?;
+            for name in names {
+                garbage.remove((provider, name.as_str())).map_err(db_err)?;
+            }
+        }
+        txn.commit().map_err(db_err)
     }
 }

@@ -152,6 +152,13 @@ impl ProviderService {
                     Err(e) => Reply::error(e),
                 }
             }
+            P::DropRegistered(r) => {
+                let dropped = match self.registered() {
+                    Ok(files) => files.drop_copies(r.names).await,
+                    Err(e) => Err(e),
+                };
+                Reply::of::<DropRegistered>(dropped)
+            }
         }
     }
 }
@@ -168,6 +175,7 @@ fn check_request(req: &ProviderRequest, body: &Bytes) -> Result<()> {
         P::DeleteNodes(r) => check_count("node keys", r.keys.len(), MAX_ITEMS),
         P::DeleteNodeRanges(r) => check_count("node ranges", r.ranges.len(), MAX_ITEMS),
         P::CopyChunk(r) => check_count("copy sources", r.from.len(), MAX_COPY_SOURCES),
+        P::DropRegistered(r) => check_count("registered copies", r.names.len(), MAX_ITEMS),
         _ => Ok(()),
     }
 }
