@@ -121,3 +121,25 @@ def test_session_with_thread_workers_gives_the_same_kmeans(addr: str, tc: tomus.
     assert res.inertia == pytest.approx(ref_inertia, rel=1e-9)
     maps = [t for t in res.passes[0].timeline if t.kind == "map"]
     assert {t.worker for t in maps} <= set(s.placement.workers)
+
+
+def test_kmeans_kernel_equals_brute_force_with_ties() -> None:
+    """``assign``/``pass_stats`` against a plain distance matrix and argmin (independent of the
+    blockwise kernel), with a duplicated center: ties go to the lower index."""
+    from tomus.compute.apps.kmeans import assign, pass_stats
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(70_001, 3))  # more than two kernel blocks, the last one partial
+    c = rng.normal(size=(6, 3))
+    c[4] = c[1]  # every point nearest to 1 must say 1, never 4
+    d2 = ((x[:, None, :] - c[None, :, :]) ** 2).sum(2)
+    want = d2.argmin(1)
+    labels, dist = assign(x, c)
+    np.testing.assert_array_equal(labels, want)
+    assert not (labels == 4).any() and (labels == 1).any()
+    np.testing.assert_allclose(dist, d2.min(1), rtol=1e-9, atol=1e-9)
+    sums, counts, inertia = pass_stats(x, c)
+    np.testing.assert_array_equal(counts, np.bincount(want, minlength=6))
+    for j in range(6):
+        np.testing.assert_allclose(sums[j], x[want == j].sum(0), rtol=1e-9, atol=1e-9)
+    assert inertia == pytest.approx(float(d2.min(1).sum()), rel=1e-9)
