@@ -151,6 +151,47 @@ def main() -> None:
             wanted.remove("spark")
 
     runs: dict[str, dict[str, list[float]]] = {}
+
+    def report() -> None:
+        """Medians and ratios so far, printed and written (after every repetition: a run
+        cut short still leaves its figures)."""
+        medians = {
+            a: {e: round(statistics.median(v), 3) for e, v in r.items()}
+            for a, r in runs.items()
+        }
+        ratios = {}
+        for a, m in medians.items():
+            peers = {e: v for e, v in m.items() if not e.startswith("tomus")}
+            if "tomus" in m and peers:
+                best = min(peers, key=lambda e: peers[e])
+                ratios[a] = {"best_peer": best, "best_peer_over_tomus": round(peers[best] / m["tomus"], 3),
+                             **{f"{e}_over_tomus": round(v / m["tomus"], 3) for e, v in peers.items()}}  # fmt: skip
+                if "tomus_procs" in m:
+                    ratios[a]["best_peer_over_tomus_procs"] = round(
+                        peers[best] / m["tomus_procs"], 3
+                    )
+        for a, m in medians.items():
+            print(a, m, ratios.get(a))
+        write_json(args.out, {
+            "benchmark": "compute-real-sizes", "machine": machine(),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "sizes": {"points": args.points, "dims": args.dims, "kmeans_k": K,
+                      "kmeans_iterations": ITERATIONS, "pca_components": PCA_K,
+                      "abrain": [args.subjects, args.snps, args.voxels, args.permutations],
+                      "snp_block": args.snp_block, "pagerank_edges": args.edges,
+                      "pagerank_nodes_range": args.nodes,
+                      "pagerank_iterations": args.pagerank_iterations, "files": args.files},
+            "engines": {"tomus": "tomus.compute, embedded 4-provider cluster, Dask LocalCluster 2 workers x 1 thread ("
+                                 + ("processes" if args.tomus_processes else "threads of the driver") + ")",
+                        "tomus_procs": "tomus.compute on the dask peer's LocalCluster (2 processes x 1 thread)",
+                        "dask": "distributed futures, LocalCluster (2 processes x 1 thread)",
+                        "dask_threads": "dask.delayed, threaded scheduler, 2 threads",
+                        "spark": "pyspark RDDs of numpy blocks, local[2]",
+                        "numpy": "one Python process, numpy"},
+            "repeat": args.repeat, **extra, "runs": runs, "median_seconds": medians,
+            "ratios": ratios,
+        })  # fmt: skip
+
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         with contextlib.ExitStack() as stack:
@@ -329,45 +370,11 @@ def main() -> None:
                     for eng, got in answers.items():
                         if ref is not None and eng != "numpy":
                             checks[app](got, ref)
+                report()
     if sc is not None:
         sc.stop()
 
-    medians = {
-        a: {e: round(statistics.median(v), 3) for e, v in r.items()}
-        for a, r in runs.items()
-    }
-    ratios = {}
-    for a, m in medians.items():
-        peers = {e: v for e, v in m.items() if not e.startswith("tomus")}
-        if "tomus" in m and peers:
-            best = min(peers, key=lambda e: peers[e])
-            ratios[a] = {"best_peer": best, "best_peer_over_tomus": round(peers[best] / m["tomus"], 3),
-                         **{f"{e}_over_tomus": round(v / m["tomus"], 3) for e, v in peers.items()}}  # fmt: skip
-            if "tomus_procs" in m:
-                ratios[a]["best_peer_over_tomus_procs"] = round(
-                    peers[best] / m["tomus_procs"], 3
-                )
-    for a, m in medians.items():
-        print(a, m, ratios.get(a))
-    write_json(args.out, {
-        "benchmark": "compute-real-sizes", "machine": machine(),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "sizes": {"points": args.points, "dims": args.dims, "kmeans_k": K,
-                  "kmeans_iterations": ITERATIONS, "pca_components": PCA_K,
-                  "abrain": [args.subjects, args.snps, args.voxels, args.permutations],
-                  "snp_block": args.snp_block, "pagerank_edges": args.edges,
-                  "pagerank_nodes_range": args.nodes,
-                  "pagerank_iterations": args.pagerank_iterations, "files": args.files},
-        "engines": {"tomus": "tomus.compute, embedded 4-provider cluster, Dask LocalCluster 2 workers x 1 thread ("
-                             + ("processes" if args.tomus_processes else "threads of the driver") + ")",
-                    "tomus_procs": "tomus.compute on the dask peer's LocalCluster (2 processes x 1 thread)",
-                    "dask": "distributed futures, LocalCluster (2 processes x 1 thread)",
-                    "dask_threads": "dask.delayed, threaded scheduler, 2 threads",
-                    "spark": "pyspark RDDs of numpy blocks, local[2]",
-                    "numpy": "one Python process, numpy"},
-        "repeat": args.repeat, **extra, "runs": runs, "median_seconds": medians,
-        "ratios": ratios,
-    })  # fmt: skip
+    report()
 
 
 if __name__ == "__main__":
