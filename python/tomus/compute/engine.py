@@ -5,8 +5,9 @@ a scheduler, worker pool or task queue of its own. What this module adds:
 
 - ``session``: the Dask client and the tomus cluster a job runs against. Without a Dask client
   it starts a ``distributed.LocalCluster`` (worker processes, one thread each, since the tasks
-  are CPU-bound Python) and closes it when the job ends; without a tomus address (argument or
-  ``TOMUS_ADDR``) it starts an embedded ``tomus.local_cluster`` for the job.
+  are CPU-bound Python; or, with ``processes=False``, workers that are threads of this process,
+  for numpy jobs) and closes it when the job ends; without a tomus address (argument or
+  ``TOMUS_ADDR``) it starts an embedded ``tomus.local_cluster`` for the job, alongside Dask.
 - ``Placement``: data locality. Providers report ``host:port``; Dask workers ``tcp://host:port``.
   A task is submitted with ``workers=[the workers on the hosts holding its chunks]`` and
   ``allow_other_workers=True``, so Dask prefers those workers but may run (or steal) it
