@@ -13,19 +13,28 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import tomus
 from tomus.compute.engine import Session, session
 
 T = TypeVar("T")
 
 
 @contextlib.contextmanager
-def engines(workers: int = 2, providers: int = 4) -> Iterator[Session]:
+def engines(
+    workers: int = 2, providers: int = 4, processes: bool = True
+) -> Iterator[Session]:
+    """An embedded tomus cluster and a Dask LocalCluster of ``workers`` (processes, or
+    threads of this process with ``processes=False``), started side by side."""
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(
-            tomus.local_cluster(providers=providers, fsync=False)
+        yield stack.enter_context(
+            session(
+                None,
+                None,
+                workers=workers,
+                providers=providers,
+                processes=processes,
+                fsync=False,
+            )
         )
-        yield stack.enter_context(session(None, cluster.addr, workers=workers))
 
 
 def timed(fn: Callable[[], T], repeat: int = 1) -> tuple[T, float]:

@@ -18,6 +18,7 @@ the page cache).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -42,6 +43,7 @@ from tomus.compute.apps.kmeans import initial_centers, kmeans
 from tomus.compute.apps.pagerank import pagerank
 from tomus.compute.apps.pca import pca
 from tomus.compute.apps.synth import clustered_points, genotypes_imaging
+from tomus.compute.engine import Placement, Session
 
 SEED = 7
 K = 16
@@ -117,8 +119,15 @@ def main() -> None:
     )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--apps", default="kmeans,pca,abrain,pagerank")
-    ap.add_argument("--engines", default="tomus,dask,dask_threads,spark,numpy")
+    ap.add_argument(
+        "--engines", default="tomus,tomus_procs,dask,dask_threads,spark,numpy"
+    )
     ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument(
+        "--tomus-processes",
+        action="store_true",
+        help="tomus' Dask workers as 2 processes (default: 2 threads in the driver)",
+    )
     ap.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "real.json"
     )
@@ -142,11 +151,76 @@ def main() -> None:
             wanted.remove("spark")
 
     runs: dict[str, dict[str, list[float]]] = {}
+
+    def report() -> None:
+        """Medians and ratios so far, printed and written (after every repetition: a run
+        cut short still leaves its figures)."""
+        medians = {
+            a: {e: round(statistics.median(v), 3) for e, v in r.items()}
+            for a, r in runs.items()
+        }
+        ratios = {}
+        for a, m in medians.items():
+            peers = {e: v for e, v in m.items() if not e.startswith("tomus")}
+            if "tomus" in m and peers:
+                best = min(peers, key=lambda e: peers[e])
+                ratios[a] = {"best_peer": best, "best_peer_over_tomus": round(peers[best] / m["tomus"], 3),
+                             **{f"{e}_over_tomus": round(v / m["tomus"], 3) for e, v in peers.items()}}  # fmt: skip
+                if "tomus_procs" in m:
+                    ratios[a]["best_peer_over_tomus_procs"] = round(
+                        peers[best] / m["tomus_procs"], 3
+                    )
+        for a, m in medians.items():
+            print(a, m, ratios.get(a))
+        write_json(args.out, {
+            "benchmark": "compute-real-sizes", "machine": machine(),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "sizes": {"points": args.points, "dims": args.dims, "kmeans_k": K,
+                      "kmeans_iterations": ITERATIONS, "pca_components": PCA_K,
+                      "abrain": [args.subjects, args.snps, args.voxels, args.permutations],
+                      "snp_block": args.snp_block, "pagerank_edges": args.edges,
+                      "pagerank_nodes_range": args.nodes,
+                      "pagerank_iterations": args.pagerank_iterations, "files": args.files},
+            "engines": {"tomus": "tomus.compute, embedded 4-provider cluster, Dask LocalCluster 2 workers x 1 thread ("
+                                 + ("processes" if args.tomus_processes else "threads of the driver") + ")",
+                        "tomus_procs": "tomus.compute on the dask peer's LocalCluster (2 processes x 1 thread)",
+                        "dask": "distributed futures, LocalCluster (2 processes x 1 thread)",
+                        "dask_threads": "dask.delayed, threaded scheduler, 2 threads",
+                        "spark": "pyspark RDDs of numpy blocks, local[2]",
+                        "numpy": "one Python process, numpy"},
+            "repeat": args.repeat, **extra, "runs": runs, "median_seconds": medians,
+            "ratios": ratios,
+        })  # fmt: skip
+
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        with engines() as s:
+        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(engines(processes=args.tomus_processes))
             extra["engine_start_seconds"] = round(time.perf_counter() - t0, 3)
-            dc = s.dask
+            extra["tomus_dask_workers"] = (
+                "processes" if args.tomus_processes else "threads"
+            )
+            if args.tomus_processes:
+                dc = s.dask  # the peer shares tomus' 2-process LocalCluster
+            else:
+                # The plain Dask peer keeps its 2 worker processes (its best setting for
+                # these apps here), started apart and not counted in any time.
+                from distributed import Client, LocalCluster
+
+                t0 = time.perf_counter()
+                lc = stack.enter_context(
+                    LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                 dashboard_address=None, silence_logs=40,
+                                 scheduler_kwargs={"dashboard_address": ":0"})
+                )  # fmt: skip
+                dc = stack.enter_context(Client(lc, set_as_default=False))
+                extra["dask_start_seconds"] = round(time.perf_counter() - t0, 3)
+            # "tomus_procs": tomus.compute on the peer's 2-process LocalCluster (the previous
+            # default), for a before/after in the same sitting.
+            sessions = {
+                "tomus": s,
+                "tomus_procs": Session(dc, s.addr, s.tomus, Placement(dc)),
+            }
 
             def save(name: str, a: np.ndarray) -> str:
                 p = str(Path(tmp, name))
@@ -171,7 +245,8 @@ def main() -> None:
                 del pts
             if "kmeans" in apps:
                 jobs["kmeans"] = {
-                    "tomus": lambda: kmeans(ds, K, ITERATIONS, centers=start, tol=-1.0, session=s).centers,
+                    **{e: (lambda x=x: kmeans(ds, K, ITERATIONS, centers=start, tol=-1.0, session=x).centers)
+                       for e, x in sessions.items()},
                     "dask": lambda: E.dd_kmeans(dc, paths, start, ITERATIONS),
                     "dask_threads": lambda: E.dt_kmeans(paths, start, ITERATIONS),
                     "spark": lambda: E.sp_kmeans(sc, paths, start, ITERATIONS),
@@ -182,7 +257,10 @@ def main() -> None:
                 )
             if "pca" in apps:
                 jobs["pca"] = {
-                    "tomus": lambda: pca(ds, PCA_K, session=s),
+                    **{
+                        e: (lambda x=x: pca(ds, PCA_K, session=x))
+                        for e, x in sessions.items()
+                    },
                     "dask": lambda: E.dd_pca(dc, paths, PCA_K),
                     "dask_threads": lambda: E.dt_pca(paths, PCA_K),
                     "spark": lambda: E.sp_pca(sc, paths, PCA_K),
@@ -212,7 +290,14 @@ def main() -> None:
                 load_s["abrain"] = time.perf_counter() - t0
                 P = args.permutations
                 jobs["abrain"] = {
-                    "tomus": lambda: abrain(ab, P, seed=SEED, alpha=E.ALPHA, session=s),
+                    **{
+                        e: (
+                            lambda x=x: abrain(
+                                ab, P, seed=SEED, alpha=E.ALPHA, session=x
+                            )
+                        )
+                        for e, x in sessions.items()
+                    },
                     "dask": lambda: E.dd_abrain(dc, bpaths, firsts, ypath, P, SEED),
                     "dask_threads": lambda: E.dt_abrain(bpaths, firsts, ypath, P, SEED),
                     "spark": lambda: E.sp_abrain(sc, bpaths, firsts, ypath, P, SEED),
@@ -250,12 +335,12 @@ def main() -> None:
                 del text, parts
                 it = args.pagerank_iterations
 
-                def tomus_pr() -> Any:
-                    r = pagerank(gblobs, it, DAMPING, session=s)
+                def tomus_pr(x: Session) -> Any:
+                    r = pagerank(gblobs, it, DAMPING, session=x)
                     return r.nodes, r.ranks
 
                 jobs["pagerank"] = {
-                    "tomus": tomus_pr,
+                    **{e: (lambda x=x: tomus_pr(x)) for e, x in sessions.items()},
                     "dask": lambda: E.dd_pagerank(dc, gpaths, it, DAMPING),
                     "dask_threads": lambda: E.dt_pagerank(gpaths, it, DAMPING),
                     "spark": lambda: E.sp_pagerank(sc, gpaths, it, DAMPING),
@@ -285,39 +370,11 @@ def main() -> None:
                     for eng, got in answers.items():
                         if ref is not None and eng != "numpy":
                             checks[app](got, ref)
+                report()
     if sc is not None:
         sc.stop()
 
-    medians = {
-        a: {e: round(statistics.median(v), 3) for e, v in r.items()}
-        for a, r in runs.items()
-    }
-    ratios = {}
-    for a, m in medians.items():
-        peers = {e: v for e, v in m.items() if e != "tomus"}
-        if "tomus" in m and peers:
-            best = min(peers, key=lambda e: peers[e])
-            ratios[a] = {"best_peer": best, "best_peer_over_tomus": round(peers[best] / m["tomus"], 3),
-                         **{f"{e}_over_tomus": round(v / m["tomus"], 3) for e, v in peers.items()}}  # fmt: skip
-    for a, m in medians.items():
-        print(a, m, ratios.get(a))
-    write_json(args.out, {
-        "benchmark": "compute-real-sizes", "machine": machine(),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "sizes": {"points": args.points, "dims": args.dims, "kmeans_k": K,
-                  "kmeans_iterations": ITERATIONS, "pca_components": PCA_K,
-                  "abrain": [args.subjects, args.snps, args.voxels, args.permutations],
-                  "snp_block": args.snp_block, "pagerank_edges": args.edges,
-                  "pagerank_nodes_range": args.nodes,
-                  "pagerank_iterations": args.pagerank_iterations, "files": args.files},
-        "engines": {"tomus": "tomus.compute, embedded 4-provider cluster, Dask LocalCluster 2x1",
-                    "dask": "distributed futures, same LocalCluster (2 processes x 1 thread)",
-                    "dask_threads": "dask.delayed, threaded scheduler, 2 threads",
-                    "spark": "pyspark RDDs of numpy blocks, local[2]",
-                    "numpy": "one Python process, numpy"},
-        "repeat": args.repeat, **extra, "runs": runs, "median_seconds": medians,
-        "ratios": ratios,
-    })  # fmt: skip
+    report()
 
 
 if __name__ == "__main__":

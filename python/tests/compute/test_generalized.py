@@ -101,3 +101,45 @@ def test_pca_equals_numpy_reference(dask: Any, addr: str, tc: tomus.Client) -> N
     np.testing.assert_allclose(got.components, ref.components, atol=1e-8)
     assert got.job is not None and got.job.reduce_factor == got.job.map_tasks
     assert got.job.bytes_read >= ds.nbytes  # every chunk was read
+
+
+def test_session_with_thread_workers_gives_the_same_kmeans(addr: str, tc: tomus.Client) -> None:
+    """``session(processes=False)``: the LocalCluster's workers are threads of this process
+    (in-process transport), and KMeans over them gives the one-process answer."""
+    from tomus.compute.engine import session
+
+    points, _ = clustered_points(6000, 3, 4, seed=5, spread=1.0)
+    ds = Dataset.write(tc, points, objects=2, chunk_records=700)
+    start = points[:4].astype(np.float64)
+    with session(None, addr, workers=2, processes=False) as s:
+        assert len(s.placement.workers) == 2
+        assert all(w.startswith("inproc://") for w in s.placement.workers)
+        res = kmeans(ds, 4, 5, centers=start, session=s)
+    ref_centers, ref_inertia, ref_iters = reference_kmeans(points, start, 5)
+    assert res.iterations == ref_iters
+    np.testing.assert_allclose(res.centers, ref_centers, rtol=1e-9, atol=1e-9)
+    assert res.inertia == pytest.approx(ref_inertia, rel=1e-9)
+    maps = [t for t in res.passes[0].timeline if t.kind == "map"]
+    assert {t.worker for t in maps} <= set(s.placement.workers)
+
+
+def test_kmeans_kernel_equals_brute_force_with_ties() -> None:
+    """``assign``/``pass_stats`` against a plain distance matrix and argmin (independent of the
+    blockwise kernel), with a duplicated center: ties go to the lower index."""
+    from tomus.compute.apps.kmeans import assign, pass_stats
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(70_001, 3))  # more than two kernel blocks, the last one partial
+    c = rng.normal(size=(6, 3))
+    c[4] = c[1]  # every point nearest to 1 must say 1, never 4
+    d2 = ((x[:, None, :] - c[None, :, :]) ** 2).sum(2)
+    want = d2.argmin(1)
+    labels, dist = assign(x, c)
+    np.testing.assert_array_equal(labels, want)
+    assert not (labels == 4).any() and (labels == 1).any()
+    np.testing.assert_allclose(dist, d2.min(1), rtol=1e-9, atol=1e-9)
+    sums, counts, inertia = pass_stats(x, c)
+    np.testing.assert_array_equal(counts, np.bincount(want, minlength=6))
+    for j in range(6):
+        np.testing.assert_allclose(sums[j], x[want == j].sum(0), rtol=1e-9, atol=1e-9)
+    assert inertia == pytest.approx(float(d2.min(1).sum()), rel=1e-9)

@@ -5,8 +5,9 @@ a scheduler, worker pool or task queue of its own. What this module adds:
 
 - ``session``: the Dask client and the tomus cluster a job runs against. Without a Dask client
   it starts a ``distributed.LocalCluster`` (worker processes, one thread each, since the tasks
-  are CPU-bound Python) and closes it when the job ends; without a tomus address (argument or
-  ``TOMUS_ADDR``) it starts an embedded ``tomus.local_cluster`` for the job.
+  are CPU-bound Python; or, with ``processes=False``, workers that are threads of this process,
+  for numpy jobs) and closes it when the job ends; without a tomus address (argument or
+  ``TOMUS_ADDR``) it starts an embedded ``tomus.local_cluster`` for the job, alongside Dask.
 - ``Placement``: data locality. Providers report ``host:port``; Dask workers ``tcp://host:port``.
   A task is submitted with ``workers=[the workers on the hosts holding its chunks]`` and
   ``allow_other_workers=True``, so Dask prefers those workers but may run (or steal) it
@@ -24,6 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -304,22 +306,42 @@ def session(
     *,
     workers: int | None = None,
     providers: int = 2,
+    processes: bool = True,
+    fsync: bool = True,
 ) -> Iterator[Session]:
     """The Dask client and tomus cluster a job runs on, started (and stopped) when not given.
 
     ``client``: a ``distributed.Client``, used as is and left open. ``addr``: the tomus
     manager (default ``$TOMUS_ADDR``; if unset, an embedded cluster with ``providers`` providers
-    lives for the job). ``workers``: worker processes of the default LocalCluster (default: one
-    per core).
+    lives for the job). ``workers``: workers of the default LocalCluster (default: one per
+    core). ``processes=False``: the LocalCluster's workers are threads of this process instead
+    of worker processes: it starts in a fraction of a second instead of seconds and tasks'
+    inputs and outputs are not pickled between processes, which suits numpy-bound jobs (their
+    kernels release the GIL); pure-Python jobs (the text apps) want processes. The embedded
+    tomus cluster and the LocalCluster start side by side; ``fsync=False`` lets its providers
+    acknowledge writes from the page cache (benchmarks).
     """
     with contextlib.ExitStack() as stack:
         if addr is None:
             addr = os.environ.get("TOMUS_ADDR") or None
-        if addr is None:
-            cluster = stack.enter_context(tomus.local_cluster(providers=providers))
-            addr = cluster.addr
+        dask_cm = None
+        dask_started: Future[DaskClient] | None = None
         if client is None:
-            client = stack.enter_context(_local_dask(workers or default_workers()))
+            # Start Dask's workers while the embedded cluster comes up (each takes about as
+            # long as the other; in turn they took twice as long).
+            dask_cm = _local_dask(workers or default_workers(), processes)
+            starter = ThreadPoolExecutor(1, thread_name_prefix="dask-start")
+            dask_started = starter.submit(dask_cm.__enter__)
+            starter.shutdown(wait=False)
+        try:
+            if addr is None:
+                cluster = stack.enter_context(tomus.local_cluster(providers=providers, fsync=fsync))
+                addr = cluster.addr
+        finally:
+            if dask_cm is not None and dask_started is not None:
+                client = dask_started.result()  # raises what starting Dask raised
+                stack.push(dask_cm.__exit__)
+        assert client is not None
         yield Session(client, addr, tomus.connect(addr), Placement(client))
 
 
@@ -339,13 +361,13 @@ def use_session(
 
 
 @contextlib.contextmanager
-def _local_dask(workers: int) -> Iterator[DaskClient]:
+def _local_dask(workers: int, processes: bool = True) -> Iterator[DaskClient]:
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(
         n_workers=workers,
         threads_per_worker=1,
-        processes=True,
+        processes=processes,
         dashboard_address=None,
         # The scheduler serves HTTP (health checks) even without a dashboard, by default on
         # 8787; a random port lets several jobs and test runs share a machine without warnings.

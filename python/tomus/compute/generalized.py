@@ -108,13 +108,19 @@ class GeneralizedReduction:
         """One pass over ``dataset``; ``.value`` is ``finalize(merge of every local object)``."""
         with use_session(session, client, addr) as s:
             spec = put_bytes(s.tomus, cloudpickle.dumps(self))
-            job = IterativeReduce(
-                _Local(spec), _Merge(spec), ratio=self.ratio, finalize=self.finalize
-            )
+            workers = len(s.placement.workers)
             per_task = self.chunks_per_task or _adaptive_chunks(
-                type(self).__qualname__, dataset, len(s.placement.workers), self.task_seconds
+                type(self).__qualname__, dataset, workers, self.task_seconds
             )
             tasks = dataset.tasks(per_task)
+            job = IterativeReduce(
+                _Local(spec),
+                _Merge(spec),
+                ratio=self.ratio
+                if self.chunks_per_task
+                else _merge_ratio(self.ratio, len(tasks), workers),
+                finalize=self.finalize,
+            )
             # The worker that ran each task last time over these chunks holds them in its
             # cache: ask for it again (Dask may still move a task to an idle worker).
             placed = _placed.setdefault((s.addr, dataset.index, per_task), {})
@@ -155,6 +161,14 @@ def _adaptive_chunks(kind: str, dataset: Dataset, workers: int, task_seconds: fl
     )
     balanced = max(1, -(-len(dataset.chunks) // (2 * max(1, workers))))
     return max(1, min(per_task, balanced, per_object))
+
+
+def _merge_ratio(ratio: int, tasks: int, workers: int) -> int:
+    """The tree's ratio for a pass of ``tasks`` tasks. With a few tasks per worker (adaptive
+    tasks are sized so), the maps end about together and a tree only adds levels of reduce
+    tasks, each a Dask round trip and stored objects, to merging a handful of small reduction
+    objects: then one reduce merges them all."""
+    return max(ratio, tasks) if tasks <= 4 * max(1, workers) else ratio
 
 
 def _learn(kind: str, res: IterativeResult) -> None:

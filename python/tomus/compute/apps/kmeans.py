@@ -68,23 +68,23 @@ def _blocks(
     score = np.empty((k, size))
     best = np.empty(size)
     lab = np.empty(size, dtype=np.intp)
-    better = np.empty(size, dtype=bool)
+    ties = np.empty((k, size), dtype=bool)
     d2 = np.empty(size)
     for s in range(0, len(points), _BLOCK):
         m = min(_BLOCK, len(points) - s)
-        x, sc, b, lb, bt, dd = xbuf[:m], score[:, :m], best[:m], lab[:m], better[:m], d2[:m]
+        x, sc, b, lb, eq, dd = xbuf[:m], score[:, :m], best[:m], lab[:m], ties[:, :m], d2[:m]
         np.copyto(x, points[s : s + m], casting="same_kind")
         # |x - c|^2 = |x|^2 - 2 x.c + |c|^2; |x|^2 does not change which center is nearest.
-        # Centers along rows (k x block), then a running minimum over the k rows: k long
-        # vector operations, ~3x faster than argmin over k-wide rows.
+        # Centers along rows (k x block); the minimum over the k rows in one reduction, then
+        # the first row reaching it (argmax of a boolean: the lower index on ties). A handful
+        # of whole-block calls instead of 3 short ones per center: the GIL is held far less,
+        # so two thread workers run it ~1.8x faster than one (the per-center loop it replaces
+        # did not scale at all: 0.7-0.9x), with labels identical to that loop's.
         np.matmul(minus2c, x.T, out=sc)
         sc += cc
-        b[:] = sc[0]
-        lb[:] = 0
-        for j in range(1, k):
-            np.less(sc[j], b, out=bt)
-            np.copyto(b, sc[j], where=bt)
-            lb[bt] = j
+        np.minimum.reduce(sc, axis=0, out=b)
+        np.equal(sc, b, out=eq)
+        np.argmax(eq, axis=0, out=lb)
         np.einsum("ij,ij->i", x, x, out=dd)
         dd += b
         np.maximum(dd, 0.0, out=dd)
