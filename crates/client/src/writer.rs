@@ -14,6 +14,10 @@ use crate::commit::{len, Commit, CommitOptions};
 /// least one chunk.
 const WRITER_BATCH: u64 = 32 << 20;
 
+/// A buffer past this size is given room for its whole batch at once (a small object's
+/// buffer stays small).
+const RESERVE_WHOLE_BATCH: usize = 1 << 20;
+
 /// Batches a [`BlobWriter`] has being stored at once, while the caller produces the next.
 const WRITER_IN_FLIGHT: usize = 2;
 
@@ -80,6 +84,13 @@ impl BlobWriter {
                 continue;
             }
             let take = (batch - self.buffer.len()).min(data.len());
+            if self.buffer.len() + take > self.buffer.capacity()
+                && self.buffer.len() + take > RESERVE_WHOLE_BATCH
+            {
+                // One allocation for the whole batch rather than copying it again at
+                // every doubling of the buffer.
+                self.buffer.reserve_exact(batch - self.buffer.len());
+            }
             self.buffer.extend_from_slice(&data[..take]);
             data = &data[take..];
             if self.buffer.len() == batch {
