@@ -4,11 +4,9 @@ route to lo on Linux); map tasks should run on the worker next to their chunk.""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -17,6 +15,7 @@ from typing import Any
 
 import pytest
 from computetext import make_text
+from hosts import dask_on, start_manager, start_provider
 
 import tomus
 from tomus.compute.apps.text import most_frequent_words, reference_top_words, word_count
@@ -24,10 +23,6 @@ from tomus.compute.engine import Placement
 
 HOSTS = ["127.0.0.2", "127.0.0.3"]
 _TMPFS = "/dev/shm" if os.path.isdir("/dev/shm") else None
-
-
-def _tomus(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tomus", *args], start_new_session=True, **kw)
 
 
 class SpreadCluster:
@@ -42,24 +37,14 @@ class SpreadCluster:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.procs: list[subprocess.Popen[bytes]] = []
         self.dirs: list[str] = []
-        manager = _tomus("manager", "--addr", "127.0.0.1:0", "--data", str(root / "m"),
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
-        self.procs.append(manager)
-        assert manager.stdout is not None
-        line = manager.stdout.readline().decode()
-        m = re.search(r"listening on (\S+)", line)
-        assert m, f"unexpected manager output {line!r}"
-        self.addr = m.group(1)
+        manager, self.addr = start_manager(root / "m")
+        self.procs: list[subprocess.Popen[bytes]] = [manager]
         self.client = tomus.connect(self.addr)
 
     def add_provider(self, host: str, data_dir: str) -> None:
         self.dirs.append(data_dir)
-        self.procs.append(
-            _tomus("provider", "--manager", self.addr, "--addr", f"{host}:0", "--no-fsync",
-                   "--data", data_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        )  # fmt: skip
+        self.procs.append(start_provider(self.addr, host, data_dir))
         deadline = time.monotonic() + 30
         while sum(p.alive for p in self.client.providers()) < len(self.dirs):
             assert time.monotonic() < deadline, "the provider did not register"
@@ -84,18 +69,8 @@ def spread_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpreadC
 
 @pytest.fixture(scope="module")
 def spread_dask() -> Iterator[Any]:
-    from distributed import Client, Nanny, Scheduler, SpecCluster
-
-    workers = {
-        f"w{i}": {"cls": Nanny, "options": {"host": h, "nthreads": 1, "silence_logs": 50}}
-        for i, h in enumerate(HOSTS)
-    }
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}}
-    cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=50)
-    with Client(cluster) as c:
-        c.wait_for_workers(len(HOSTS), timeout=60)
+    with dask_on(HOSTS) as c:
         yield c
-    cluster.close()
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -24,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write
+from hosts import dask_on, start_manager, start_provider
+from workflow_support import write
 
 import tomus
 from tomus import workflow
@@ -37,31 +37,17 @@ HOSTS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 MIB = 1 << 20
 
 
-def _tomus(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tomus", *args], start_new_session=True, **kw)
-
-
 class Hosts:
     """The manager and one provider per host (``addrs[i]`` on ``HOSTS[i]``, data in
     ``dirs[i]``)."""
 
     def __init__(self, root: Path) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-        manager = _tomus("manager", "--addr", "127.0.0.1:0", "--data", str(root / "m"),
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
-        self.procs.append(manager)
-        assert manager.stdout is not None
-        line = manager.stdout.readline().decode()
-        m = re.search(r"listening on (\S+)", line)
-        assert m, f"unexpected manager output {line!r}"
-        self.addr = m.group(1)
+        manager, self.addr = start_manager(root / "m")
+        self.procs: list[subprocess.Popen[bytes]] = [manager]
         self.client = tomus.connect(self.addr)
         self.dirs = [root / f"p{i}" for i in range(len(HOSTS))]
         for host, d in zip(HOSTS, self.dirs, strict=True):
-            self.procs.append(
-                _tomus("provider", "--manager", self.addr, "--addr", f"{host}:0", "--no-fsync",
-                       "--data", str(d), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            )  # fmt: skip
+            self.procs.append(start_provider(self.addr, host, d))
         deadline = time.monotonic() + 30
         while sum(p.alive for p in self.client.providers()) < len(HOSTS):
             assert time.monotonic() < deadline, "the providers did not register"
@@ -95,18 +81,8 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
 
 @pytest.fixture(scope="module")
 def host_dask() -> Iterator[Any]:
-    from distributed import Client, Nanny, Scheduler, SpecCluster
-
-    workers = {
-        f"w{i}": {"cls": Nanny, "options": {"host": h, "nthreads": 1, "silence_logs": 50}}
-        for i, h in enumerate(HOSTS)
-    }
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}}
-    cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=50)
-    with Client(cluster) as c:
-        c.wait_for_workers(len(HOSTS), timeout=60)
+    with dask_on(HOSTS) as c:
         yield c
-    cluster.close()
 
 
 def _host(addr: str) -> str:

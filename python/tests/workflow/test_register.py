@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write
+from workflow_support import write
 
 import tomus
 from tomus import workflow

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import write
+from workflow_support import write
 
 import tomus
 from tomus import workflow

@@ -9,7 +9,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conftest import write
+from workflow_support import write
 
 import tomus
 from tomus import workflow
