@@ -182,9 +182,10 @@ impl Worker for RepairWorker {
         self.service.config.interval
     }
 
-    /// A round counts as a pass (what `tomus status` and waiting tests count) only when the
-    /// ledger it planned from had followed every change logged before the round began: its
-    /// findings then cover every version published before it.
+    /// A round completes a pass (what `tomus status` and waiting tests count) only when the
+    /// ledger it planned from had followed every change logged before the pass began (at the
+    /// first round since the last complete one): its findings then cover every version
+    /// published before that start, which is the start the pass reports.
     async fn work(&mut self) -> Result<Round> {
         update(&self.service.progress, |p| p.running = true);
         let started = Instant::now();
