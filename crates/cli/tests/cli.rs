@@ -304,6 +304,7 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
             "committer",
             "geo-replication",
             "leases",
+            "registered copies",
             "retention"
         ],
         "{status}"
@@ -334,6 +335,7 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
         "abandoned new files",
         "backup",
         "geo-replication",
+        "registered copies",
     ] {
         assert!(
             text.contains(&format!("manager worker {name}")),
