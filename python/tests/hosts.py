@@ -4,9 +4,12 @@ with one worker per host, for the tests of locality and of transfers between hos
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +36,21 @@ def start_provider(manager: str, host: str, data: str | Path) -> subprocess.Pope
     """A provider of ``manager`` listening on ``host`` (a port the kernel picks)."""
     args = ["--manager", manager, "--addr", f"{host}:0", "--no-fsync", "--data", str(data)]
     return spawn("provider", *args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_for_providers(client: Any, count: int) -> None:
+    """Waits (30 s at most) until ``count`` providers are alive in ``client``'s cluster."""
+    deadline = time.monotonic() + 30
+    while sum(p.alive for p in client.providers()) < count:
+        assert time.monotonic() < deadline, f"{count} providers did not register"
+        time.sleep(0.05)
+
+
+def kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Kills each process's whole group (started by :func:`spawn`) and reaps it."""
+    for p in procs:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
 
 
 @contextmanager

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from computetext import make_text
-from hosts import dask_on, start_manager, start_provider
+from hosts import dask_on, kill_all, start_manager, start_provider, wait_for_providers
 
 import tomus
 from tomus.compute.apps.text import most_frequent_words, reference_top_words, word_count
@@ -45,15 +43,10 @@ class SpreadCluster:
     def add_provider(self, host: str, data_dir: str) -> None:
         self.dirs.append(data_dir)
         self.procs.append(start_provider(self.addr, host, data_dir))
-        deadline = time.monotonic() + 30
-        while sum(p.alive for p in self.client.providers()) < len(self.dirs):
-            assert time.monotonic() < deadline, "the provider did not register"
-            time.sleep(0.05)
+        wait_for_providers(self.client, len(self.dirs))
 
     def stop(self) -> None:
-        for p in self.procs:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        kill_all(self.procs)
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hosts import dask_on, start_manager, start_provider
+from hosts import dask_on, kill_all, start_manager, start_provider, wait_for_providers
 from workflow_support import write
 
 import tomus
@@ -48,10 +47,7 @@ class Hosts:
         self.dirs = [root / f"p{i}" for i in range(len(HOSTS))]
         for host, d in zip(HOSTS, self.dirs, strict=True):
             self.procs.append(start_provider(self.addr, host, d))
-        deadline = time.monotonic() + 30
-        while sum(p.alive for p in self.client.providers()) < len(HOSTS):
-            assert time.monotonic() < deadline, "the providers did not register"
-            time.sleep(0.05)
+        wait_for_providers(self.client, len(HOSTS))
         by_host = {p.addr.rsplit(":", 1)[0]: p.addr for p in self.client.providers()}
         self.addrs = [by_host[h] for h in HOSTS]
 
@@ -65,9 +61,7 @@ class Hosts:
         return total
 
     def stop(self) -> None:
-        for p in self.procs:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        kill_all(self.procs)
 
 
 @pytest.fixture(scope="module")
