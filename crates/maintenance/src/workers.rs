@@ -258,8 +258,9 @@ impl RepairWorker {
             position,
             started_ms,
         });
-        let cursor = self.wait_for_ledger(pass.position).await?;
-        // This round's own reports and membership need the ledger at this round's position.
+        // Waits for this round's position, as its own reports and membership need it; the
+        // pass needs only its older start.
+        let cursor = self.wait_for_ledger(position).await?;
         let caught_up = cursor >= position;
         if lost.overflowed {
             s.audit_wanted.store(true, Ordering::SeqCst);
