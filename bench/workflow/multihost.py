@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # bench/workflow/apps.py: the S3 wrapping of tasks.
 import apps
 import tomus
+from tomus import _native
 from tomus.workflow import Workflow
 from tomus.workflow.replication import CostModel
 from tomus.workflow.runner import run
@@ -518,7 +519,8 @@ def main() -> None:
         "note": f"{args.hosts} worker hosts (network namespaces, one provider + one 1-thread Dask "
                 f"worker each) and a manager/scheduler host on a bridge, each link a {args.mbit} "
                 f"Mbit/s tc token bucket each way; MinIO on its own host behind {args.s3_mbit} "
-                f"Mbit/s; debug build, shared 2-core machine (noisy); medians of {args.repeat} "
+                f"Mbit/s; {_native.BUILD_PROFILE} build of tomus; 2-core machine; medians of "
+                f"{args.repeat} "
                 f"alternating rounds; replication agent {'on' if args.replicate else 'off'}",
         "median_makespan_s": medians,
         "makespan_over_adaptive": summary,

@@ -5,6 +5,7 @@ holder serves well under the total (asserted from the per-holder bytes of each f
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -104,8 +105,10 @@ def test_readers_still_downloading_serve_each_other_pieces(
 ) -> None:
     """Piece exchange: 3 readers on 3 other providers start together on 1 holder; each
     shares its copy while it downloads, so pieces come from readers still in progress (the
-    report lists the source of every piece), and the holder serves well under the 3 copies
-    it would alone."""
+    report lists the source of every piece), and the holder serves each piece about once
+    (super-seeding), not the 3 copies it would alone."""
+    from tomus.workflow import pieces
+
     size = (96 << 20) + 4321
     data = write(tmp_path / "src", size, seed=5)
     path = "/t/swarm/exchange.bin"
@@ -125,12 +128,14 @@ def test_readers_still_downloading_serve_each_other_pieces(
 
     with ThreadPoolExecutor(3) as pool:
         reports = list(pool.map(read, range(3)))
-    pieces = -(-size // (8 << 20))
+    piece = pieces.piece_size(size)
+    count = -(-size // piece)
     from_peers: Counter[str] = Counter()
     for i, r in enumerate(reports):
         assert r["failures"] == [], r["failures"]
         log = r["pieces"]  # type: ignore[index]
-        assert sorted(p for p, _, _ in log) == list(range(pieces)), f"reader {i}: {log}"
+        assert r["piece"] == piece
+        assert sorted(p for p, _, _ in log) == list(range(count)), f"reader {i}: {log}"
         for _, addr, kind in log:
             assert (kind == "holder") == (addr == providers[0]), log
             assert addr != readers[i], "a reader fetched from itself"
@@ -143,7 +148,9 @@ def test_readers_still_downloading_serve_each_other_pieces(
             served[addr] += n
     assert sum(served.values()) == 3 * size
     print(f"pieces from peers: {dict(from_peers)}; bytes served: {dict(served)}")
-    assert served[providers[0]] < 2 * size, served
+    # Two readers rarely take the same piece from the holder at once; a reader that waits
+    # for a piece a peer fetches takes it from the holder only after seconds (`STALL`).
+    assert served[providers[0]] < 1.5 * size, served
     # Every reader is a holder now; no partial copy stays registered.
     holders = {h["addr"] for h in workflow.registered(client, path)["holders"]}
     assert holders == set(providers)
@@ -166,7 +173,7 @@ def test_a_peer_serving_wrong_pieces_is_caught_and_the_holders_serve(
     liar_name = lie["holders"][0]["name"]
     board = pieces.board()
     board.join(path, providers[2], liar_name)
-    for p in range(-(-size // pieces.PIECE)):
+    for p in range(-(-size // pieces.piece_size(size))):
         board.have(path, providers[2], p)
     try:
         info = file_info(client, path)
@@ -179,3 +186,31 @@ def test_a_peer_serving_wrong_pieces_is_caught_and_the_holders_serve(
     assert report["failures"][0][0] == "exchange", report["failures"]
     assert "checksum" in report["failures"][0][1]
     assert dict(report["served"]).get(providers[0]) == size, report["served"]
+
+
+def test_a_piece_claimed_by_a_reader_that_died_comes_from_the_holder_after_a_stall(
+    client: tomus.Client, providers: list[str], tmp_path: Path
+) -> None:
+    """A reader that died stays on the board with its claims: a holder serves each piece to
+    one reader only (super-seeding), so the live reader waits for the dead one's pieces,
+    then after ``stall`` seconds without progress takes them from the holder."""
+    from tomus.workflow import pieces
+
+    size = (16 << 20) + 5
+    data = write(tmp_path / "src", size, seed=13)
+    path = "/t/swarm/stalled.bin"
+    workflow.register(client, tmp_path / "src", path, provider=providers[0])
+    board = pieces.PieceBoard()
+    board.join(path, providers[2], "no-such-copy")
+    claimed = list(range(0, -(-size // pieces.piece_size(size)), 2))
+    for p in claimed:
+        board.claim(path, providers[2], p)
+    start = time.monotonic()
+    report = pieces.exchange(
+        client, path, tmp_path / "got", providers[1], the_board=board, stall=1.0
+    )
+    assert time.monotonic() - start >= 1.0, "the claimed pieces were taken without waiting"
+    assert (tmp_path / "got").read_bytes() == data
+    assert report["failures"] == [], report["failures"]
+    assert dict(report["served"]) == {providers[0]: size}, report["served"]
+    assert sorted(p for p, _, _ in report["pieces"] if p in claimed) == claimed

@@ -6,10 +6,14 @@ How: a reader creates its destination file at full size and shares it, still bei
 through its own provider (``share_partial``: a hard link served by range, never
 checksummed). It then fetches the pieces with a few parallel reads, at most one per source
 (BitTorrent's upload slots, seen from the reader): a piece a peer (another reader still
-downloading) has, from that peer; otherwise, from a holder, the piece fewest peers have or
-are fetching (rarest first), so readers take different pieces from the holders and then
-exchange them. Pieces being fetched and pieces written are announced on the
-:class:`PieceBoard` of the file (the tracker), where the other readers look for sources. The
+downloading) has, from that peer; otherwise, from a holder, a piece no other reader has or
+is fetching. The holders thus serve each piece about once and the readers pass it on
+(BitTorrent's "super-seeding"): a broadcast's makespan is bound by the holder's link carrying
+one copy, not one per reader. A reader that made no progress for ``stall`` seconds (a peer
+that claimed a piece died, say) takes from the holders any piece, rarest first. Pieces being
+fetched and pieces written are announced on the :class:`PieceBoard` of the file (the
+tracker), where the other readers look for sources; taking a piece from a holder is one
+atomic change of the board, so two readers rarely take the same one. The
 whole file's CRC32C, combined from the pieces' CRCs, must equal the recorded one: a bad
 piece from a peer fails the exchange and the caller fetches from the holders. Finally the
 reader drops its shared partial copy (it registers the finished file as a holder instead:
@@ -33,10 +37,16 @@ from typing import Any
 
 from tomus import _native
 
-__all__ = ["PIECE", "DaskBoard", "PieceBoard", "board", "exchange"]
+__all__ = ["PIECE", "DaskBoard", "PieceBoard", "board", "exchange", "piece_size"]
 
 PIECE = 8 << 20
-"""Bytes per piece (the native fetch's piece)."""
+"""The native fetch's piece: files over one piece are exchanged."""
+PIECES = 32
+"""Pieces of an exchanged file, within :data:`MIN_PIECE` and :data:`PIECE` each: enough for
+a holder's first pieces to reach the readers, and be passed on, early in the broadcast."""
+MIN_PIECE = 1 << 20
+STALL = 4.0
+"""Seconds without a piece before a reader takes from the holders pieces others claimed."""
 READS = 4
 """Parallel piece reads of one reader."""
 PER_SOURCE = 1
@@ -76,6 +86,19 @@ class PieceBoard:
     def peers(self, path: str) -> dict[str, Peer]:
         with self._guard:
             return {a: (n, set(h), set(c)) for a, (n, h, c) in self._files.get(path, {}).items()}
+
+    def take(
+        self, path: str, addr: str, candidates: list[int], ignore: set[str], rarest: bool
+    ) -> int | None:
+        """Claims for ``addr`` the first of ``candidates`` no other reader (outside
+        ``ignore``) has or fetches, and returns it; with ``rarest``, the one fewest have or
+        fetch. ``None``: every candidate is on its way to someone else."""
+        with self._guard:
+            entries = self._files.setdefault(path, {})
+            choice = _choose(entries, addr, candidates, ignore, rarest)
+            if choice is not None and addr in entries:
+                entries[addr][2].add(choice)
+            return choice
 
     def leave(self, path: str, addr: str) -> None:
         with self._guard:
@@ -134,6 +157,22 @@ class DaskBoard(PieceBoard):
     def have(self, path: str, addr: str, piece: int) -> None:
         self._announce(path, addr, piece, 0)
 
+    def take(
+        self, path: str, addr: str, candidates: list[int], ignore: set[str], rarest: bool
+    ) -> int | None:
+        chosen: list[int | None] = [None]
+
+        def pick(s: dict[str, Any]) -> None:
+            entries = {a: (n, set(h), set(c)) for a, (n, h, c) in s.items()}
+            chosen[0] = choice = _choose(entries, addr, candidates, ignore, rarest)
+            if choice is not None and addr in s:
+                name, have, claimed = s[addr]
+                s[addr] = (name, have, sorted({*claimed, choice}))
+
+        self._change(path, pick)
+        self._read = (0.0, {})  # the next look at the board sees this claim
+        return chosen[0]
+
     def peers(self, path: str) -> dict[str, Peer]:
         from distributed import Variable
 
@@ -150,6 +189,26 @@ class DaskBoard(PieceBoard):
 
     def leave(self, path: str, addr: str) -> None:
         self._change(path, lambda s: s.pop(addr, None))
+
+
+def _choose(
+    entries: dict[str, Peer], me: str, candidates: list[int], ignore: set[str], rarest: bool
+) -> int | None:
+    spread = Counter(
+        x
+        for a, (_, have, claimed) in entries.items()
+        if a != me and a not in ignore
+        for x in have | claimed
+    )
+    if rarest:
+        return min(candidates, key=lambda x: spread[x], default=None)
+    return next((x for x in candidates if spread[x] == 0), None)
+
+
+def piece_size(size: int) -> int:
+    """Bytes per piece when exchanging a file of ``size`` bytes (whole MiB)."""
+    per = -(-size // PIECES)
+    return min(PIECE, max(MIN_PIECE, -(-per // MIN_PIECE) * MIN_PIECE))
 
 
 _LOCAL = PieceBoard()
@@ -179,11 +238,14 @@ def exchange(
     the_board: PieceBoard | None = None,
     reads: int = READS,
     per_source: int = PER_SOURCE,
+    stall: float = STALL,
 ) -> dict[str, Any]:
     """Fetches the registered file ``path`` into ``dest`` by pieces from its holders and from
-    the readers still downloading it, sharing ours through ``provider`` meanwhile. Returns
-    ``{bytes, served: [(addr, bytes)], failures, pieces: [(piece, addr, "holder"|"peer")],
-    peer_bytes}``; raises :class:`ExchangeFailed` when the copy does not check out."""
+    the readers still downloading it, sharing ours through ``provider`` meanwhile; after
+    ``stall`` seconds without a piece it also takes from the holders pieces others claimed.
+    Returns ``{bytes, piece (bytes per piece), served: [(addr, bytes)], failures,
+    pieces: [(piece, addr, "holder"|"peer")], peer_bytes}``; raises :class:`ExchangeFailed`
+    when the copy does not check out."""
     b = the_board or board()
     rec = _native.registered_file(client, path, wait_checksum=True)
     size = int(rec["size"])
@@ -191,7 +253,7 @@ def exchange(
     holders = {h["addr"]: h["name"] for h in rec["holders"] if h["alive"] and h["addr"]}
     if not holders:
         raise ExchangeFailed(f"{path}: no live holder")
-    n = max(1, -(-size // PIECE))
+    piece = piece_size(size)
     fd = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     shared: str | None = None
     try:
@@ -203,7 +265,7 @@ def exchange(
         if shared is not None:
             b.join(path, provider, shared)
         return _fetch_pieces(
-            client, b, path, fd, size, n, expected, holders, provider, reads, per_source
+            client, b, path, fd, size, piece, expected, holders, provider, reads, per_source, stall
         )
     finally:
         os.close(fd)
@@ -220,13 +282,15 @@ def _fetch_pieces(
     path: str,
     fd: int,
     size: int,
-    n: int,
+    piece_bytes: int,
     expected: int,
     holders: dict[str, str],
     me: str,
     reads: int,
     per_source: int,
+    stall: float,
 ) -> dict[str, Any]:
+    n = max(1, -(-size // piece_bytes))
     order = list(range(n))
     random.shuffle(order)  # readers start on different pieces: they have some to exchange
     todo = set(order)
@@ -237,14 +301,55 @@ def _fetch_pieces(
     inflight: Counter[str] = Counter()
     bad_peers: set[str] = set()
     guard = threading.Lock()
+    taking = threading.Lock()  # one of our threads at a time takes a piece from a holder
+    progress = [time.monotonic()]
     error: list[BaseException] = []
 
+    def from_peer(peers: dict[str, Peer]) -> tuple[int, str, str] | None:
+        """Under ``guard``: a piece to fetch from a peer this reader is not reading from yet
+        (the read counted in flight), if one has a piece still to do."""
+        free_peers = [a for a in peers if inflight[a] < per_source]
+        random.shuffle(free_peers)
+        free_peers.sort(key=lambda a: inflight[a])
+        for p in order:
+            if p in todo:
+                a = next((a for a in free_peers if p in peers[a][1]), None)
+                if a is not None:
+                    todo.discard(p)
+                    inflight[a] += 1
+                    return p, a, peers[a][0]
+        return None
+
+    def from_holder(peers: dict[str, Peer]) -> tuple[int, str, str] | None:
+        """A piece to fetch from a holder this reader is not reading from yet (the read
+        counted in flight): one no other reader has or fetches, or after ``stall`` seconds
+        without progress the rarest. ``peers`` (the board as last read) spares the board a
+        change when every piece left is already on its way to someone."""
+        with taking:
+            with guard:
+                free = [a for a in holders if inflight[a] < per_source]
+                if not free or not todo:
+                    return None
+                candidates = [x for x in order if x in todo]
+                rarest = time.monotonic() - progress[0] > stall
+                if _choose(peers, me, candidates, set(), rarest) is None:
+                    return None
+                random.shuffle(free)
+                free.sort(key=lambda a: inflight[a])
+                addr = free[0]
+                inflight[addr] += 1
+            p = b.take(path, me, candidates, bad_peers | set(holders), rarest)
+            with guard:
+                if p is None or p not in todo:
+                    inflight[addr] -= 1
+                    return None
+                todo.discard(p)
+                return p, addr, holders[addr]
+
     def next_piece() -> tuple[int, list[tuple[str, str, str]]] | None:
-        """A piece to fetch and its sources, the chosen one first (its read counted in
-        flight): a piece a peer has, from a peer this reader is not reading from yet; else,
-        from a holder this reader is not reading from yet, the piece fewest peers have or
-        fetch (rarest first: readers fetch different pieces from the holders, then exchange
-        them). Waits while every source is busy; ``None`` when nothing is left."""
+        """A piece to fetch and its sources, the chosen one first: from a peer if one has a
+        piece still to do, else from a holder (see :func:`from_holder`). Waits while no
+        source is free; ``None`` when nothing is left."""
         while True:
             peers = {
                 a: p
@@ -254,35 +359,16 @@ def _fetch_pieces(
             with guard:
                 if not todo or error:
                     return None
-                chosen: tuple[int, str, str, str] | None = None
-                free_peers = [a for a in peers if inflight[a] < per_source]
-                random.shuffle(free_peers)
-                free_peers.sort(key=lambda a: inflight[a])
-                for p in order:
-                    if p not in todo:
-                        continue
-                    a = next((a for a in free_peers if p in peers[a][1]), None)
-                    if a is not None:
-                        chosen = (p, a, peers[a][0], "peer")
-                        break
-                if chosen is None:
-                    free = [a for a in holders if inflight[a] < per_source]
-                    if free:
-                        random.shuffle(free)
-                        free.sort(key=lambda a: inflight[a])
-                        spread = Counter(
-                            x for _, have, claimed in peers.values() for x in have | claimed
-                        )
-                        p = min((x for x in order if x in todo), key=lambda x: spread[x])
-                        chosen = (p, free[0], holders[free[0]], "holder")
-                if chosen is not None:
-                    p, addr, name, kind = chosen
-                    todo.discard(p)
-                    inflight[addr] += 1
-                    others = [(a, n[0], "peer") for a, n in peers.items() if p in n[1]]
-                    others += [(a, n, "holder") for a, n in holders.items()]
-                    rest = [s for s in others if s[0] != addr]
-                    return p, [(addr, name, kind), *rest]
+                chosen = from_peer(peers)
+            kind = "peer"
+            if chosen is None:
+                chosen, kind = from_holder(peers), "holder"
+            if chosen is not None:
+                p, addr, name = chosen
+                others = [(a, x[0], "peer") for a, x in peers.items() if p in x[1]]
+                others += [(a, x, "holder") for a, x in holders.items()]
+                rest = [s for s in others if s[0] != addr]
+                return p, [(addr, name, kind), *rest]
             time.sleep(0.02)
 
     def worker() -> None:
@@ -291,8 +377,8 @@ def _fetch_pieces(
             if picked is None:
                 return
             piece, sources = picked
-            offset = piece * PIECE
-            length = min(PIECE, size - offset)
+            offset = piece * piece_bytes
+            length = min(piece_bytes, size - offset)
             b.claim(path, me, piece)
             for k, (addr, name, kind) in enumerate(sources):
                 if k > 0:  # the first source's read was counted when it was chosen
@@ -314,6 +400,7 @@ def _fetch_pieces(
                     crcs[piece] = crc
                     served[addr] += length
                     log.append((piece, addr, kind))
+                    progress[0] = time.monotonic()
                 b.have(path, me, piece)
                 break
             else:
@@ -330,12 +417,15 @@ def _fetch_pieces(
         raise error[0]
     whole = 0
     for i, crc in enumerate(crcs):
-        whole = _native.crc32c_combine(whole, crc, min(PIECE, size - i * PIECE))
+        whole = _native.crc32c_combine(whole, crc, min(piece_bytes, size - i * piece_bytes))
     if whole != expected:
         raise ExchangeFailed(f"{path}: checksum {whole:08x}, expected {expected:08x}")
-    peer_bytes = sum(min(PIECE, size - p * PIECE) for p, _, kind in log if kind == "peer")
+    peer_bytes = sum(
+        min(piece_bytes, size - p * piece_bytes) for p, _, kind in log if kind == "peer"
+    )
     return {
         "bytes": size,
+        "piece": piece_bytes,
         "served": sorted(served.items()),
         "failures": failures,
         "pieces": sorted(log),
