@@ -361,6 +361,10 @@ def one_run(
         # Cores used by the deployment itself on average (CPU seconds / wall seconds).
         "own_cores": round((own1 - own0) / wall, 2),
         "equal_reference": bool(equal),
+        # Swarm readers' piece timelines (piece, source kind, start s, end s).
+        "timelines": [
+            x["timeline"] for t in report.tasks.values() for x in t["transfers"] if x["timeline"]
+        ],
     }
     print(json.dumps(row), flush=True)
     with contextlib.suppress(Exception):

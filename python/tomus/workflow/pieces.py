@@ -59,33 +59,83 @@ Peer = tuple[str, set[int], set[int]]
 """A reader on the board: its shared copy's name, the pieces it has, those it is fetching."""
 
 
+def _make_board_op() -> Any:
+    """The board's one operation, as a function with no reference to this package, so that
+    Dask pickles it by value: the scheduler runs it without importing tomus."""
+
+    def op(files: dict[str, Any], path: str, addr: str, action: str, arg: Any) -> Any:
+        """``files``: path -> reader address -> (copy name, pieces had, pieces claimed)."""
+        entries = files.get(path, {})
+        if action == "join":
+            files.setdefault(path, {})[addr] = (arg, set(), set())
+        elif action == "leave":
+            entries.pop(addr, None)
+            if not entries:
+                files.pop(path, None)
+        elif action == "announce":
+            if addr in entries:
+                entries[addr][1].update(arg[0])
+                entries[addr][2].update(arg[1])
+        elif action == "peers":
+            return {a: (n, sorted(h), sorted(c)) for a, (n, h, c) in entries.items()}
+        elif action == "take":
+            # The first candidate no other reader (outside `ignore`) has or fetches, or with
+            # `rarest` the one fewest do; claimed for `addr`.
+            candidates, ignore, rarest = arg
+            spread: dict[int, int] = {}
+            for a, (_, have, claimed) in entries.items():
+                if a != addr and a not in ignore:
+                    for x in have | claimed:
+                        spread[x] = spread.get(x, 0) + 1
+            if rarest:
+                choice = min(candidates, key=lambda x: spread.get(x, 0), default=None)
+            else:
+                choice = next((x for x in candidates if x not in spread), None)
+            if choice is not None and addr in entries:
+                entries[addr][2].add(choice)
+            return choice
+        else:
+            raise ValueError(f"no board action {action!r}")
+        return None
+
+    def on_scheduler(
+        path: str, addr: str, action: str, arg: Any, dask_scheduler: Any = None
+    ) -> Any:
+        # The scheduler runs one function at a time on its event loop: each call is atomic.
+        files = dask_scheduler.__dict__.setdefault("_tomus_piece_boards", {})
+        return op(files, path, addr, action, arg)
+
+    return op, on_scheduler
+
+
+_board_op, _on_scheduler = _make_board_op()
+
+
 class PieceBoard:
     """Which readers of a file are downloading, their shared copies, the pieces they have and
-    those they are fetching (claims: other readers then fetch other pieces first)."""
+    those they are fetching (claims: other readers then fetch other pieces first). This one
+    lives in this process: for threads reading one file (the tests)."""
 
     def __init__(self) -> None:
-        self._files: dict[str, dict[str, Peer]] = {}
+        self._files: dict[str, Any] = {}
         self._guard = threading.Lock()
 
-    def join(self, path: str, addr: str, name: str) -> None:
+    def _call(self, path: str, addr: str, action: str, arg: Any = None) -> Any:
         with self._guard:
-            self._files.setdefault(path, {})[addr] = (name, set(), set())
+            return _board_op(self._files, path, addr, action, arg)
+
+    def join(self, path: str, addr: str, name: str) -> None:
+        self._call(path, addr, "join", name)
 
     def claim(self, path: str, addr: str, piece: int) -> None:
-        with self._guard:
-            peer = self._files.get(path, {}).get(addr)
-            if peer is not None:
-                peer[2].add(piece)
+        self._call(path, addr, "announce", ((), (piece,)))
 
     def have(self, path: str, addr: str, piece: int) -> None:
-        with self._guard:
-            peer = self._files.get(path, {}).get(addr)
-            if peer is not None:
-                peer[1].add(piece)
+        self._call(path, addr, "announce", ((piece,), ()))
 
     def peers(self, path: str) -> dict[str, Peer]:
-        with self._guard:
-            return {a: (n, set(h), set(c)) for a, (n, h, c) in self._files.get(path, {}).items()}
+        raw = self._call(path, "", "peers")
+        return {a: (n, set(h), set(c)) for a, (n, h, c) in raw.items()}
 
     def take(
         self, path: str, addr: str, candidates: list[int], ignore: set[str], rarest: bool
@@ -93,22 +143,17 @@ class PieceBoard:
         """Claims for ``addr`` the first of ``candidates`` no other reader (outside
         ``ignore``) has or fetches, and returns it; with ``rarest``, the one fewest have or
         fetch. ``None``: every candidate is on its way to someone else."""
-        with self._guard:
-            entries = self._files.setdefault(path, {})
-            choice = _choose(entries, addr, candidates, ignore, rarest)
-            if choice is not None and addr in entries:
-                entries[addr][2].add(choice)
-            return choice
+        return self._call(path, addr, "take", (candidates, ignore, rarest))  # type: ignore[no-any-return]
 
     def leave(self, path: str, addr: str) -> None:
-        with self._guard:
-            self._files.get(path, {}).pop(addr, None)
+        self._call(path, addr, "leave")
 
 
 class DaskBoard(PieceBoard):
-    """The board kept by the Dask scheduler: readers on every worker share it. Claims and
-    pieces are sent at most every :attr:`every` seconds, and the board read at most as often,
-    to spare the scheduler."""
+    """The board kept by the Dask scheduler, so readers on every worker share it: each
+    operation is one call run on the scheduler (atomic there, no lock). Claims and pieces
+    are sent at most every :attr:`every` seconds, by a timer that takes along what was
+    announced meanwhile, and the board is read at most as often, to spare the scheduler."""
 
     every = 0.05
 
@@ -116,40 +161,33 @@ class DaskBoard(PieceBoard):
         super().__init__()
         self._pending: dict[tuple[str, str], tuple[set[int], set[int]]] = {}
         self._sent = 0.0
+        self._timer: threading.Timer | None = None
         self._read: tuple[float, dict[str, Peer]] = (0.0, {})
 
-    def _change(self, path: str, change: Any) -> None:
-        from distributed import Lock, Variable
+    def _call(self, path: str, addr: str, action: str, arg: Any = None) -> Any:
+        from distributed import get_client
 
-        var = Variable(f"tomus-pieces:{path}")
-        with Lock(f"tomus-pieces-lock:{path}"):
-            try:
-                state = dict(var.get(timeout=0))
-            except Exception:  # not set yet
-                state = {}
-            change(state)
-            var.set(state)
-
-    def join(self, path: str, addr: str, name: str) -> None:
-        self._change(path, lambda s: s.__setitem__(addr, (name, [], [])))
+        return get_client().run_on_scheduler(_on_scheduler, path, addr, action, arg)
 
     def _announce(self, path: str, addr: str, piece: int, kind: int) -> None:
         with self._guard:
             self._pending.setdefault((path, addr), (set(), set()))[kind].add(piece)
-            if time.monotonic() - self._sent < self.every:
-                return
+            if self._timer is not None:
+                return  # a send is due: it takes this one along
+            wait = max(0.0, self.every - (time.monotonic() - self._sent))
+            self._timer = threading.Timer(wait, self._send)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _send(self) -> None:
+        with self._guard:
+            self._timer = None
             self._sent = time.monotonic()
             pending, self._pending = self._pending, {}
         for (p, a), (have, claimed) in pending.items():
-
-            def add(
-                s: dict[str, Any], a: str = a, h: set[int] = have, c: set[int] = claimed
-            ) -> None:
-                if a in s:
-                    name, old_h, old_c = s[a]
-                    s[a] = (name, sorted(set(old_h) | h), sorted(set(old_c) | c))
-
-            self._change(p, add)
+            # Announcements are hints: a reader that misses one reads from a holder.
+            with contextlib.suppress(Exception):
+                self._call(p, a, "announce", (sorted(have), sorted(claimed)))
 
     def claim(self, path: str, addr: str, piece: int) -> None:
         self._announce(path, addr, piece, 1)
@@ -160,49 +198,20 @@ class DaskBoard(PieceBoard):
     def take(
         self, path: str, addr: str, candidates: list[int], ignore: set[str], rarest: bool
     ) -> int | None:
-        chosen: list[int | None] = [None]
-
-        def pick(s: dict[str, Any]) -> None:
-            entries = {a: (n, set(h), set(c)) for a, (n, h, c) in s.items()}
-            chosen[0] = choice = _choose(entries, addr, candidates, ignore, rarest)
-            if choice is not None and addr in s:
-                name, have, claimed = s[addr]
-                s[addr] = (name, have, sorted({*claimed, choice}))
-
-        self._change(path, pick)
+        choice = super().take(path, addr, candidates, ignore, rarest)
         self._read = (0.0, {})  # the next look at the board sees this claim
-        return chosen[0]
+        return choice
 
     def peers(self, path: str) -> dict[str, Peer]:
-        from distributed import Variable
-
         at, state = self._read
         if time.monotonic() - at < self.every:
             return state
         try:
-            raw = Variable(f"tomus-pieces:{path}").get(timeout=0)
-        except Exception:
-            raw = {}
-        state = {a: (n, set(h), set(c)) for a, (n, h, c) in raw.items()}
+            state = super().peers(path)
+        except Exception:  # the board is a hint: without it, the holders serve
+            state = {}
         self._read = (time.monotonic(), state)
         return state
-
-    def leave(self, path: str, addr: str) -> None:
-        self._change(path, lambda s: s.pop(addr, None))
-
-
-def _choose(
-    entries: dict[str, Peer], me: str, candidates: list[int], ignore: set[str], rarest: bool
-) -> int | None:
-    spread = Counter(
-        x
-        for a, (_, have, claimed) in entries.items()
-        if a != me and a not in ignore
-        for x in have | claimed
-    )
-    if rarest:
-        return min(candidates, key=lambda x: spread[x], default=None)
-    return next((x for x in candidates if spread[x] == 0), None)
 
 
 def piece_size(size: int) -> int:
@@ -244,7 +253,8 @@ def exchange(
     the readers still downloading it, sharing ours through ``provider`` meanwhile; after
     ``stall`` seconds without a piece it also takes from the holders pieces others claimed.
     Returns ``{bytes, piece (bytes per piece), served: [(addr, bytes)], failures,
-    pieces: [(piece, addr, "holder"|"peer")], peer_bytes}``; raises :class:`ExchangeFailed`
+    pieces: [(piece, addr, "holder"|"peer")], peer_bytes, timeline: [(piece, "holder"|"peer",
+    start s, end s)]}``; raises :class:`ExchangeFailed`
     when the copy does not check out."""
     b = the_board or board()
     rec = _native.registered_file(client, path, wait_checksum=True)
@@ -296,6 +306,8 @@ def _fetch_pieces(
     todo = set(order)
     crcs = [0] * n
     log: list[tuple[int, str, str]] = []
+    began = time.monotonic()
+    timeline: list[tuple[int, str, float, float]] = []
     served: Counter[str] = Counter()
     failures: list[tuple[str, str]] = []
     inflight: Counter[str] = Counter()
@@ -332,7 +344,9 @@ def _fetch_pieces(
                     return None
                 candidates = [x for x in order if x in todo]
                 rarest = time.monotonic() - progress[0] > stall
-                if _choose(peers, me, candidates, set(), rarest) is None:
+                # The board's own choice on our copy of it (``me`` is not in ``peers``:
+                # nothing is claimed).
+                if _board_op({path: peers}, path, me, "take", (candidates, (), rarest)) is None:
                     return None
                 random.shuffle(free)
                 free.sort(key=lambda a: inflight[a])
@@ -347,9 +361,10 @@ def _fetch_pieces(
                 return p, addr, holders[addr]
 
     def next_piece() -> tuple[int, list[tuple[str, str, str]]] | None:
-        """A piece to fetch and its sources, the chosen one first: from a peer if one has a
-        piece still to do, else from a holder (see :func:`from_holder`). Waits while no
-        source is free; ``None`` when nothing is left."""
+        """A piece to fetch and its sources, the chosen one first: from a holder if one is
+        free and a piece no reader has is left (see :func:`from_holder`), else from a peer
+        that has a piece still to do. Waits while no source is free; ``None`` when nothing
+        is left."""
         while True:
             peers = {
                 a: p
@@ -359,10 +374,12 @@ def _fetch_pieces(
             with guard:
                 if not todo or error:
                     return None
-                chosen = from_peer(peers)
-            kind = "peer"
+            # The holders first: a piece no reader has yet is what the swarm lacks most,
+            # and a holder kept busy puts the file into the swarm the soonest.
+            chosen, kind = from_holder(peers), "holder"
             if chosen is None:
-                chosen, kind = from_holder(peers), "holder"
+                with guard:
+                    chosen, kind = from_peer(peers), "peer"
             if chosen is not None:
                 p, addr, name = chosen
                 others = [(a, x[0], "peer") for a, x in peers.items() if p in x[1]]
@@ -384,6 +401,7 @@ def _fetch_pieces(
                 if k > 0:  # the first source's read was counted when it was chosen
                     with guard:
                         inflight[addr] += 1
+                t0 = time.monotonic()
                 try:
                     data, crc = _native.read_registered(client, addr, name, offset, length)
                 except Exception as e:
@@ -401,6 +419,7 @@ def _fetch_pieces(
                     served[addr] += length
                     log.append((piece, addr, kind))
                     progress[0] = time.monotonic()
+                    timeline.append((piece, kind, t0 - began, progress[0] - began))
                 b.have(path, me, piece)
                 break
             else:
@@ -430,4 +449,5 @@ def _fetch_pieces(
         "failures": failures,
         "pieces": sorted(log),
         "peer_bytes": peer_bytes,
+        "timeline": timeline,
     }

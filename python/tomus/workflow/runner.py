@@ -139,6 +139,8 @@ def _execute(spec: dict[str, Any]) -> dict[str, Any]:
                 "failures": [list(f) for f in result.get("failures", [])],
                 # Swarm: bytes from readers still downloading (piece exchange).
                 "peer_bytes": int(result.get("peer_bytes", 0)),
+                # Swarm: when each piece was read, from which kind of source.
+                "timeline": [list(t) for t in result.get("timeline", [])],
             }
         )
     ran = time.time()
