@@ -8,6 +8,7 @@ threshold. Writes JSON (medians of --repeat fetches per size and module).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -44,22 +45,22 @@ def main() -> None:
             src = Path(tmp) / f"src-{size}"
             src.write_bytes(data)
             reg = f"/bench/reg-{size}"
-            t_register = timed(lambda: workflow.register(client, src, reg, provider=provs[0]))
+            t_register = timed(functools.partial(workflow.register, client, src, reg, provider=provs[0]))
             for i, p in enumerate(provs[1:]):
                 c = Path(tmp) / f"copy{i}-{size}"
                 c.write_bytes(data)
                 workflow.register(client, c, reg, provider=p)
             workflow.registered(client, reg)
             store = f"/bench/store-{size}"
-            t_put = timed(lambda: fs.pipe(store, data))
+            t_put = timed(functools.partial(fs.pipe, store, data))
             dest = Path(tmp) / "dest"
             res: dict[str, list[float]] = {"registered_direct": [], "swarm": [], "store": []}
             for _ in range(args.repeat):
                 res["registered_direct"].append(
-                    timed(lambda: workflow.fetch(client, reg, dest, holders=[provs[0]]))
+                    timed(functools.partial(workflow.fetch, client, reg, dest, holders=[provs[0]]))
                 )
-                res["swarm"].append(timed(lambda: workflow.fetch(client, reg, dest, mode="swarm")))
-                res["store"].append(timed(lambda: dest.write_bytes(fs.cat(store))))
+                res["swarm"].append(timed(functools.partial(workflow.fetch, client, reg, dest, mode="swarm")))
+                res["store"].append(timed(lambda dest=dest, store=store: dest.write_bytes(fs.cat(store))))
             row = {
                 "size": size,
                 "register_s": t_register,
