@@ -38,6 +38,8 @@ const REGISTERED_SMALL_BYTES: u64 = 15 << 20;
 /// Memory for those small registered files (oldest dropped first); apart from the chunk
 /// memory tier, which is off by default.
 const REGISTERED_MEMORY_BYTES: u64 = 256 << 20;
+/// How often partial copies left by readers that died are looked for.
+const PARTIAL_SWEEP: Duration = Duration::from_secs(600);
 /// Requests to the manager must fail fast: a stuck heartbeat would hide the provider's state.
 const MANAGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Repair copies from other providers: a peer that does not accept within this is down.
@@ -127,17 +129,18 @@ pub async fn run(
         ));
     }
     let agent = tomus_steward::probe::Agent::new(advertise.clone(), config.secret.clone());
-    let registered = RegisteredFiles::new(
+    let registered = Arc::new(RegisteredFiles::new(
         config.data_dir.join("registered"),
         config.manager.clone(),
         peers.clone(),
         REGISTERED_SMALL_BYTES,
         REGISTERED_MEMORY_BYTES,
-    );
+    ));
+    let partial_copies = registered.clone();
     let service = Arc::new(
         ProviderService::new(chunks.clone(), tier, meta, peers)
             .with_agent(agent)
-            .with_registered(Arc::new(registered)),
+            .with_registered(registered),
     );
     let load = Arc::new(LoadGauge::observed(tomus_metrics::RpcObserver::shared()));
     let pool = Pool::new(RpcConfig {
@@ -186,6 +189,20 @@ pub async fn run(
     tokio::select! {
         _ = serving => Err(Error::internal("provider accept loop ended")),
         _ = beating => Err(Error::internal("provider heartbeat loop ended")),
+        _ = sweep_partial_copies(partial_copies) => Err(Error::internal("partial copy sweep ended")),
+    }
+}
+
+/// Removes, at start and then every [`PARTIAL_SWEEP`], the partial copies of swarm readers
+/// that died (see [`registered::PARTIAL_IDLE`]).
+async fn sweep_partial_copies(files: Arc<RegisteredFiles>) {
+    loop {
+        match files.sweep_idle_partials(registered::PARTIAL_IDLE).await {
+            Ok((0, _)) => {}
+            Ok((n, bytes)) => tracing::info!("removed {n} idle partial copies ({bytes} bytes)"),
+            Err(e) => tracing::warn!("sweeping partial copies: {e}"),
+        }
+        tokio::time::sleep(PARTIAL_SWEEP).await;
     }
 }
 

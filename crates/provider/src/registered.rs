@@ -14,12 +14,14 @@
 //!
 //! A copy adopted without a path is one still being written (a swarm reader sharing the
 //! pieces it has with the other readers): served by range, never checksummed nor kept in
-//! memory. Copies go with `DropRegistered`: the manager's collection of deleted files'
-//! copies, or a reader dropping its shared partial copy.
+//! memory, and kept apart in `partial/`. Copies go with `DropRegistered`: the manager's
+//! collection of deleted files' copies, or a reader dropping its shared partial copy. A
+//! reader that dies never drops its partial copy, and the manager never knew of it: partial
+//! copies nobody wrote to for [`PARTIAL_IDLE`] are removed ([`sweep_idle`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +38,11 @@ use crate::{blocking, io_error};
 const RECORD_FOR: Duration = Duration::from_secs(60);
 /// Longest copy name accepted from a reader.
 const MAX_NAME: usize = 64;
+/// Where partial copies (files still being written by a reader) are kept.
+const PARTIAL: &str = "partial";
+/// A partial copy nobody wrote to for this long belongs to a reader that is gone (a live
+/// one writes a piece every few seconds, even on a slow link).
+pub const PARTIAL_IDLE: Duration = Duration::from_secs(3600);
 
 /// The registered files of one provider.
 pub struct RegisteredFiles {
@@ -116,7 +123,11 @@ impl RegisteredFiles {
             std::process::id(),
             self.counter.fetch_add(1, Ordering::Relaxed)
         );
-        let dir = self.dir.clone();
+        let dir = if tomus_path.is_empty() {
+            self.dir.join(PARTIAL)
+        } else {
+            self.dir.clone()
+        };
         let target = dir.join(&name);
         let size = blocking(move || {
             let meta = std::fs::metadata(&local)
@@ -235,12 +246,10 @@ impl RegisteredFiles {
         blocking(move || {
             let mut freed = 0;
             for name in names {
-                let path = dir.join(&name);
-                let len = match std::fs::metadata(&path) {
-                    Ok(m) => m.len(),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(io_error(format_args!("copy {name}"), e)),
+                let Some((path, meta)) = find(&dir, &name)? else {
+                    continue;
                 };
+                let len = meta.len();
                 match std::fs::remove_file(&path) {
                     Ok(()) => freed += len,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -267,8 +276,11 @@ impl RegisteredFiles {
             let end = check_range(&name, offset, len, size)?;
             return Ok((Payload::Bytes(data.slice(offset as usize..end)), size));
         }
-        let path = self.dir.join(&name);
+        let dir = self.dir.clone();
         blocking(move || {
+            let Some((path, _)) = find(&dir, &name)? else {
+                return Err(Error::not_found(format!("no registered copy {name} here")));
+            };
             let file = match std::fs::File::open(&path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -285,6 +297,52 @@ impl RegisteredFiles {
         })
         .await
     }
+
+    /// Removes the partial copies nobody wrote to for `idle` (see [`sweep_idle`]).
+    pub async fn sweep_idle_partials(&self, idle: Duration) -> Result<(usize, u64)> {
+        let dir = self.dir.join(PARTIAL);
+        blocking(move || sweep_idle(&dir, idle, std::time::SystemTime::now())).await
+    }
+}
+
+/// Where copy `name` lies (the registered directory, or its partial copies) and its
+/// metadata; `None` if in neither.
+fn find(dir: &Path, name: &str) -> Result<Option<(PathBuf, std::fs::Metadata)>> {
+    for path in [dir.join(name), dir.join(PARTIAL).join(name)] {
+        match std::fs::metadata(&path) {
+            Ok(meta) => return Ok(Some((path, meta))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(format_args!("copy {name}"), e)),
+        }
+    }
+    Ok(None)
+}
+
+/// Removes the files of `dir` last modified more than `idle` before `now`; returns how many
+/// and their bytes. A missing directory holds none.
+pub fn sweep_idle(dir: &Path, idle: Duration, now: std::time::SystemTime) -> Result<(usize, u64)> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
+        Err(e) => return Err(io_error(format_args!("listing {}", dir.display()), e)),
+    };
+    let (mut count, mut bytes) = (0, 0);
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(format_args!("listing {}", dir.display()), e))?;
+        let Ok(meta) = entry.metadata() else {
+            continue; // removed meanwhile
+        };
+        let stale = meta
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .is_some_and(|age| age > idle);
+        if meta.is_file() && stale && std::fs::remove_file(entry.path()).is_ok() {
+            count += 1;
+            bytes += meta.len();
+        }
+    }
+    Ok((count, bytes))
 }
 
 /// Refuses names this provider never gives (a path that could leave its directory).
@@ -314,7 +372,7 @@ fn check_range(name: &str, offset: u64, len: u64, size: u64) -> Result<usize> {
 }
 
 /// CRC32C of a whole file, read in large blocks.
-fn crc_of_file(path: &std::path::Path) -> Result<u32> {
+fn crc_of_file(path: &Path) -> Result<u32> {
     use std::io::Read;
     let mut file = std::fs::File::open(path).map_err(|e| io_error("opening", e))?;
     let mut buf = vec![0u8; 4 << 20];
@@ -325,5 +383,39 @@ fn crc_of_file(path: &std::path::Path) -> Result<u32> {
             return Ok(crc);
         }
         crc = crc32c::crc32c_append(crc, &buf[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::sweep_idle;
+    use crate::testutil::TempDir;
+
+    #[test]
+    fn only_partial_copies_idle_for_longer_than_the_limit_are_swept() {
+        let dir = TempDir::new("partials");
+        let hour = Duration::from_secs(3600);
+        let now = SystemTime::now();
+        let idle = dir.path().join("1-2-3");
+        let live = dir.path().join("1-2-4");
+        std::fs::write(&idle, vec![7u8; 1000]).unwrap();
+        std::fs::write(&live, vec![7u8; 10]).unwrap();
+        let old = std::fs::File::options().write(true).open(&idle).unwrap();
+        old.set_modified(now - 2 * hour).unwrap();
+        let recent = std::fs::File::options().write(true).open(&live).unwrap();
+        recent.set_modified(now - hour / 2).unwrap();
+
+        assert_eq!(sweep_idle(dir.path(), hour, now).unwrap(), (1, 1000));
+        assert!(!idle.exists(), "an idle partial copy stayed");
+        assert!(
+            live.exists(),
+            "a partial copy written to recently was removed"
+        );
+        // A reader writing again keeps its copy; an empty or missing directory is fine.
+        assert_eq!(sweep_idle(dir.path(), hour, now).unwrap(), (0, 0));
+        let missing = dir.path().join("none");
+        assert_eq!(sweep_idle(&missing, hour, now).unwrap(), (0, 0));
     }
 }
