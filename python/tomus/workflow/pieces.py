@@ -5,9 +5,10 @@ first holder a hot spot.
 How: a reader creates its destination file at full size and shares it, still being written,
 through its own provider (``share_partial``: a hard link served by range, never
 checksummed). It then fetches the pieces with a few parallel reads, at most one per source
-(BitTorrent's upload slots, seen from the reader): a piece a peer (another reader still
-downloading) has, from that peer; otherwise, from a holder, a piece no other reader has or
-is fetching. The holders thus serve each piece about once and the readers pass it on
+(BitTorrent's upload slots, seen from the reader): from a free holder, a piece no other
+reader has or is fetching, while one is left; otherwise a piece a peer (another reader still
+downloading) has, from that peer. The holders thus serve each piece about once, as early as
+their links allow, and the readers pass it on
 (BitTorrent's "super-seeding"): a broadcast's makespan is bound by the holder's link carrying
 one copy, not one per reader. A reader that made no progress for ``stall`` seconds (a peer
 that claimed a piece died, say) takes from the holders any piece, rarest first. Pieces being
@@ -19,9 +20,9 @@ piece from a peer fails the exchange and the caller fetches from the holders. Fi
 reader drops its shared partial copy (it registers the finished file as a holder instead:
 :meth:`SwarmModule.serve`).
 
-The board lives in this process for threads reading one file (the tests), and with Dask's
-scheduler (a ``distributed.Variable`` per file, changed under a ``distributed.Lock``) inside
-Dask tasks, so readers on every worker see each other.
+The board lives in this process for threads reading one file (the tests), and on Dask's
+scheduler inside Dask tasks (each operation one function run there), so readers on every
+worker see each other.
 """
 
 from __future__ import annotations
@@ -50,9 +51,8 @@ STALL = 4.0
 READS = 4
 """Parallel piece reads of one reader."""
 PER_SOURCE = 1
-"""Reads of one reader in flight from one source: a reader that could read more from the
-first holder takes other pieces from other sources instead, so the readers of a broadcast
-spread over the holder and each other (BitTorrent's upload slots, seen from the reader)."""
+"""Reads of one reader in flight from one source: each source's uplink is shared among the
+readers, not taken by the first (BitTorrent's upload slots, seen from the reader)."""
 
 
 Peer = tuple[str, set[int], set[int]]
