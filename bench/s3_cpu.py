@@ -1,0 +1,135 @@
+"""Server CPU per S3 request, tomus next to MinIO: what each request costs the server.
+
+Why: on this 2-core machine the 8 boto3 processes of ``s3.py`` and the server share the
+cores, so request rates swing 2-3x from round to round with whatever else runs. The CPU
+seconds the server process (and its children) spend per request move much less, and say
+what a request costs whatever the load. Same servers, clients and phases as ``s3.py``
+(its functions are reused): HeadBucket, 4 KiB PutObject and 4 KiB GetObject from P
+processes, the servers alternating round by round; per phase and server, the request rate
+and the server's CPU microseconds per request (utime + stime from /proc), medians.
+
+    cargo build --release -p tomus-cli
+    bench/.venv/bin/python bench/s3_cpu.py [--processes 8] [--small-ops 300] [--rounds 3]
+        [--minio PATH] [--out bench/results/s3-cpu.json]
+
+Needs MinIO (``go install github.com/minio/minio@latest``); what it writes is removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import s3 as common  # the sibling benchmark's servers, clients and phases
+
+PHASES = ["head_bucket", "put_small", "get_small"]
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its direct children so far."""
+    pids = [pid] + [int(x) for x in subprocess.run(
+        ["pgrep", "-P", str(pid)], check=False, capture_output=True, text=True
+    ).stdout.split()]  # fmt: skip
+    total = 0.0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--tomus", default=str(common.ROOT / "target" / "release" / "tomus")
+    )
+    ap.add_argument("--minio", default=str(Path.home() / "go" / "bin" / "minio"))
+    ap.add_argument("--processes", type=int, default=8)
+    ap.add_argument(
+        "--small-ops", type=int, default=300, help="requests per process and phase"
+    )
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--providers", type=int, default=4)
+    ap.add_argument("--out", default="bench/results/s3-cpu.json")
+    cli = ap.parse_args()
+    if not Path(cli.minio).exists():
+        raise SystemExit(
+            f"no MinIO at {cli.minio}: go install github.com/minio/minio@latest"
+        )
+    # What s3.py's phases read from their arguments (small objects only).
+    args = argparse.Namespace(
+        processes=cli.processes, small_ops=cli.small_ops, object_mib=1, range_object_mib=2,
+        range_ops=1, providers=cli.providers, no_fsync=False,
+    )  # fmt: skip
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {}
+    with tempfile.TemporaryDirectory(prefix="tomus-s3-cpu-") as tmp:
+        base = Path(tmp)
+        (base / "tomus").mkdir()
+        tomus, _, tomus_ep = common.start_cluster(
+            cli.tomus, base / "tomus" / "data", args
+        )
+        minio, minio_ep = common.start_minio(cli.minio, base / "minio" / "data")
+        servers = {"tomus": (tomus, tomus_ep), "minio": (minio, minio_ep)}
+        try:
+            for _, endpoint in servers.values():
+                common.prepare(endpoint, args)
+            for _ in range(cli.rounds):
+                for name, (proc, endpoint) in servers.items():
+                    for phase in PHASES:
+                        before = cpu_seconds(proc.pid)
+                        rate = common.run_phase(phase, endpoint, args)
+                        used = cpu_seconds(proc.pid) - before
+                        ops = cli.small_ops * cli.processes
+                        row = {"ops_s": rate, "server_us_per_op": used / ops * 1e6}
+                        runs.setdefault(name, {}).setdefault(phase, []).append(row)
+                        print(
+                            json.dumps({"server": name, "phase": phase, **row}),
+                            flush=True,
+                        )
+        finally:
+            for proc, _ in servers.values():
+                common.stop(proc)
+    median = {
+        name: {
+            phase: {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+            for phase, rows in phases.items()
+        }
+        for name, phases in runs.items()
+    }
+    ratios = {
+        phase: {
+            "ops_s_tomus_over_minio": median["tomus"][phase]["ops_s"]
+            / median["minio"][phase]["ops_s"],
+            "cpu_per_op_minio_over_tomus": median["minio"][phase]["server_us_per_op"]
+            / median["tomus"][phase]["server_us_per_op"],
+        }
+        for phase in PHASES
+    }
+    out = Path(cli.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "bench": "s3-cpu",
+        "note": f"{cli.processes} boto3 processes, {cli.small_ops} requests each per phase, "
+                f"servers alternating over {cli.rounds} rounds, fsync on, "
+                f"{cli.providers} providers in tomus up; server CPU from /proc "
+                f"(process and children); {os.cpu_count()} cores shared with the clients",
+        "median": median,
+        "ratios": ratios,
+        "runs": runs,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }, indent=1))  # fmt: skip
+    print(json.dumps({"median": median, "ratios": ratios}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
