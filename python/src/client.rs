@@ -61,6 +61,7 @@ impl Conn {
             parallelism: settings.parallelism,
             request_timeout: seconds("timeout", settings.timeout)?,
             connect_timeout: seconds("connect_timeout", settings.connect_timeout)?,
+            ..ClientOptions::default()
         };
         Ok(Conn {
             addr,

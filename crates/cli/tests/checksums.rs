@@ -153,7 +153,9 @@ async fn damaged_transfers_are_refused_and_read_elsewhere() {
     let _child = Killed(provider_behind(&tc.addr(), &dir, &real, &advertised));
     let damage = Arc::new(Damage::default());
     tokio::spawn(proxy(listener, real.clone(), damage.clone()));
-    let client = tc.client().await;
+    // Through the providers' sockets: a read from the files of a provider on this host would
+    // not cross the damaging link at all.
+    let client = tc.client_through_providers().await;
     for _ in 0..100 {
         if client
             .providers()
@@ -186,7 +188,7 @@ async fn damaged_transfers_are_refused_and_read_elsewhere() {
 
     // Damaged on the way in: refused by the provider, stored elsewhere. A new client: this
     // one avoids the provider that sent it damaged bytes for a few seconds.
-    let client = tc.client().await;
+    let client = tc.client_through_providers().await;
     let before = held(&real).await;
     damage.up.store(true, Ordering::SeqCst);
     let stored = client.create_blob(CHUNK, 2).await.unwrap();

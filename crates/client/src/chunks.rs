@@ -158,6 +158,20 @@ async fn read_from(
     out: &mut [u8],
 ) -> Result<()> {
     let addr = cluster.addr_of(id).await?;
+    if cluster.local.wants(piece) && cluster.healthy(id).await {
+        match cluster
+            .local
+            .read(&cluster.pool, id, &addr, piece, out)
+            .await
+        {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => tracing::debug!(
+                "short-circuit read of chunk {} of provider {id} failed, reading through it: {e}",
+                piece.chunk
+            ),
+        }
+    }
     let req = GetChunk {
         id: piece.chunk,
         offset: piece.chunk_offset,

@@ -11,6 +11,7 @@ use tomus_wire::manager::ListProviders;
 use tomus_wire::{Error, ErrorKind, Pool, ProviderInfo, Result, Rpc};
 
 use crate::dht::{NodeCache, Ring};
+use crate::local_reads::{enabled_by_env, LocalReads};
 
 /// How long a provider list is trusted before the next lookup refreshes it.
 const PROVIDER_LIST_TTL: Duration = Duration::from_secs(5);
@@ -33,6 +34,8 @@ pub struct Cluster {
     /// the others until [`SUSPECT_FOR`] passes, so one dead provider delays only the first
     /// request that meets it, not every later one until the manager notices.
     suspects: Mutex<HashMap<ProviderId, Instant>>,
+    /// Providers on this host, whose chunk files are read directly.
+    pub local: LocalReads,
 }
 
 impl Cluster {
@@ -43,7 +46,14 @@ impl Cluster {
             cache: NodeCache::default(),
             view: RwLock::new(None),
             suspects: Mutex::new(HashMap::new()),
+            local: LocalReads::new(enabled_by_env()),
         }
+    }
+
+    /// The same view, reading chunk files of providers on this host directly or not.
+    pub fn with_local_reads(mut self, enabled: bool) -> Self {
+        self.local = LocalReads::new(enabled);
+        self
     }
 
     /// One request to the manager.
@@ -114,8 +124,22 @@ impl Cluster {
         s.keys().copied().collect()
     }
 
+    /// Whether provider `id` is listed alive and did not fail a request recently. Only such
+    /// a provider's chunk files are read directly: the provider stays the authority on its
+    /// copies (a dead one may have died of its disk, a drained one is being emptied).
+    pub async fn healthy(&self, id: ProviderId) -> bool {
+        if self.suspected().contains(&id) {
+            return false;
+        }
+        let listed = self
+            .fresh_view(|v| Some(v.providers.get(&id).is_some_and(|p| p.alive && !p.draining)))
+            .await;
+        matches!(listed, Ok(Some(true)))
+    }
+
     /// `ids` reordered for reading: providers the manager lists as alive and that did not fail
-    /// recently first (in the given order), then the rest (still worth a try as a last resort).
+    /// recently first (in the given order, those read directly on this host before the
+    /// others), then the rest (still worth a try as a last resort).
     pub async fn read_order(&self, ids: &[ProviderId]) -> Vec<ProviderId> {
         let suspects = self.suspected();
         let up: Vec<bool> = match self
@@ -132,9 +156,11 @@ impl Cluster {
             _ => vec![true; ids.len()],
         };
         let healthy = |i: usize| up[i] && !suspects.contains(&ids[i]);
-        let first = (0..ids.len()).filter(|&i| healthy(i));
+        let local = |i: usize| self.local.is_local(ids[i]);
+        let first = (0..ids.len()).filter(|&i| healthy(i) && local(i));
+        let then = (0..ids.len()).filter(|&i| healthy(i) && !local(i));
         let last = (0..ids.len()).filter(|&i| !healthy(i));
-        first.chain(last).map(|i| ids[i]).collect()
+        first.chain(then).chain(last).map(|i| ids[i]).collect()
     }
 
     /// The providers of `candidates` (in order) that may receive new data: alive, not

@@ -16,6 +16,8 @@ pub mod cluster;
 pub mod commit;
 /// The metadata DHT: replicated node puts, lookups, the node cache.
 pub mod dht;
+/// Short-circuit reads: chunk files of providers on this host read directly.
+pub mod local_reads;
 /// The file namespace.
 pub mod namespace;
 /// Placements fetched ahead for small writes.
@@ -64,6 +66,9 @@ pub struct ClientOptions {
     pub parallelism: usize,
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
+    /// Read chunk pieces of providers on this host from their files directly (see
+    /// [`local_reads`]); on unless `TOMUS_LOCAL_READS=0`.
+    pub local_reads: bool,
 }
 
 impl Default for ClientOptions {
@@ -74,6 +79,7 @@ impl Default for ClientOptions {
             parallelism: 16,
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(3),
+            local_reads: local_reads::enabled_by_env(),
         }
     }
 }
@@ -98,7 +104,8 @@ impl Client {
             request_timeout: options.request_timeout,
             secret: options.secret.clone(),
         });
-        let cluster = Arc::new(Cluster::new(addr.to_string(), pool));
+        let cluster =
+            Arc::new(Cluster::new(addr.to_string(), pool).with_local_reads(options.local_reads));
         cluster.manager(Ping).await.map_err(|e| {
             // A server of another protocol at the address (an S3 or HTTP port): say which
             // server this address should have been.
@@ -120,6 +127,11 @@ impl Client {
             versions: Arc::default(),
             memory_class: Arc::default(),
         })
+    }
+
+    /// Bytes this client has read from chunk files directly (short-circuit reads).
+    pub fn local_read_bytes(&self) -> u64 {
+        self.cluster.local.bytes()
     }
 
     pub fn manager_addr(&self) -> &str {

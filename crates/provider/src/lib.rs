@@ -4,6 +4,8 @@
 pub mod chunk_store;
 mod group_commit;
 mod heartbeat;
+/// Short-circuit reads: where the chunk files are, for clients on this host.
+pub mod local_reads;
 /// The memory storage class: chunks kept only in RAM, bounded, repaired from replicas.
 pub mod memory_class;
 pub mod memory_tier;
@@ -100,6 +102,14 @@ pub async fn run(
     let chunks = ChunkStore::open(config.data_dir.join("chunks"), config.fsync)
         .await?
         .with_memory(config.memory_class_bytes)?;
+    // After the store made its directory.
+    let local_chunks = match local_reads::publish(&config.data_dir.join("chunks")) {
+        Ok(local) => Some(local),
+        Err(e) => {
+            tracing::warn!("short-circuit reads are off: {e}");
+            None
+        }
+    };
     let meta = MetaStore::open(config.data_dir.join("meta.log"), config.fsync).await?;
     let tier = (config.memory_tier_bytes > 0).then(|| MemoryTier::new(config.memory_tier_bytes));
     let stats = chunks.stats();
@@ -140,7 +150,8 @@ pub async fn run(
     let service = Arc::new(
         ProviderService::new(chunks.clone(), tier, meta, peers)
             .with_agent(agent)
-            .with_registered(registered),
+            .with_registered(registered)
+            .with_local_chunks(local_chunks),
     );
     let load = Arc::new(LoadGauge::observed(tomus_metrics::RpcObserver::shared()));
     let pool = Pool::new(RpcConfig {

@@ -4,6 +4,8 @@
 pub mod auth;
 /// CRC32Cs of chunk transfers, computed by the sender and checked by the receiver.
 pub mod checksum;
+/// The chunk file format, shared by providers and the clients reading their files directly.
+pub mod chunk_file;
 /// The typed error every component returns and sends.
 pub mod error;
 /// Frames: length prefixes, encoded headers and raw bodies.

@@ -68,5 +68,9 @@ service! {
         /// the copy it shared while it was still downloading. The answer: bytes of the
         /// copies removed.
         DropRegistered { names: Vec<String> } -> u64;
+
+        // ---- short-circuit reads
+        /// Where its chunk files are, for a client on this host to read them directly.
+        LocalChunkDir {} -> LocalChunks;
     }
 }

@@ -500,6 +500,21 @@ pub struct Holder {
     pub name: String,
 }
 
+/// Where a provider keeps its chunk files, for clients on its host to read them directly
+/// (short-circuit reads). A client trusts the directory only when the file `token_file`
+/// in it holds `token` (the same file system, not a same-named directory of another host)
+/// and it runs in the network namespace `net_ns` (a host emulated with network namespaces
+/// on one machine shares the file system but not the network the test means to measure).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalChunks {
+    /// The chunk directory, absolute.
+    pub dir: String,
+    /// A random value this run of the provider wrote in `<dir>/local-read-token`.
+    pub token: String,
+    /// The inode of the provider's network namespace (`/proc/self/ns/net`), 0 if unknown.
+    pub net_ns: u64,
+}
+
 /// What a provider answers when it adopted a local file (hard link into its data directory).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Adopted {

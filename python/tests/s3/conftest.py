@@ -74,9 +74,12 @@ class Gateway:
         return sum(1 for _ in self._chunk_paths())
 
     def _chunk_paths(self) -> Iterator[Path]:
-        """Chunk files: not temporaries, small-chunk logs or the memory-class journal."""
+        """Chunk files: not temporaries, small-chunk logs, the memory-class journal or the
+        short-circuit read token."""
         for p in self.data.glob("provider-*/chunks/**/*"):
-            if not p.is_file() or ".tmp" in p.name or p.name == "memory-class.ids":
+            if not p.is_file() or ".tmp" in p.name:
+                continue
+            if p.name in ("memory-class.ids", "local-read-token"):
                 continue
             if not p.name.endswith(".log"):
                 yield p

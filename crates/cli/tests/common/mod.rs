@@ -39,6 +39,18 @@ impl TestCluster {
             .await
             .expect("connect")
     }
+
+    /// A client that reads every chunk through its provider's socket, never from the
+    /// provider's files (tests of what happens on the network path).
+    pub async fn client_through_providers(&self) -> Client {
+        let options = ClientOptions {
+            local_reads: false,
+            ..ClientOptions::default()
+        };
+        Client::connect(&self.cluster.addr, options)
+            .await
+            .expect("connect")
+    }
 }
 
 impl Drop for TestCluster {
@@ -146,8 +158,8 @@ pub fn chunk_files(dir: &std::path::Path) -> Vec<PathBuf> {
     out
 }
 
-/// The other files of a provider's chunk directory: temporary files, the small-chunk logs
-/// and the memory-class journal of ids.
+/// The other files of a provider's chunk directory: temporary files, the small-chunk logs,
+/// the memory-class journal of ids and the token of short-circuit reads.
 fn is_not_a_chunk(p: &std::path::Path) -> bool {
     let name = p
         .file_name()
@@ -156,4 +168,5 @@ fn is_not_a_chunk(p: &std::path::Path) -> bool {
     name.contains(".tmp")
         || (name.starts_with("small-") && name.ends_with(".log"))
         || name == "memory-class.ids"
+        || name == "local-read-token"
 }

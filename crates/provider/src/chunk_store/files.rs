@@ -68,8 +68,7 @@ fn unix_ms(t: SystemTime) -> u64 {
 
 impl Inner {
     fn path_of(&self, id: ChunkId) -> PathBuf {
-        let name = id.to_string();
-        self.dir.join(&name[..2]).join(name)
+        tomus_wire::chunk_file::chunk_path(&self.dir, id)
     }
 
     pub(super) fn put(&self, id: ChunkId, data: &[u8], sent_crc: Option<u32>) -> Result<()> {

@@ -64,7 +64,7 @@ use crate::small_chunks::{SmallChunks, SEGMENT_SIZE, SMALL_CHUNK_MAX};
 use crate::{blocking, io_error};
 pub(crate) use files::mtime_ms;
 use files::{prepare_dir, Inner};
-pub use format::BLOCK_SIZE;
+pub use tomus_wire::chunk_file::BLOCK_SIZE;
 
 /// The journal of the memory-class chunk ids taken (see [`crate::memory_class`]).
 const MEMORY_JOURNAL: &str = "memory-class.ids";

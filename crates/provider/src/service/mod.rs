@@ -21,8 +21,8 @@ use tokio::sync::Semaphore;
 use tomus_metadata::ChunkId;
 use tomus_wire::provider::*;
 use tomus_wire::{
-    check_count, wrong_service, ChunkListing, Envelope, Error, ErrorKind, Handler, Pool, Reply,
-    Result, MAX_ITEMS,
+    check_count, wrong_service, ChunkListing, Envelope, Error, ErrorKind, Handler, LocalChunks,
+    Pool, Reply, Result, MAX_ITEMS,
 };
 
 use tomus_steward::probe::Agent;
@@ -55,6 +55,8 @@ pub struct ProviderService {
     agent: Option<Agent>,
     /// Files registered in place (workflows); `None` in tests that need none.
     registered: Option<Arc<RegisteredFiles>>,
+    /// Where its chunk files are, for short-circuit reads; `None`: not offered.
+    local_chunks: Option<LocalChunks>,
 }
 
 impl ProviderService {
@@ -72,6 +74,7 @@ impl ProviderService {
             copy_buffers: Arc::new(Semaphore::new(COPY_BUFFER_BYTES >> 10)),
             agent: None,
             registered: None,
+            local_chunks: None,
         }
     }
 
@@ -84,6 +87,12 @@ impl ProviderService {
     /// Serves registered files (workflows) from `files`.
     pub fn with_registered(mut self, files: Arc<RegisteredFiles>) -> Self {
         self.registered = Some(files);
+        self
+    }
+
+    /// Offers short-circuit reads of the chunk files `local` describes.
+    pub fn with_local_chunks(mut self, local: Option<LocalChunks>) -> Self {
+        self.local_chunks = local;
         self
     }
 
@@ -159,6 +168,11 @@ impl ProviderService {
                 };
                 Reply::of::<DropRegistered>(dropped)
             }
+            P::LocalChunkDir(_) => Reply::of::<LocalChunkDir>(
+                self.local_chunks
+                    .clone()
+                    .ok_or_else(|| Error::invalid("this provider offers no short-circuit reads")),
+            ),
         }
     }
 }
