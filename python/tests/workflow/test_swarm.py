@@ -95,9 +95,12 @@ def test_simultaneous_readers_take_turns_on_holders(
     assert any(r.get("turn_wait_polls", 0) for r in reports), "no reader waited for a turn"
     holders = {h["addr"] for h in workflow.registered(client, path)["holders"]}
     assert holders == set(providers), "finished readers did not become holders"
-    # One reader per holder at a time: the first holder serves a few copies, not all 8.
+    # One reader per holder at a time: the first holder serves a few copies, not all 8, and
+    # readers that finished served the others. How many of them did depends on how soon each
+    # registration lands against the next turns (a CI run under a load of ~9 saw two servers
+    # where a quiet machine sees three or four), so only "more than the first" is asserted.
     assert served[providers[0]] <= 5 * size, served
-    assert len([a for a, n in served.items() if n > 0]) >= 3, served
+    assert len([a for a, n in served.items() if n > 0]) >= 2, served
 
 
 def test_readers_still_downloading_serve_each_other_pieces(
