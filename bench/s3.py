@@ -20,7 +20,7 @@ says so and measures tomus alone.
     python3 -m venv bench/.venv && bench/.venv/bin/pip install boto3
     bench/.venv/bin/python bench/s3.py [--processes 8] [--object-mib 128] [--small-ops 250]
         [--range-object-mib 1024] [--range-ops 64] [--rounds 3] [--minio PATH] [--no-minio]
-        [--providers 4] [--no-fsync] [--out bench/results/s3.json]
+        [--providers 4] [--no-fsync] [--socket-reads] [--out bench/results/s3.json]
 
 Not a test: it takes minutes and wants the machine to itself; what it writes is removed.
 """
@@ -225,13 +225,16 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def start_cluster(tomus: str, data: Path, args) -> tuple[subprocess.Popen, str, str]:
+def start_cluster(
+    tomus: str, data: Path, args, env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str, str]:
     cmd = [tomus, "up", "--providers", str(args.providers), "--data", str(data)]
     cmd += ["--addr", "127.0.0.1:0", "--s3", "127.0.0.1:0"]
     if args.no_fsync:
         cmd.append("--no-fsync")
     env = {**os.environ, "TOMUS_S3_ACCESS_KEY": ACCESS, "TOMUS_S3_SECRET_KEY": SECRET}
-    log = open(data.parent / "up.log", "wb")  # noqa: SIM115 - lives as long as the cluster
+    env.update(env_extra or {})
+    log = open(data.parent / f"{data.name}-up.log", "wb")  # noqa: SIM115 - lives as long as the cluster
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
     lines: queue.Queue = queue.Queue()
 
@@ -278,6 +281,12 @@ def main() -> None:
     ap.add_argument("--no-minio", action="store_true", help="measure tomus alone")
     ap.add_argument("--providers", type=int, default=4)
     ap.add_argument("--no-fsync", action="store_true")
+    ap.add_argument(
+        "--socket-reads",
+        action="store_true",
+        help="also measure a second tomus cluster whose gateway reads every chunk through "
+        "the providers' sockets (TOMUS_LOCAL_READS=0), as server tomus_socket_reads",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if not Path(args.tomus).exists():
@@ -297,6 +306,12 @@ def main() -> None:
                 args.tomus, Path(tmp) / "data", args
             )
             servers.append(("tomus", proc, endpoint))
+            if args.socket_reads:
+                sproc, _, sendpoint = start_cluster(
+                    args.tomus, Path(tmp) / "socket", args, {"TOMUS_LOCAL_READS": "0"}
+                )
+                servers.append(("tomus_socket_reads", sproc, sendpoint))
+                rounds["tomus_socket_reads"] = []
             if minio:
                 mproc, mendpoint = start_minio(minio, Path(tmp) / "minio" / "data")
                 servers.append(("minio", mproc, mendpoint))
@@ -339,10 +354,11 @@ def main() -> None:
         "native_rust": {k: rust[k] for k in keys},
         "ratio_s3_to_native": {k: medians["tomus"][k] / rust[k] for k in keys},
     }
-    if "minio" in medians:
-        report["ratio_tomus_to_minio"] = {
-            k: medians["tomus"][k] / medians["minio"][k] for k in metrics
-        }
+    for peer in ("minio", "tomus_socket_reads"):
+        if peer in medians:
+            report[f"ratio_tomus_to_{peer}"] = {
+                k: medians["tomus"][k] / medians[peer][k] for k in metrics
+            }
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

@@ -44,7 +44,12 @@ def wait_for(check, timeout: float = 15.0):  # type: ignore[no-untyped-def]
         time.sleep(0.1)
 
 
-def test_writes_move_the_counters_by_what_was_written(servers: Cluster) -> None:
+def test_writes_move_the_counters_by_what_was_written(
+    servers: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reads through the providers' sockets, so their read counters see them (a client on
+    # the providers' host otherwise reads their chunk files directly).
+    monkeypatch.setenv("TOMUS_LOCAL_READS", "0")
     # All three providers registered and heartbeating.
     assert wait_for(
         lambda: value(scrape(servers.http), "tomus_cluster_providers", state="up") == 3
