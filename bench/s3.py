@@ -20,7 +20,7 @@ says so and measures tomus alone.
     python3 -m venv bench/.venv && bench/.venv/bin/pip install boto3
     bench/.venv/bin/python bench/s3.py [--processes 8] [--object-mib 128] [--small-ops 250]
         [--range-object-mib 1024] [--range-ops 64] [--rounds 3] [--minio PATH] [--no-minio]
-        [--providers 4] [--no-fsync] [--socket-reads] [--out bench/results/s3.json]
+        [--providers 4] [--no-fsync] [--through-sockets] [--out bench/results/s3.json]
 
 Not a test: it takes minutes and wants the machine to itself; what it writes is removed.
 """
@@ -282,10 +282,11 @@ def main() -> None:
     ap.add_argument("--providers", type=int, default=4)
     ap.add_argument("--no-fsync", action="store_true")
     ap.add_argument(
-        "--socket-reads",
+        "--through-sockets",
         action="store_true",
-        help="also measure a second tomus cluster whose gateway reads every chunk through "
-        "the providers' sockets (TOMUS_LOCAL_READS=0), as server tomus_socket_reads",
+        help="also measure a second tomus cluster whose gateway reads and writes every chunk "
+        "through the providers' sockets (TOMUS_LOCAL_READS=0, TOMUS_LOCAL_WRITES=0: no "
+        "short-circuit reads or writes), as server tomus_sockets",
     )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -306,12 +307,13 @@ def main() -> None:
                 args.tomus, Path(tmp) / "data", args
             )
             servers.append(("tomus", proc, endpoint))
-            if args.socket_reads:
+            if args.through_sockets:
+                off = {"TOMUS_LOCAL_READS": "0", "TOMUS_LOCAL_WRITES": "0"}
                 sproc, _, sendpoint = start_cluster(
-                    args.tomus, Path(tmp) / "socket", args, {"TOMUS_LOCAL_READS": "0"}
+                    args.tomus, Path(tmp) / "socket", args, off
                 )
-                servers.append(("tomus_socket_reads", sproc, sendpoint))
-                rounds["tomus_socket_reads"] = []
+                servers.append(("tomus_sockets", sproc, sendpoint))
+                rounds["tomus_sockets"] = []
             if minio:
                 mproc, mendpoint = start_minio(minio, Path(tmp) / "minio" / "data")
                 servers.append(("minio", mproc, mendpoint))
@@ -354,7 +356,7 @@ def main() -> None:
         "native_rust": {k: rust[k] for k in keys},
         "ratio_s3_to_native": {k: medians["tomus"][k] / rust[k] for k in keys},
     }
-    for peer in ("minio", "tomus_socket_reads"):
+    for peer in ("minio", "tomus_sockets"):
         if peer in medians:
             report[f"ratio_tomus_to_{peer}"] = {
                 k: medians["tomus"][k] / medians[peer][k] for k in metrics

@@ -2,6 +2,7 @@
 
 use rand::Rng;
 use tomus_metadata::{ChunkId, ChunkPiece, ProviderId, StoredChunk};
+use tomus_wire::chunk_file::{encode_header, whole_crc};
 use tomus_wire::manager::ChunkReplicas;
 use tomus_wire::pool::Placed;
 use tomus_wire::provider::{GetChunk, PutChunk};
@@ -40,19 +41,52 @@ pub fn whole_chunk(id: ChunkId, len: u64, replicas: &[ProviderInfo]) -> StoredCh
 }
 
 /// Stores `data` as chunk `id` on every provider of `replicas`; all must acknowledge. Each
-/// provider checks the data's CRC32C, computed here once, before it stores anything.
+/// provider checks the data's CRC32C, computed here once, before it stores anything. A
+/// replica whose provider is on this host gets the chunk as a file it adopts (see
+/// [`crate::local`]); the others, and that one if that fails, through their sockets.
 pub async fn put_chunk_as(
     cluster: &Cluster,
     id: ChunkId,
     data: &[u8],
     replicas: &[ProviderInfo],
 ) -> Result<()> {
-    let crc = checksum::crc32c(data);
-    let puts = replicas.iter().map(|p| async move {
+    // A chunk file's header holds a CRC32C per block: the whole chunk's is combined from
+    // them, not computed in a second pass.
+    let header = cluster
+        .local
+        .wants_write(id, data.len())
+        .then(|| encode_header(data));
+    let crc = match &header {
+        Some(h) => whole_crc(h, data),
+        None => checksum::crc32c(data),
+    };
+    let header = header.as_deref();
+    // Replicas on this host last: a direct write blocks this task while it copies, so the
+    // requests to the others go out first.
+    let mut order: Vec<&ProviderInfo> = replicas.iter().collect();
+    order.sort_by_key(|p| cluster.local.is_local(p.id));
+    let puts = order.iter().map(|p| async move {
+        if let Some(header) = header {
+            if cluster.healthy(p.id).await {
+                match cluster
+                    .local
+                    .write(&cluster.pool, p.id, &p.addr, id, crc, header, data)
+                    .await
+                {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {}
+                    Err(e) => tracing::debug!(
+                        "short-circuit write of chunk {id} to provider {} failed, sending it: {e}",
+                        p.id
+                    ),
+                }
+            }
+        }
         cluster
             .pool
             .call_with_body(&p.addr, PutChunk { id, crc }, data)
             .await
+            .map(|_| ())
             .map_err(|e| {
                 Error::new(
                     e.kind,
@@ -60,11 +94,7 @@ pub async fn put_chunk_as(
                 )
             })
     });
-    for (r, p) in futures::future::join_all(puts)
-        .await
-        .into_iter()
-        .zip(replicas)
-    {
+    for (r, p) in futures::future::join_all(puts).await.into_iter().zip(order) {
         if let Err(e) = r {
             cluster.suspect(p.id, &e);
             return Err(e);
@@ -158,7 +188,7 @@ async fn read_from(
     out: &mut [u8],
 ) -> Result<()> {
     let addr = cluster.addr_of(id).await?;
-    if cluster.local.wants(piece) && cluster.healthy(id).await {
+    if cluster.local.wants_read(piece) && cluster.healthy(id).await {
         match cluster
             .local
             .read(&cluster.pool, id, &addr, piece, out)

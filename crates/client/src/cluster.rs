@@ -11,7 +11,7 @@ use tomus_wire::manager::ListProviders;
 use tomus_wire::{Error, ErrorKind, Pool, ProviderInfo, Result, Rpc};
 
 use crate::dht::{NodeCache, Ring};
-use crate::local_reads::{enabled_by_env, LocalReads};
+use crate::local::{enabled_by_env, LocalProviders};
 
 /// How long a provider list is trusted before the next lookup refreshes it.
 const PROVIDER_LIST_TTL: Duration = Duration::from_secs(5);
@@ -34,8 +34,8 @@ pub struct Cluster {
     /// the others until [`SUSPECT_FOR`] passes, so one dead provider delays only the first
     /// request that meets it, not every later one until the manager notices.
     suspects: Mutex<HashMap<ProviderId, Instant>>,
-    /// Providers on this host, whose chunk files are read directly.
-    pub local: LocalReads,
+    /// Providers on this host, whose chunk files are used directly.
+    pub local: LocalProviders,
 }
 
 impl Cluster {
@@ -46,13 +46,17 @@ impl Cluster {
             cache: NodeCache::default(),
             view: RwLock::new(None),
             suspects: Mutex::new(HashMap::new()),
-            local: LocalReads::new(enabled_by_env()),
+            local: LocalProviders::new(
+                enabled_by_env("TOMUS_LOCAL_READS"),
+                enabled_by_env("TOMUS_LOCAL_WRITES"),
+            ),
         }
     }
 
-    /// The same view, reading chunk files of providers on this host directly or not.
-    pub fn with_local_reads(mut self, enabled: bool) -> Self {
-        self.local = LocalReads::new(enabled);
+    /// The same view, reading and writing chunk files of providers on this host directly
+    /// or not.
+    pub fn with_local(mut self, reads: bool, writes: bool) -> Self {
+        self.local = LocalProviders::new(reads, writes);
         self
     }
 

@@ -16,8 +16,8 @@ pub mod cluster;
 pub mod commit;
 /// The metadata DHT: replicated node puts, lookups, the node cache.
 pub mod dht;
-/// Short-circuit reads: chunk files of providers on this host read directly.
-pub mod local_reads;
+/// Short-circuit reads and writes: chunk files of providers on this host used directly.
+pub mod local;
 /// The file namespace.
 pub mod namespace;
 /// Placements fetched ahead for small writes.
@@ -67,8 +67,11 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
     /// Read chunk pieces of providers on this host from their files directly (see
-    /// [`local_reads`]); on unless `TOMUS_LOCAL_READS=0`.
+    /// [`local`]); on unless `TOMUS_LOCAL_READS=0`.
     pub local_reads: bool,
+    /// Write chunks for providers on this host as files they adopt (see [`local`]); on
+    /// unless `TOMUS_LOCAL_WRITES=0`.
+    pub local_writes: bool,
 }
 
 impl Default for ClientOptions {
@@ -79,7 +82,8 @@ impl Default for ClientOptions {
             parallelism: 16,
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(3),
-            local_reads: local_reads::enabled_by_env(),
+            local_reads: local::enabled_by_env("TOMUS_LOCAL_READS"),
+            local_writes: local::enabled_by_env("TOMUS_LOCAL_WRITES"),
         }
     }
 }
@@ -104,8 +108,10 @@ impl Client {
             request_timeout: options.request_timeout,
             secret: options.secret.clone(),
         });
-        let cluster =
-            Arc::new(Cluster::new(addr.to_string(), pool).with_local_reads(options.local_reads));
+        let cluster = Arc::new(
+            Cluster::new(addr.to_string(), pool)
+                .with_local(options.local_reads, options.local_writes),
+        );
         cluster.manager(Ping).await.map_err(|e| {
             // A server of another protocol at the address (an S3 or HTTP port): say which
             // server this address should have been.
@@ -131,7 +137,13 @@ impl Client {
 
     /// Bytes this client has read from chunk files directly (short-circuit reads).
     pub fn local_read_bytes(&self) -> u64 {
-        self.cluster.local.bytes()
+        self.cluster.local.read_bytes()
+    }
+
+    /// Bytes of chunks this client has written as files providers adopted (short-circuit
+    /// writes).
+    pub fn local_written_bytes(&self) -> u64 {
+        self.cluster.local.written_bytes()
     }
 
     pub fn manager_addr(&self) -> &str {

@@ -4,8 +4,6 @@
 pub mod chunk_store;
 mod group_commit;
 mod heartbeat;
-/// Short-circuit reads: where the chunk files are, for clients on this host.
-pub mod local_reads;
 /// The memory storage class: chunks kept only in RAM, bounded, repaired from replicas.
 pub mod memory_class;
 pub mod memory_tier;
@@ -14,6 +12,8 @@ mod metrics;
 /// Files registered in place (workflows): adopted by hard link, served by range.
 pub mod registered;
 pub mod service;
+/// Short-circuit reads and writes: where the chunk files are, for clients on this host.
+pub mod short_circuit;
 pub mod small_chunks;
 
 use std::ffi::CString;
@@ -103,10 +103,10 @@ pub async fn run(
         .await?
         .with_memory(config.memory_class_bytes)?;
     // After the store made its directory.
-    let local_chunks = match local_reads::publish(&config.data_dir.join("chunks")) {
+    let local_chunks = match short_circuit::publish(&config.data_dir.join("chunks")) {
         Ok(local) => Some(local),
         Err(e) => {
-            tracing::warn!("short-circuit reads are off: {e}");
+            tracing::warn!("short-circuit reads and writes are off: {e}");
             None
         }
     };

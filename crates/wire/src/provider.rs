@@ -72,5 +72,11 @@ service! {
         // ---- short-circuit reads
         /// Where its chunk files are, for a client on this host to read them directly.
         LocalChunkDir {} -> LocalChunks;
+        /// Takes the file `name`, which a client on this host wrote in the directory of chunk
+        /// `id` (`.<id>.<anything>.tmp`: header, block checksums and data, as the provider
+        /// writes them), as chunk `id`, whose data has the CRC32C `crc`: checked, named and
+        /// synced as a chunk the provider wrote. Not repeated by the pool: the file is gone
+        /// once adopted, and the client sends the chunk through the socket instead.
+        AdoptChunk { id: ChunkId, crc: u32, name: String } -> (), once;
     }
 }

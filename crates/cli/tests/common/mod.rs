@@ -40,11 +40,12 @@ impl TestCluster {
             .expect("connect")
     }
 
-    /// A client that reads every chunk through its provider's socket, never from the
-    /// provider's files (tests of what happens on the network path).
+    /// A client that reads and writes every chunk through its provider's socket, never
+    /// through the provider's files (tests of what happens on the network path).
     pub async fn client_through_providers(&self) -> Client {
         let options = ClientOptions {
             local_reads: false,
+            local_writes: false,
             ..ClientOptions::default()
         };
         Client::connect(&self.cluster.addr, options)

@@ -24,7 +24,7 @@ use crate::small_chunks::SmallChunks;
 use crate::{io_error, sync_dir};
 
 /// Suffix of files being written; leftovers of a crash are removed at startup.
-const TMP_SUFFIX: &str = ".tmp";
+pub(super) const TMP_SUFFIX: &str = ".tmp";
 /// Ranges at least this large are verified in pieces and then sent from the file with
 /// sendfile; smaller ones are read into memory once, verified and sent from there.
 pub(super) const SENDFILE_THRESHOLD: usize = 512 << 10;
@@ -71,6 +71,12 @@ impl Inner {
         tomus_wire::chunk_file::chunk_path(&self.dir, id)
     }
 
+    /// Counts a new chunk file of `file_len` bytes.
+    pub(super) fn count_new(&self, file_len: u64) {
+        self.chunks.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(file_len, Ordering::Relaxed);
+    }
+
     pub(super) fn put(&self, id: ChunkId, data: &[u8], sent_crc: Option<u32>) -> Result<()> {
         static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
         let header = encode_header(data);
@@ -94,8 +100,7 @@ impl Inner {
             io_error(format_args!("storing chunk {id}"), e)
         })?;
         if new {
-            self.chunks.fetch_add(1, Ordering::Relaxed);
-            self.bytes.fetch_add(file_len, Ordering::Relaxed);
+            self.count_new(file_len);
         }
         if self.fsync {
             // The new name must be durable, not only the file's contents.
@@ -111,7 +116,7 @@ impl Inner {
     /// between leaves only an unacknowledged chunk whose checksums fail. An existing name (a
     /// repeated put) may be an acknowledged copy: it is replaced only once the new file is
     /// durable, by rename (as is any name where the file system refuses hard links).
-    fn place(&self, tmp: &Path, path: &Path, file: &File) -> io::Result<bool> {
+    pub(super) fn place(&self, tmp: &Path, path: &Path, file: &File) -> io::Result<bool> {
         let sync = |f: &File| {
             if self.fsync {
                 crate::group_commit::timed_sync(f, "chunk")

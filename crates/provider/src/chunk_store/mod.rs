@@ -39,6 +39,8 @@
 //! class store instead ([`crate::memory_class`]) and are listed, read, verified and deleted
 //! from there like the others, so repair, scrub and garbage collection treat them alike.
 
+/// Chunk files written by a client on this host, adopted (short-circuit writes).
+mod adopt;
 /// The chunk files on disk: paths, writes, ranged reads, listing, deletion, quarantine.
 mod files;
 /// The chunk file format: header, sizes, whole-chunk checksums, positioned reads.
@@ -199,6 +201,22 @@ impl ChunkStore {
             let inner = self.inner.clone();
             blocking(move || inner.put(id, &data, sent_crc)).await?;
         }
+        let m = tomus_metrics::provider();
+        m.written_bytes.inc_by(len);
+        m.written_chunks.inc();
+        Ok(())
+    }
+
+    /// Adopts the file `name`, written by a client on this host in the fan-out directory of
+    /// chunk `id`, as that chunk (see `adopt.rs`); `sent_crc` is its data's CRC32C.
+    pub async fn adopt(&self, id: ChunkId, name: String, sent_crc: u32) -> Result<()> {
+        if id.is_memory() {
+            return Err(Error::invalid(format!(
+                "chunk {id} is a memory-class chunk: it is never a file"
+            )));
+        }
+        let inner = self.inner.clone();
+        let len = blocking(move || inner.adopt(id, &name, sent_crc)).await?;
         let m = tomus_metrics::provider();
         m.written_bytes.inc_by(len);
         m.written_chunks.inc();

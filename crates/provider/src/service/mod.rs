@@ -55,7 +55,7 @@ pub struct ProviderService {
     agent: Option<Agent>,
     /// Files registered in place (workflows); `None` in tests that need none.
     registered: Option<Arc<RegisteredFiles>>,
-    /// Where its chunk files are, for short-circuit reads; `None`: not offered.
+    /// Where its chunk files are, for short-circuit reads and writes; `None`: not offered.
     local_chunks: Option<LocalChunks>,
 }
 
@@ -90,7 +90,7 @@ impl ProviderService {
         self
     }
 
-    /// Offers short-circuit reads of the chunk files `local` describes.
+    /// Offers short-circuit reads and writes of the chunk files `local` describes.
     pub fn with_local_chunks(mut self, local: Option<LocalChunks>) -> Self {
         self.local_chunks = local;
         self
@@ -167,6 +167,15 @@ impl ProviderService {
                     Err(e) => Err(e),
                 };
                 Reply::of::<DropRegistered>(dropped)
+            }
+            P::AdoptChunk(r) => {
+                let adopted = match &self.local_chunks {
+                    Some(_) => self.chunks.adopt(r.id, r.name, r.crc).await,
+                    None => Err(Error::invalid(
+                        "this provider offers no short-circuit writes",
+                    )),
+                };
+                Reply::of::<AdoptChunk>(adopted)
             }
             P::LocalChunkDir(_) => Reply::of::<LocalChunkDir>(
                 self.local_chunks

@@ -1,167 +1,15 @@
-//! Short-circuit reads: chunk pieces held by a provider on this host are read from its chunk
-//! files directly, as HDFS's short-circuit local reads do. Through the provider a byte is
-//! copied four times (page cache into the provider's verify buffer, into the socket by
-//! sendfile, out of the socket into the reader's buffer, and the TCP stack's work on both
-//! ends); read directly it is copied once, from the page cache into the reader's buffer, and
-//! checked there against the file's block checksums.
-//!
-//! A provider is used this way only when it says where its chunk files are
-//! ([`LocalChunkDir`]) and the reader finds there the token that provider wrote at its
-//! start, while running in the provider's network namespace (see
-//! [`tomus_wire::LocalChunks`]); the answer is remembered per provider address.
-//! Anything unexpected (no such file: a small chunk kept in the provider's log, a file
-//! removed by garbage collection, quarantined, or not readable by this user; a checksum
-//! mismatch) sends that piece through the provider as before, which also quarantines a
-//! damaged copy. `TOMUS_LOCAL_READS=0` in the environment turns short-circuit reads off.
+//! Reading a piece of a chunk file, every block it touches checked against its stored
+//! CRC32C.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::Path;
 
-use tomus_metadata::{ChunkId, ChunkPiece, ProviderId};
+use tomus_metadata::ChunkId;
 use tomus_wire::chunk_file::{
-    chunk_path, file_len_for, net_namespace, parse_header, BLOCK_SIZE, CRC_LEN, HEADER_LEN,
-    TOKEN_FILE,
+    chunk_path, file_len_for, parse_header, BLOCK_SIZE, CRC_LEN, HEADER_LEN,
 };
-use tomus_wire::provider::LocalChunkDir;
-use tomus_wire::{Error, ErrorKind, LocalChunks, Pool, Result};
-
-/// Pieces shorter than this go through the provider: chunks under 64 KiB live in the
-/// provider's small-chunk log, not in files, and for a few KiB the request costs little.
-pub const MIN_PIECE: u64 = 64 << 10;
-
-/// Whether the environment leaves short-circuit reads on (`TOMUS_LOCAL_READS` other than
-/// `0`, `false`, `off` or `no`).
-pub fn enabled_by_env() -> bool {
-    !matches!(
-        std::env::var("TOMUS_LOCAL_READS")
-            .unwrap_or_default()
-            .to_ascii_lowercase()
-            .as_str(),
-        "0" | "false" | "off" | "no"
-    )
-}
-
-/// A provider's answer: the address it was asked at and its chunk directory (`None`: not on
-/// this host, or it offers no short-circuit reads).
-type Asked = (String, Option<Arc<PathBuf>>);
-
-/// What the client knows of the providers it may read directly.
-pub struct LocalReads {
-    enabled: bool,
-    dirs: Mutex<HashMap<ProviderId, Asked>>,
-    bytes: AtomicU64,
-}
-
-impl LocalReads {
-    pub fn new(enabled: bool) -> Self {
-        LocalReads {
-            enabled,
-            dirs: Mutex::new(HashMap::new()),
-            bytes: AtomicU64::new(0),
-        }
-    }
-
-    /// Bytes read directly from chunk files so far.
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-
-    /// Whether provider `id` is known to be readable directly (without asking it).
-    pub fn is_local(&self, id: ProviderId) -> bool {
-        self.dirs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .is_some_and(|(_, dir)| dir.is_some())
-    }
-
-    /// Whether `piece` is one to read directly where its provider is on this host: large
-    /// enough to be in a chunk file, not a memory-class chunk (held in RAM only).
-    pub fn wants(&self, piece: &ChunkPiece) -> bool {
-        self.enabled && piece.len >= MIN_PIECE && !piece.chunk.is_memory()
-    }
-
-    /// Reads `piece` (one it [`LocalReads::wants`]) into `out` from the chunk file of
-    /// provider `id` (at `addr`) when that provider is on this host. `Ok(false)`: not tried
-    /// (the piece must go through the provider); an error: tried and failed (also to go
-    /// through the provider).
-    pub async fn read(
-        &self,
-        pool: &Pool,
-        id: ProviderId,
-        addr: &str,
-        piece: &ChunkPiece,
-        out: &mut [u8],
-    ) -> Result<bool> {
-        let Some(dir) = self.dir_of(pool, id, addr).await else {
-            return Ok(false);
-        };
-        blocking_here(|| read_piece(&dir, piece.chunk, piece.chunk_offset, out))?;
-        self.bytes.fetch_add(piece.len, Ordering::Relaxed);
-        Ok(true)
-    }
-
-    /// The chunk directory of provider `id` if it is on this host, asking it the first time.
-    async fn dir_of(&self, pool: &Pool, id: ProviderId, addr: &str) -> Option<Arc<PathBuf>> {
-        if let Some((asked, dir)) = self
-            .dirs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-        {
-            if asked == addr {
-                return dir.clone();
-            }
-        }
-        let dir = match pool.call(addr, LocalChunkDir {}).await {
-            Ok(local) => usable_dir(&local).map(Arc::new),
-            // Unreachable now: ask again next time rather than remember a guess.
-            Err(e) if e.kind == ErrorKind::Unavailable => return None,
-            // It offers none (or predates them): it will not change its mind.
-            Err(e) => {
-                tracing::debug!("provider {id} at {addr}: no short-circuit reads: {e}");
-                None
-            }
-        };
-        if let Some(d) = &dir {
-            tracing::debug!(
-                "provider {id} at {addr}: reading its chunks in {}",
-                d.display()
-            );
-        }
-        self.dirs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, (addr.to_string(), dir.clone()));
-        dir
-    }
-}
-
-/// The chunk directory `local` names, if this process shares that provider's file system
-/// (the token is there) and network namespace.
-fn usable_dir(local: &LocalChunks) -> Option<PathBuf> {
-    if local.net_ns == 0 || local.net_ns != net_namespace() {
-        return None;
-    }
-    let dir = PathBuf::from(&local.dir);
-    let token = std::fs::read_to_string(dir.join(TOKEN_FILE)).ok()?;
-    (token == local.token).then_some(dir)
-}
-
-/// Runs blocking file reads on this thread, telling a multi-threaded tokio runtime first so
-/// it moves its other tasks elsewhere meanwhile. The piece is read straight into the
-/// caller's buffer (which a task on the blocking pool could not borrow).
-fn blocking_here<T>(f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
-        _ => f(),
-    }
-}
+use tomus_wire::{Error, Result};
 
 /// Reads bytes `[offset, offset + out.len())` of chunk `id` from its file in `dir` into
 /// `out`, checking every block they touch against its stored CRC32C.
@@ -260,7 +108,11 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
     use super::*;
-    use tomus_wire::chunk_file::encode_header;
+    use std::path::PathBuf;
+    use tomus_wire::chunk_file::{encode_header, net_namespace, TOKEN_FILE};
+    use tomus_wire::{ErrorKind, LocalChunks};
+
+    use crate::local::usable_dir;
 
     /// A chunk directory holding one chunk of `data` (removed when dropped).
     struct ChunkDir(PathBuf);

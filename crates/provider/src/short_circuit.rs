@@ -1,11 +1,12 @@
-//! Short-circuit reads, the provider's side: clients on this host may read its chunk files
-//! directly (one copy from the page cache into their buffer, checked against the block
-//! checksums) instead of through its socket (a copy into the provider, one into the socket
-//! and one out of it). Chunk files are immutable once in place, so this needs no
+//! Short-circuit reads and writes, the provider's side: clients on this host may read its
+//! chunk files directly (one copy from the page cache into their buffer, checked against the
+//! block checksums) instead of through its socket (a copy into the provider, one into the
+//! socket and one out of it), and write new chunks as files it adopts (see
+//! `chunk_store/adopt.rs`). Chunk files are immutable once in place, so reads need no
 //! coordination: a file removed by garbage collection or quarantine after a client opened it
 //! still reads whole, and one gone before is read through the provider as before.
 //!
-//! What the provider does is publish where the chunk files are, with a token written in that
+//! What this module does is publish where the chunk files are, with a token written in that
 //! directory at each start: a client that finds the same token there shares this file
 //! system (see [`tomus_wire::LocalChunks`]).
 
