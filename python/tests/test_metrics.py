@@ -47,9 +47,10 @@ def wait_for(check, timeout: float = 15.0):  # type: ignore[no-untyped-def]
 def test_writes_move_the_counters_by_what_was_written(
     servers: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Reads through the providers' sockets, so their read counters see them (a client on
-    # the providers' host otherwise reads their chunk files directly).
+    # Reads and writes through the providers' sockets, so their request counters see them (a
+    # client on the providers' host otherwise uses their chunk files directly).
     monkeypatch.setenv("TOMUS_LOCAL_READS", "0")
+    monkeypatch.setenv("TOMUS_LOCAL_WRITES", "0")
     # All three providers registered and heartbeating.
     assert wait_for(
         lambda: value(scrape(servers.http), "tomus_cluster_providers", state="up") == 3
