@@ -153,6 +153,13 @@ async fn adoption_of_other_files_or_damaged_chunks_is_refused() {
         assert_eq!(e.kind, ErrorKind::InvalidArgument, "{name}: {e}");
     }
     assert!(outside.exists());
+    // A symbolic link to a chunk file elsewhere: refused, and nothing is stored.
+    let name = format!(".{id}.link.tmp");
+    std::os::unix::fs::symlink(&outside, tmp(&name)).unwrap();
+    let e = adopt(&name, crc).await.unwrap_err();
+    assert_ne!(e.kind, ErrorKind::NotFound, "{e}");
+    assert!(chunk_files(&tc.cluster.provider_dir(0)).is_empty());
+    assert!(outside.exists());
     // Missing, then a checksum that is not the data's: refused, and the file is gone.
     let name = format!(".{id}.test.tmp");
     let e = adopt(&name, crc).await.unwrap_err();

@@ -11,8 +11,9 @@
 //! checks every block. A temporary file left by a client that died is removed at the next
 //! start, like the provider's own.
 
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 
 use tomus_metadata::ChunkId;
 use tomus_wire::chunk_file::{block_shift, chunk_path};
@@ -41,7 +42,12 @@ impl Inner {
             .ok_or_else(|| Error::internal(format!("chunk {id} has no directory")))?
             .to_path_buf();
         let tmp = parent.join(name);
-        let file = File::open(&tmp).map_err(|e| {
+        // Not through a symbolic link: the chunk's name would then be a link to elsewhere.
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp);
+        let file = file.map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
                 Error::not_found(format!("no file {name} to adopt as chunk {id}"))
             } else {
