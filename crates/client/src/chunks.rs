@@ -67,19 +67,13 @@ pub async fn put_chunk_as(
     order.sort_by_key(|p| cluster.local.is_local(p.id));
     let puts = order.iter().map(|p| async move {
         if let Some(header) = header {
-            if cluster.healthy(p.id).await {
-                match cluster
+            if cluster.healthy(p.id).await
+                && cluster
                     .local
                     .write(&cluster.pool, p.id, &p.addr, id, crc, header, data)
                     .await
-                {
-                    Ok(true) => return Ok(()),
-                    Ok(false) => {}
-                    Err(e) => tracing::debug!(
-                        "short-circuit write of chunk {id} to provider {} failed, sending it: {e}",
-                        p.id
-                    ),
-                }
+            {
+                return Ok(());
             }
         }
         cluster
@@ -188,19 +182,14 @@ async fn read_from(
     out: &mut [u8],
 ) -> Result<()> {
     let addr = cluster.addr_of(id).await?;
-    if cluster.local.wants_read(piece) && cluster.healthy(id).await {
-        match cluster
+    if cluster.local.wants_read(piece)
+        && cluster.healthy(id).await
+        && cluster
             .local
             .read(&cluster.pool, id, &addr, piece, out)
             .await
-        {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) => tracing::debug!(
-                "short-circuit read of chunk {} of provider {id} failed, reading through it: {e}",
-                piece.chunk
-            ),
-        }
+    {
+        return Ok(());
     }
     let req = GetChunk {
         id: piece.chunk,

@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tomus_metadata::{ChunkId, ChunkPiece, ProviderId};
 use tomus_wire::chunk_file::{net_namespace, TOKEN_FILE};
 use tomus_wire::provider::{AdoptChunk, LocalChunkDir};
-use tomus_wire::{ErrorKind, LocalChunks, Pool, Result};
+use tomus_wire::{ErrorKind, LocalChunks, Pool};
 
 pub use read::read_piece;
 pub use write::write_chunk_file;
@@ -113,9 +113,8 @@ impl LocalProviders {
     }
 
     /// Reads `piece` (one it [`LocalProviders::wants_read`]) into `out` from the chunk file
-    /// of provider `id` (at `addr`) when that provider is on this host. `Ok(false)`: not
-    /// tried (the piece must go through the provider); an error: tried and failed (also to
-    /// go through the provider).
+    /// of provider `id` (at `addr`) when that provider is on this host. Whether it did: if
+    /// not, the piece must go through the provider.
     pub async fn read(
         &self,
         pool: &Pool,
@@ -123,20 +122,27 @@ impl LocalProviders {
         addr: &str,
         piece: &ChunkPiece,
         out: &mut [u8],
-    ) -> Result<bool> {
+    ) -> bool {
         let Some(dir) = self.dir_of(pool, id, addr).await else {
-            return Ok(false);
+            return false;
         };
-        blocking_here(|| read_piece(&dir, piece.chunk, piece.chunk_offset, out))?;
-        self.read_bytes.fetch_add(piece.len, Ordering::Relaxed);
-        Ok(true)
+        match blocking_here(|| read_piece(&dir, piece.chunk, piece.chunk_offset, out)) {
+            Ok(()) => {
+                self.read_bytes.fetch_add(piece.len, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                let chunk = piece.chunk;
+                tracing::debug!("reading chunk {chunk} of provider {id} through it: {e}");
+                false
+            }
+        }
     }
 
     /// Stores chunk `id` (one it [`LocalProviders::wants_write`]; `header` encoded from
     /// `data`, whose CRC32C is `crc`) on provider `provider` (at `addr`) by writing its file
     /// in the provider's directory and having the provider adopt it, when that provider is
-    /// on this host. `Ok(false)`: not tried; an error: tried and failed. Either way the
-    /// chunk must then go through the socket.
+    /// on this host. Whether it did: if not, the chunk must go through the socket.
     #[allow(
         clippy::too_many_arguments,
         reason = "one chunk, one provider, its address"
@@ -150,30 +156,38 @@ impl LocalProviders {
         crc: u32,
         header: &[u8],
         data: &[u8],
-    ) -> Result<bool> {
+    ) -> bool {
         let Some(dir) = self.dir_of(pool, provider, addr).await else {
-            return Ok(false);
+            return false;
         };
-        let name = blocking_here(|| write_chunk_file(&dir, id, header, data))?;
-        let adopted = pool
-            .call(
-                addr,
-                AdoptChunk {
+        let written = match blocking_here(|| write_chunk_file(&dir, id, header, data)) {
+            Ok(name) => {
+                let adopt = AdoptChunk {
                     id,
                     crc,
                     name: name.clone(),
-                },
-            )
-            .await;
-        if adopted.is_err() {
-            // Refused or not reached: the provider did not take it (a taken file has its
-            // chunk's name, so removing the temporary name is harmless either way).
-            let _ = std::fs::remove_file(write::tmp_path(&dir, id, &name));
+                };
+                let adopted = pool.call(addr, adopt).await;
+                if adopted.is_err() {
+                    // Refused or not reached: the provider did not take it (a taken file has
+                    // its chunk's name, so removing the temporary name is harmless either way).
+                    let _ = std::fs::remove_file(write::tmp_path(&dir, id, &name));
+                }
+                adopted
+            }
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(()) => {
+                let len = data.len() as u64;
+                self.written_bytes.fetch_add(len, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                tracing::debug!("sending chunk {id} to provider {provider} instead: {e}");
+                false
+            }
         }
-        adopted?;
-        self.written_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(true)
     }
 
     /// The chunk directory of provider `id` if it is on this host, asking it the first time.

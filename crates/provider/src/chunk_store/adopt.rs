@@ -22,8 +22,8 @@ use tomus_wire::{checksum, Error, Result};
 use super::files::{Inner, TMP_SUFFIX};
 use super::format::{file_len_for, parse_header, read_at, BLOCK_SIZE, CRC_LEN, HEADER_LEN};
 use super::to_usize;
+use crate::io_error;
 use crate::small_chunks::SMALL_CHUNK_MAX;
-use crate::{io_error, sync_dir};
 
 impl Inner {
     /// Adopts the file `name` (a temporary name for chunk `id` in the chunk's fan-out
@@ -36,12 +36,7 @@ impl Inner {
                 "{name:?} is not a temporary file of chunk {id}"
             )));
         }
-        let path = chunk_path(&self.dir, id);
-        let parent = path
-            .parent()
-            .ok_or_else(|| Error::internal(format!("chunk {id} has no directory")))?
-            .to_path_buf();
-        let tmp = parent.join(name);
+        let tmp = chunk_path(&self.dir, id).with_file_name(name);
         // Not through a symbolic link: the chunk's name would then be a link to elsewhere.
         let file = OpenOptions::new()
             .read(true)
@@ -63,16 +58,7 @@ impl Inner {
             }
         };
         let file_len = file_len_for(data_len).unwrap_or(0);
-        let new = self.place(&tmp, &path, &file).map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            io_error(format_args!("storing chunk {id}"), e)
-        })?;
-        if new {
-            self.count_new(file_len);
-        }
-        if self.fsync {
-            sync_dir(&parent).map_err(|e| io_error(format_args!("storing chunk {id}"), e))?;
-        }
+        self.install(id, &tmp, &file, file_len)?;
         Ok(data_len)
     }
 

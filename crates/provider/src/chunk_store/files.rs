@@ -71,12 +71,6 @@ impl Inner {
         tomus_wire::chunk_file::chunk_path(&self.dir, id)
     }
 
-    /// Counts a new chunk file of `file_len` bytes.
-    pub(super) fn count_new(&self, file_len: u64) {
-        self.chunks.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(file_len, Ordering::Relaxed);
-    }
-
     pub(super) fn put(&self, id: ChunkId, data: &[u8], sent_crc: Option<u32>) -> Result<()> {
         static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
         let header = encode_header(data);
@@ -86,25 +80,42 @@ impl Inner {
                 return Err(checksum::damaged(format!("chunk {id}"), got, sent));
             }
         }
-        let path = self.path_of(id);
         let parent = self.dir.join(&id.to_string()[..2]);
         let tmp = parent.join(format!(
             ".{id}.{}.{}{TMP_SUFFIX}",
             std::process::id(),
             TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        let stored = write_chunk_file(&tmp, &header, data)
-            .and_then(|(file, len)| self.place(&tmp, &path, &file).map(|new| (new, len)));
-        let (new, file_len) = stored.map_err(|e| {
+        let (file, file_len) = write_chunk_file(&tmp, &header, data).map_err(|e| {
             let _ = fs::remove_file(&tmp);
             io_error(format_args!("storing chunk {id}"), e)
         })?;
+        self.install(id, &tmp, &file, file_len)
+    }
+
+    /// Gives the complete chunk file `tmp` (open as `file`, `file_len` bytes) the name of
+    /// chunk `id`, syncs it and, with fsync on, its directory, and counts it if it is new;
+    /// `tmp` is removed if that fails.
+    pub(super) fn install(
+        &self,
+        id: ChunkId,
+        tmp: &Path,
+        file: &File,
+        file_len: u64,
+    ) -> Result<()> {
+        let path = self.path_of(id);
+        let new = self.place(tmp, &path, file).map_err(|e| {
+            let _ = fs::remove_file(tmp);
+            io_error(format_args!("storing chunk {id}"), e)
+        })?;
         if new {
-            self.count_new(file_len);
+            self.chunks.fetch_add(1, Ordering::Relaxed);
+            self.bytes.fetch_add(file_len, Ordering::Relaxed);
         }
         if self.fsync {
             // The new name must be durable, not only the file's contents.
-            sync_dir(&parent).map_err(|e| io_error(format_args!("storing chunk {id}"), e))?;
+            let parent = path.parent().unwrap_or(&self.dir);
+            sync_dir(parent).map_err(|e| io_error(format_args!("storing chunk {id}"), e))?;
         }
         Ok(())
     }
@@ -116,7 +127,7 @@ impl Inner {
     /// between leaves only an unacknowledged chunk whose checksums fail. An existing name (a
     /// repeated put) may be an acknowledged copy: it is replaced only once the new file is
     /// durable, by rename (as is any name where the file system refuses hard links).
-    pub(super) fn place(&self, tmp: &Path, path: &Path, file: &File) -> io::Result<bool> {
+    fn place(&self, tmp: &Path, path: &Path, file: &File) -> io::Result<bool> {
         let sync = |f: &File| {
             if self.fsync {
                 crate::group_commit::timed_sync(f, "chunk")
