@@ -160,6 +160,19 @@ async fn adoption_of_other_files_or_damaged_chunks_is_refused() {
     assert_ne!(e.kind, ErrorKind::NotFound, "{e}");
     assert!(chunk_files(&tc.cluster.provider_dir(0)).is_empty());
     assert!(outside.exists());
+    // A second name of another file, and a FIFO (which must not block the provider).
+    let name = format!(".{id}.hard.tmp");
+    std::fs::hard_link(&outside, tmp(&name)).unwrap();
+    let e = adopt(&name, crc).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+    let name = format!(".{id}.fifo.tmp");
+    let fifo = std::ffi::CString::new(tmp(&name).into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates a file.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let e = adopt(&name, crc).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+    assert!(chunk_files(&tc.cluster.provider_dir(0)).is_empty());
+    assert!(outside.exists());
     // Missing, then a checksum that is not the data's: refused, and the file is gone.
     let name = format!(".{id}.test.tmp");
     let e = adopt(&name, crc).await.unwrap_err();

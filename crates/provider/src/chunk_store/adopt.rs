@@ -13,7 +13,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use tomus_metadata::ChunkId;
 use tomus_wire::chunk_file::{block_shift, chunk_path};
@@ -37,10 +37,11 @@ impl Inner {
             )));
         }
         let tmp = chunk_path(&self.dir, id).with_file_name(name);
-        // Not through a symbolic link: the chunk's name would then be a link to elsewhere.
+        // Not through a symbolic link (the chunk's name would then be a link to elsewhere),
+        // and without waiting for a writer should the name be a FIFO (refused below).
         let file = OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&tmp);
         let file = file.map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
@@ -62,14 +63,20 @@ impl Inner {
         Ok(data_len)
     }
 
-    /// Checks a chunk file written by a client: header, size (a chunk file, not one for the
-    /// small-chunk log) and the whole data's CRC32C, combined from the block checksums,
-    /// against the sender's. Returns the data length.
+    /// Checks a chunk file written by a client: a regular file with no other name, its
+    /// header, size (a chunk file, not one for the small-chunk log) and the whole data's
+    /// CRC32C, combined from the block checksums, against the sender's. Returns the data
+    /// length.
     fn check_written(&self, file: &File, id: ChunkId, sent_crc: u32) -> Result<u64> {
-        let file_len = file
+        let meta = file
             .metadata()
-            .map_err(|e| io_error(format_args!("adopting chunk {id}"), e))?
-            .len();
+            .map_err(|e| io_error(format_args!("adopting chunk {id}"), e))?;
+        if !meta.is_file() || meta.nlink() != 1 {
+            return Err(Error::invalid(format!(
+                "chunk {id}: only a regular file with no other name is adopted"
+            )));
+        }
+        let file_len = meta.len();
         let mut header = [0u8; HEADER_LEN as usize];
         read_at(file, &mut header, 0, id)?;
         let data_len = parse_header(&header, id)?;
