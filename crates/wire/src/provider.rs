@@ -69,8 +69,9 @@ service! {
         /// copies removed.
         DropRegistered { names: Vec<String> } -> u64;
 
-        // ---- short-circuit reads
-        /// Where its chunk files are, for a client on this host to read them directly.
+        // ---- short-circuit reads and writes
+        /// Where its chunk files are, for a client on this host to read and write them
+        /// directly.
         LocalChunkDir {} -> LocalChunks;
         /// Takes the file `name`, which a client on this host wrote in the directory of chunk
         /// `id` (`.<id>.<anything>.tmp`: header, block checksums and data, as the provider

@@ -500,9 +500,10 @@ pub struct Holder {
     pub name: String,
 }
 
-/// Where a provider keeps its chunk files, for clients on its host to read them directly
-/// (short-circuit reads). A client trusts the directory only when the file `token_file`
-/// in it holds `token` (the same file system, not a same-named directory of another host)
+/// Where a provider keeps its chunk files, for clients on its host to read and write them
+/// directly (short-circuit reads and writes). A client trusts the directory only when the
+/// file [`crate::chunk_file::TOKEN_FILE`] in it holds `token` (the same file system, not a
+/// same-named directory of another host)
 /// and it runs in the network namespace `net_ns` (a host emulated with network namespaces
 /// on one machine shares the file system but not the network the test means to measure).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
