@@ -67,6 +67,17 @@ pub fn parse_header(header: &[u8; HEADER_LEN as usize], id: ChunkId) -> Result<u
     Ok(u64::from_le_bytes(len))
 }
 
+/// Checks block `index` of chunk `id`, whose bytes are `data`, against its stored CRC32C.
+pub fn check_block(id: ChunkId, index: u64, data: &[u8], stored: u32) -> Result<()> {
+    if crc32c::crc32c(data) == stored {
+        Ok(())
+    } else {
+        Err(Error::corrupt(format!(
+            "chunk {id}: checksum mismatch in block {index}"
+        )))
+    }
+}
+
 /// Header plus one checksum per block of `data`.
 pub fn encode_header(data: &[u8]) -> Vec<u8> {
     let blocks = data.len().div_ceil(BLOCK_SIZE as usize);

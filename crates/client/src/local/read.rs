@@ -7,7 +7,7 @@ use std::path::Path;
 
 use tomus_metadata::ChunkId;
 use tomus_wire::chunk_file::{
-    chunk_path, file_len_for, parse_header, BLOCK_SIZE, CRC_LEN, HEADER_LEN,
+    check_block, chunk_path, file_len_for, parse_header, BLOCK_SIZE, CRC_LEN, HEADER_LEN,
 };
 use tomus_wire::{Error, Result};
 
@@ -53,15 +53,7 @@ pub fn read_piece(dir: &Path, id: ChunkId, offset: u64, out: &mut [u8]) -> Resul
         let i = ((b - first) * CRC_LEN) as usize;
         u32::from_le_bytes([crcs[i], crcs[i + 1], crcs[i + 2], crcs[i + 3]])
     };
-    let check = |b: u64, data: &[u8]| {
-        if crc32c::crc32c(data) == stored(b) {
-            Ok(())
-        } else {
-            Err(Error::corrupt(format!(
-                "chunk file {id}: checksum mismatch in block {b}"
-            )))
-        }
-    };
+    let check = |b: u64, data: &[u8]| check_block(id, b, data, stored(b));
     let block_end = |b: u64| ((b + 1) * block).min(data_len);
     // Blocks wholly inside the range are read in one call, straight into `out`, and checked
     // there; the (at most two) blocks the range cuts go through a block-sized buffer.

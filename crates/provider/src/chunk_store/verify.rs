@@ -6,6 +6,7 @@ use std::fs::File;
 use std::ops::Range;
 
 use tomus_metadata::ChunkId;
+use tomus_wire::chunk_file::check_block;
 use tomus_wire::{Error, Result};
 
 use super::files::Inner;
@@ -69,12 +70,7 @@ pub(super) fn verify_blocks(
         .enumerate()
     {
         let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-        if crc32c::crc32c(data) != stored {
-            return Err(Error::corrupt(format!(
-                "chunk {id}: checksum mismatch in block {}",
-                first + i as u64
-            )));
-        }
+        check_block(id, first + i as u64, data, stored)?;
         sent.block(at + i as u64 * u64::from(BLOCK_SIZE), data, stored);
     }
     Ok(())
