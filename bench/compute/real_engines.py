@@ -20,7 +20,7 @@ from tomus.compute.apps.abrain import (
     permuted_stats,
 )
 from tomus.compute.apps.kmeans import pass_stats
-from tomus.compute.apps.pagerank import _update, parse_edges
+from tomus.compute.apps.pagerank import _update, distinct_ids, index_of, parse_edges
 from tomus.compute.apps.pca import PCAPass, _combine, _components
 
 ALPHA = 0.05
@@ -79,13 +79,13 @@ def pr_parse(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pr_nodes(parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    return np.unique(np.concatenate([np.unique(np.concatenate(p)) for p in parts]))
+    return distinct_ids(*(distinct_ids(*p) for p in parts))
 
 
 def pr_index(part: tuple[np.ndarray, np.ndarray], nodes: np.ndarray) -> np.ndarray:
     pairs = np.empty((len(part[0]), 2), dtype=np.int32)
-    pairs[:, 0] = np.searchsorted(nodes, part[0])
-    pairs[:, 1] = np.searchsorted(nodes, part[1])
+    pairs[:, 0] = index_of(nodes, part[0])
+    pairs[:, 1] = index_of(nodes, part[1])
     return pairs
 
 
@@ -296,9 +296,7 @@ def sp_abrain(
 
 def sp_pagerank(sc: Any, paths: list[str], iters: int, d: float) -> Any:
     parsed = sc.parallelize(paths, len(paths)).map(pr_parse).cache()
-    nodes = functools.reduce(
-        np.union1d, parsed.map(lambda p: np.unique(np.concatenate(p))).collect()
-    )
+    nodes = distinct_ids(*parsed.map(lambda p: distinct_ids(*p)).collect())
     nb = sc.broadcast(nodes)
     pairs = parsed.map(lambda p: pr_index(p, nb.value)).cache()
     n = len(nodes)

@@ -11,7 +11,14 @@ import pytest
 
 import tomus
 from tomus.compute.__main__ import main
-from tomus.compute.apps.pagerank import pagerank, parse_edges, reference_pagerank, top_nodes
+from tomus.compute.apps.pagerank import (
+    distinct_ids,
+    index_of,
+    pagerank,
+    parse_edges,
+    reference_pagerank,
+    top_nodes,
+)
 
 
 def _graph(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,6 +63,25 @@ def test_reference_equals_the_transition_matrix_definition() -> None:
     assert parse_edges(b"# c\n1 2\n3\t4\n")[1].tolist() == [2, 4]
     with pytest.raises(ValueError, match="two node ids"):
         parse_edges(b"1 2 3\n")
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        np.array([5, 3, 5, 9, 3, 4], dtype=np.int64),  # dense: a lookup table
+        np.array([-7, 2, -7, 0], dtype=np.int64),  # negative ids, dense
+        np.array([2**40, 3, 2**40, 17], dtype=np.int64),  # sparse: binary search
+        np.array([], dtype=np.int64),
+    ],
+)
+def test_distinct_ids_and_index_of_agree_with_unique(ids: np.ndarray) -> None:
+    half = len(ids) // 2
+    nodes = distinct_ids(ids[:half], ids[half:])
+    want, inverse = np.unique(ids, return_inverse=True)
+    assert nodes.tolist() == want.tolist()
+    got = index_of(nodes, ids)
+    assert got.dtype == np.int32
+    assert got.tolist() == inverse.tolist()
 
 
 def test_pagerank_equals_numpy_power_iteration(dask: Any, addr: str, tc: tomus.Client) -> None:

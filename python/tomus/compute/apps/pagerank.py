@@ -40,7 +40,15 @@ from tomus.compute.storage import Ref, cached, get_bytes, put_bytes, put_object
 if TYPE_CHECKING:
     from distributed import Client as DaskClient
 
-__all__ = ["PageRankResult", "pagerank", "parse_edges", "reference_pagerank", "top_nodes"]
+__all__ = [
+    "PageRankResult",
+    "distinct_ids",
+    "index_of",
+    "pagerank",
+    "parse_edges",
+    "reference_pagerank",
+    "top_nodes",
+]
 
 #: Bytes of edge-list text one parse task takes by default.
 SPLIT_BYTES = 32 << 20
@@ -81,6 +89,41 @@ def parse_edges(text: bytes) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1])
 
 
+def distinct_ids(*arrays: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``arrays``. ``np.unique`` is not used: in numpy 2.4 it
+    hashes, and took 9.4 s for 20 M int64 ids on this machine where a sort and a mask take
+    0.3 s."""
+    ids = np.sort(np.concatenate(arrays) if len(arrays) != 1 else arrays[0])
+    if len(ids) == 0:
+        return ids
+    keep = np.empty(len(ids), dtype=bool)
+    keep[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=keep[1:])
+    return ids[keep]
+
+
+#: A dense lookup table is used when the ids span at most this many times their count.
+DENSE_SPAN = 8
+
+
+def index_of(nodes: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The position in ``nodes`` (sorted distinct ids, all of ``ids`` among them) of each id,
+    as int32 while it fits. Ids that span a range not much wider than their count go through a
+    lookup table (one gather per id: 20 M ids in under 0.25 s here, where ``searchsorted`` of
+    unsorted ids took 7 s, a cache miss per step of each binary search); others are
+    binary-searched."""
+    dtype = np.int32 if len(nodes) < 2**31 else np.int64
+    if len(nodes) == 0:
+        return np.empty(0, dtype=dtype)
+    lo, hi = int(nodes[0]), int(nodes[-1])
+    if hi - lo < DENSE_SPAN * len(nodes) + (1 << 16):
+        table = np.empty(hi - lo + 1, dtype=dtype)
+        table[nodes - lo] = np.arange(len(nodes), dtype=dtype)
+        out: np.ndarray = table[ids - lo]
+        return out
+    return np.searchsorted(nodes, ids).astype(dtype, copy=False)
+
+
 def _put_array(client: tomus.Client, a: np.ndarray) -> tuple[Ref, str, int]:
     return put_bytes(client, np.ascontiguousarray(a).data), a.dtype.str, len(a)
 
@@ -104,14 +147,14 @@ class _Parsed:
 def _parse(split: Split) -> _Parsed:
     client = tomus_client()
     src, dst = parse_edges(read_text(client, split))
-    nodes = np.unique(np.concatenate([src, dst]))
+    nodes = distinct_ids(src, dst)
     return _Parsed([(_put_array(client, src), _put_array(client, dst))], nodes)
 
 
 def _merge_parsed(objs: list[_Parsed]) -> _Parsed:
     return _Parsed(
         [p for o in objs for p in o.parts],
-        np.unique(np.concatenate([o.nodes for o in objs])),
+        distinct_ids(*(o.nodes for o in objs)),
     )
 
 
@@ -134,10 +177,9 @@ def _index(task: _IndexTask) -> _Indexed:
     client = tomus_client()
     nodes: np.ndarray = cached(client, task.nodes)
     src, dst = (_get_array(client, s) for s in task.part)
-    dtype = np.int32 if len(nodes) < 2**31 else np.int64
-    pairs = np.empty((len(src), 2), dtype=dtype)
-    pairs[:, 0] = np.searchsorted(nodes, src)
-    pairs[:, 1] = np.searchsorted(nodes, dst)
+    pairs = np.empty((len(src), 2), dtype=np.int32 if len(nodes) < 2**31 else np.int64)
+    pairs[:, 0] = index_of(nodes, src)
+    pairs[:, 1] = index_of(nodes, dst)
     outdeg = np.bincount(pairs[:, 0], minlength=len(nodes))
     return _Indexed([_put_array(client, pairs.ravel())], outdeg)
 
