@@ -21,6 +21,8 @@ mod listing;
 mod meta;
 mod multipart;
 mod objects;
+/// S3 Express offset appends that lose, refused before their body moves.
+mod offset_appends;
 /// Which S3 operation a request is (the label of the gateway's metrics).
 mod operations;
 mod part_copy;

@@ -11,6 +11,7 @@ use tomus_client::{Client, CreateOptions, Namespace};
 
 use crate::buckets::BucketState;
 use crate::objects::WINDOW;
+use crate::offset_appends::InFlight;
 use crate::windows::WindowPool;
 
 /// Idle GET windows kept for reuse (at most 64 MiB).
@@ -29,6 +30,8 @@ pub struct Gateway {
     buckets: Mutex<HashMap<String, (Instant, BucketState)>>,
     /// Recycled read buffers of streamed GETs.
     pub(crate) windows: Arc<WindowPool>,
+    /// Objects with an S3 Express offset append in flight.
+    pub(crate) offset_appends: InFlight,
 }
 
 impl Gateway {
@@ -42,6 +45,7 @@ impl Gateway {
             },
             buckets: Mutex::new(HashMap::new()),
             windows: WindowPool::new(WINDOW as usize, IDLE_WINDOWS),
+            offset_appends: InFlight::default(),
         }
     }
 

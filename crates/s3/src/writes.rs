@@ -233,18 +233,34 @@ impl Gateway {
             i.metadata,
         );
         described.expires = i.expires.as_ref().map(meta::unix_seconds);
+        // An offset append's claim on its object, held until it commits or fails.
+        let mut _claim = None;
         if !matches!(mode, Mode::Replace) {
-            let latest = self.latest_meta(&path).await?;
-            if let (Mode::AppendAt(o), None) = (&mode, &latest) {
-                if *o > 0 {
-                    return Err(invalid_write_offset(&format!(
-                        "the object does not exist; offset {o}"
-                    )));
+            let latest = self.latest(&path).await?;
+            if let Mode::AppendAt(o) = mode {
+                // Refused before the body is read (see offset_appends.rs).
+                match &latest {
+                    None if o > 0 => {
+                        return Err(invalid_write_offset(&format!(
+                            "the object does not exist; offset {o}"
+                        )))
+                    }
+                    Some((_, size)) if *size != o => {
+                        return Err(invalid_write_offset(&format!(
+                            "the object has {size} bytes; offset {o}"
+                        )))
+                    }
+                    _ => {}
                 }
+                _claim = Some(self.offset_appends.claim(&path).ok_or_else(|| {
+                    invalid_write_offset(&format!(
+                        "another append at offset {o} to this object is in flight"
+                    ))
+                })?);
             }
             if described == ObjectMeta::default() {
                 // Appends keep the object's content type and user metadata.
-                described = latest.map(|m| m.descriptive()).unwrap_or_default();
+                described = latest.map(|(m, _)| m.descriptive()).unwrap_or_default();
             }
         }
         let exclusive = matches!(&i.if_none_match, Some(ETagCondition::Any));
@@ -362,10 +378,10 @@ impl Gateway {
         Ok((info, headers))
     }
 
-    /// Metadata of the latest version of the file at `path` (`None`: no such file).
-    async fn latest_meta(&self, path: &str) -> S3Result<Option<ObjectMeta>> {
+    /// Metadata and size of the latest version of the file at `path` (`None`: no such file).
+    async fn latest(&self, path: &str) -> S3Result<Option<(ObjectMeta, u64)>> {
         match self.ns.object(path, None).await {
-            Ok((o, _)) => Ok(Some(ObjectMeta::from_attrs(&o.attrs))),
+            Ok((o, _)) => Ok(Some((ObjectMeta::from_attrs(&o.attrs), o.version.size))),
             Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
             // Whatever is in the way, opening the file for the write reports it.
             Err(e) if matches!(e.kind, ErrorKind::IsADirectory | ErrorKind::NotADirectory) => {

@@ -3,12 +3,18 @@ assigns (``x-tomus-append: true``)."""
 
 from __future__ import annotations
 
+import http.client
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from .conftest import error_code, status
+from .conftest import ACCESS_KEY, SECRET_KEY, error_code, status
 
 
 def with_header(s3, name: str, value: str):
@@ -66,3 +72,80 @@ def test_16_concurrent_appenders_never_overlap(gateway, bucket) -> None:
         assert content[offset : offset + len(data)] == data
         at += len(data)
     assert len(content) == at
+
+
+class HeldAppend:
+    """An offset append held in flight: it asks ``Expect: 100-continue`` and waits for the
+    gateway's go-ahead (given once the gateway reads the body, so after the append has passed
+    its checks), sends one byte, then the rest on ``finish``; ``abandon`` closes the connection
+    mid-body instead."""
+
+    def __init__(self, gateway, bucket: str, key: str, offset: int, body: bytes) -> None:
+        path = f"/{bucket}/{key}"
+        headers = {"x-amz-write-offset-bytes": str(offset)}
+        req = AWSRequest(
+            method="PUT", url=f"http://{gateway.endpoint}{path}", data=body, headers=headers
+        )
+        S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
+        host, port = gateway.endpoint.rsplit(":", 1)
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        self.conn.putrequest("PUT", path, skip_accept_encoding=True)
+        for name, value in req.headers.items():
+            self.conn.putheader(name, value)
+        self.conn.putheader("Content-Length", str(len(body)))
+        self.conn.putheader("Expect", "100-continue")
+        self.conn.endheaders()
+        assert self.conn.sock is not None
+        interim = self.conn.sock.recv(4096)
+        assert interim.startswith(b"HTTP/1.1 100"), interim
+        self.conn.send(body[:1])
+        self.rest = body[1:]
+
+    def finish(self) -> int:
+        self.conn.send(self.rest)
+        r = self.conn.getresponse()
+        r.read()
+        self.conn.close()
+        return r.status
+
+    def abandon(self) -> None:
+        self.conn.close()
+
+
+def _eventually(check: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(what)
+        time.sleep(0.05)
+
+
+def test_losing_offset_appends_are_refused_before_their_body(gateway, s3, bucket) -> None:
+    s3.put_object(Bucket=bucket, Key="log", Body=b"0123")
+    held = HeldAppend(gateway, bucket, "log", 4, b"4567")
+    # Refused while the first one's body is still missing, not once it has come.
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="log", Body=b"xxxx", WriteOffsetBytes=4)
+    assert error_code(e) == "InvalidWriteOffset"
+    assert "in flight" in e.value.response["Error"]["Message"]
+    # A stale offset is refused with the object's size in the message.
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="log", Body=b"xx", WriteOffsetBytes=2)
+    assert "has 4 bytes" in e.value.response["Error"]["Message"]
+    assert held.finish() == 200
+    assert s3.get_object(Bucket=bucket, Key="log")["Body"].read() == b"01234567"
+    # The claim went with the commit: the next offset append goes through.
+    s3.put_object(Bucket=bucket, Key="log", Body=b"89", WriteOffsetBytes=8)
+    # A client that goes away mid-body leaves no claim behind, and no bytes.
+    HeldAppend(gateway, bucket, "log", 10, b"lost").abandon()
+
+    def taken() -> bool:
+        try:
+            s3.put_object(Bucket=bucket, Key="log", Body=b"AB", WriteOffsetBytes=10)
+            return True
+        except ClientError as e:
+            assert error_code(e) == "InvalidWriteOffset"
+            return False
+
+    _eventually(taken, "the abandoned append's claim is released")
+    assert s3.get_object(Bucket=bucket, Key="log")["Body"].read() == b"0123456789AB"
