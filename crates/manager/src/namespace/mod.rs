@@ -297,12 +297,19 @@ impl Namespace {
         };
         // The policy is recorded with the blob, before any version exists.
         let policy = policy.unwrap_or(inherited);
-        let blob = self.versions.create_blob(chunk_size, replication, policy)?;
+        // The blob and the file's pending entry in one transaction: one sync, under the
+        // namespace's lock, for both.
+        let created_ms = now_ms();
+        let blob =
+            self.versions
+                .create_blob_with(chunk_size, replication, policy, |txn, blob| {
+                    let mut t = txn.open_table(NAMESPACE).map_err(db_err)?;
+                    put(&mut t, &path, &Record::Pending { blob, created_ms })
+                })?;
         let record = Record::Pending {
             blob: blob.id,
-            created_ms: now_ms(),
+            created_ms,
         };
-        self.change(|t| put(t, &path, &record))?;
         self.versions.name_pending(blob.id, &path)?;
         self.entry(path, record)
     }

@@ -23,13 +23,17 @@ impl Store {
         Ok(out)
     }
 
-    /// Creates a blob record with the next blob id and its retention `policy`, in one
-    /// transaction (one sync, and no id is ever handed out without its record; the policy is
-    /// there before any version is).
+    /// Creates a blob record with the next blob id, its retention `policy` and version
+    /// numbers below `reserve_upto` reserved, in one transaction (one sync, and no id is ever
+    /// handed out without its record; the policy is there before any version is, and the
+    /// first write needs no sync of its own to reserve numbers). `also` adds what the caller
+    /// records with the blob (a new file's entry) to the same transaction.
     pub fn create_blob(
         &self,
         policy: Retention,
+        reserve_upto: u64,
         make: impl FnOnce(BlobId) -> BlobRecord,
+        also: impl FnOnce(&WriteTransaction, BlobId) -> Result<()>,
     ) -> Result<BlobRecord> {
         let txn = self.db.begin_write().map_err(db_err)?;
         let record = {
@@ -55,6 +59,9 @@ impl Store {
                     .insert(id, encode(&r)?.as_slice())
                     .map_err(db_err)?;
             }
+            let mut reserved = txn.open_table(RESERVED).map_err(db_err)?;
+            reserved.insert(id, reserve_upto).map_err(db_err)?;
+            also(&txn, id)?;
             record
         };
         txn.commit().map_err(db_err)?;

@@ -310,6 +310,18 @@ impl VersionManager {
         replication: u32,
         retention: Retention,
     ) -> Result<BlobInfo> {
+        self.create_blob_with(chunk_size, replication, retention, |_, _| Ok(()))
+    }
+
+    /// [`VersionManager::create_blob`], with `also` recording what goes with the new blob
+    /// in the same transaction (a new file's entry): one sync for both.
+    pub fn create_blob_with(
+        &self,
+        chunk_size: u64,
+        replication: u32,
+        retention: Retention,
+        also: impl FnOnce(&redb::WriteTransaction, BlobId) -> Result<()>,
+    ) -> Result<BlobInfo> {
         check_retention(retention)?;
         if !chunk_size.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&chunk_size)
         {
@@ -322,7 +334,8 @@ impl VersionManager {
                 "replication {replication} must be between 1 and {MAX_REPLICATION}"
             )));
         }
-        let record = self.store.create_blob(retention, |id| BlobRecord {
+        let reserved = 1 + RESERVE_BLOCK;
+        let make = |id| BlobRecord {
             id,
             chunk_size,
             replication,
@@ -330,14 +343,16 @@ impl VersionManager {
             size: 0,
             capacity: 0,
             modified_ms: now_ms(),
-        })?;
+        };
+        let record = self.store.create_blob(retention, reserved, make, also)?;
         let id = record.id;
         let (tx, _) = watch::channel(0);
         let policy = RetentionRecord {
             policy: retention,
             retained_from: 0,
         };
-        let state = BlobState::new(record, version_zero(id), 1, policy);
+        let mut state = BlobState::new(record, version_zero(id), 1, policy);
+        state.reserved = reserved;
         let info = blob_info(&state);
         let mut blobs = self.blobs.write().unwrap_or_else(|p| p.into_inner());
         blobs.insert(
