@@ -119,6 +119,33 @@ fn overwrites_keep_the_last_three_versions_and_the_rest_is_collected() {
 }
 
 #[test]
+fn one_retention_round_expires_the_old_versions_of_many_files() {
+    let tc = TestCluster::start_with(1, |spec| {
+        spec.manager_args = common::fast_maintenance(1000);
+    });
+    let addr = tc.addr();
+    let files: Vec<String> = (0..24).map(|i| format!("/many/f{i:02}.bin")).collect();
+    let content = |file: usize, round: u64| pattern::generate(round * 100 + file as u64, 3000);
+    for round in 1..=4 {
+        for (i, f) in files.iter().enumerate() {
+            put(&addr, &tc.dir, f, &content(i, round));
+        }
+    }
+    // Expired together in one round's transaction, every file down to its last three.
+    for f in &files {
+        eventually("versions 2 to 4 alone", || versions(&addr, f) == [2, 3, 4]);
+    }
+    for (i, f) in files.iter().enumerate() {
+        let old = tomus(&addr, &["fs", "cat", f, "--version", "1"]);
+        assert!(!old.status.success(), "{f}: version 1 still reads");
+        assert!(
+            ok(tomus(&addr, &["fs", "cat", f])) == content(i, 4),
+            "{f} reads back wrong"
+        );
+    }
+}
+
+#[test]
 fn a_directory_policy_is_inherited_by_files_created_below_it() {
     let tc = TestCluster::start(1);
     let addr = tc.addr();

@@ -95,44 +95,44 @@ impl Store {
         plan_expiry(&t, blob, policy, now_ms)
     }
 
-    /// Removes the published versions of `blob` below `keep_from` (their records and
-    /// attributes) and records `keep_from` as its first retained version, in one transaction.
-    /// A deleted blob is left alone.
-    pub fn expire(&self, blob: BlobId, keep_from: Version) -> Result<()> {
-        if keep_from == 0 {
-            return Ok(());
-        }
+    /// Removes, for each `(blob, keep_from)`, the published versions of `blob` below
+    /// `keep_from` (their records and attributes) and records `keep_from` as its first
+    /// retained version, all in one transaction: a retention round over many blobs costs one
+    /// sync, not one per blob. Deleted blobs are left alone.
+    pub fn expire(&self, expiries: &[(BlobId, Version)]) -> Result<()> {
         let txn = self.db.begin_write().map_err(db_err)?;
-        if !blob_exists(&txn, blob)? {
-            return Ok(());
-        }
         {
             let mut retention = txn.open_table(RETENTION).map_err(db_err)?;
-            let old: RetentionRecord = match retention.get(blob).map_err(db_err)? {
-                Some(v) => decode(v.value())?,
-                None => RetentionRecord::default(),
-            };
-            let record = RetentionRecord {
-                retained_from: old.retained_from.max(keep_from),
-                ..old
-            };
-            retention
-                .insert(blob, encode(&record)?.as_slice())
-                .map_err(db_err)?;
             let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;
-            let below = 0..=keep_from.saturating_sub(1);
-            remove_versions(&mut versions, blob, below.clone())?;
             let mut attrs = txn.open_table(ATTRS).map_err(db_err)?;
-            remove_versions(&mut attrs, blob, below)?;
+            for &(blob, keep_from) in expiries {
+                if keep_from == 0 || !blob_exists(&txn, blob)? {
+                    continue;
+                }
+                let old: RetentionRecord = match retention.get(blob).map_err(db_err)? {
+                    Some(v) => decode(v.value())?,
+                    None => RetentionRecord::default(),
+                };
+                let record = RetentionRecord {
+                    retained_from: old.retained_from.max(keep_from),
+                    ..old
+                };
+                retention
+                    .insert(blob, encode(&record)?.as_slice())
+                    .map_err(db_err)?;
+                let below = 0..=keep_from.saturating_sub(1);
+                remove_versions(&mut versions, blob, below.clone())?;
+                remove_versions(&mut attrs, blob, below)?;
+                let retained_from = keep_from;
+                log_change(
+                    &txn,
+                    &Change::Expired {
+                        blob,
+                        retained_from,
+                    },
+                )?;
+            }
         }
-        let retained_from = keep_from;
-        log_change(
-            &txn,
-            &Change::Expired {
-                blob,
-                retained_from,
-            },
-        )?;
         txn.commit().map_err(db_err)
     }
 }

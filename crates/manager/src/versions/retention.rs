@@ -12,6 +12,9 @@ pub fn describe(policy: Retention) -> String {
     }
 }
 
+/// Blobs whose old versions one retention round removes in one transaction (one sync).
+const EXPIRY_BATCH: usize = 1024;
+
 /// Refuses policies that keep nothing.
 pub(crate) fn check_retention(policy: Retention) -> Result<()> {
     match policy {
@@ -41,23 +44,22 @@ impl VersionManager {
             s.expiry_due = true;
         }
         // The policy is durable; if removing versions fails, the periodic round retries.
-        if let Err(e) = self.expire_locked(blob, &slot, now_ms()) {
-            tracing::error!("blob {blob}: applying its new retention failed: {e}");
-        }
+        self.expire_locked(&[(blob, slot.clone())], now_ms());
         let info = blob_info(&slot.lock());
         Ok(info)
     }
 
-    /// Removes the versions the blobs' policies no longer retain at `now_ms`. Returns how
-    /// many blobs lost versions; a blob that fails is logged and retried next time.
+    /// Removes the versions the blobs' policies no longer retain at `now_ms`, up to
+    /// [`EXPIRY_BATCH`] blobs per transaction. Returns how many blobs lost versions; a blob
+    /// that fails is logged and retried next time.
     pub fn enforce_retention(&self, now_ms: u64) -> usize {
         let slots: Vec<(BlobId, Arc<BlobSlot>)> = {
             let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
             blobs.iter().map(|(id, s)| (*id, s.clone())).collect()
         };
-        let mut changed = 0;
-        for (blob, slot) in slots {
-            let due = {
+        let due: Vec<(BlobId, Arc<BlobSlot>)> = slots
+            .into_iter()
+            .filter(|(_, slot)| {
                 let s = slot.lock();
                 match s.retention {
                     Retention::KeepAll => false,
@@ -65,27 +67,58 @@ impl VersionManager {
                     // Time alone moves its cutoff.
                     Retention::KeepNewerThan(_) => true,
                 }
-            };
-            if !due {
-                continue;
-            }
+            })
+            .collect();
+        let mut changed = 0;
+        for batch in due.chunks(EXPIRY_BATCH) {
             let _expiry = self.expiry.lock().unwrap_or_else(|p| p.into_inner());
-            match self.expire_locked(blob, &slot, now_ms) {
-                Ok(true) => changed += 1,
-                Ok(false) => {}
-                Err(e) => tracing::error!("blob {blob}: applying its retention failed: {e}"),
-            }
+            changed += self.expire_locked(batch, now_ms);
         }
         changed
     }
 
-    /// Applies the policy of `blob` at `now_ms`; the caller holds `self.expiry`. Returns
-    /// whether versions were removed.
-    fn expire_locked(&self, blob: BlobId, slot: &BlobSlot, now_ms: u64) -> Result<bool> {
+    /// Applies the policies of `blobs` at `now_ms`, in one transaction; the caller holds
+    /// `self.expiry`. Returns how many blobs lost versions.
+    fn expire_locked(&self, blobs: &[(BlobId, Arc<BlobSlot>)], now_ms: u64) -> usize {
+        let mut planned = Vec::new();
+        for (blob, slot) in blobs {
+            match self.plan_locked(*blob, slot, now_ms) {
+                Ok(Some(keep_from)) => planned.push((*blob, slot, keep_from)),
+                Ok(None) => {}
+                Err(e) => {
+                    slot.lock().expiry_due = true;
+                    tracing::error!("blob {blob}: applying its retention failed: {e}");
+                }
+            }
+        }
+        if planned.is_empty() {
+            return 0;
+        }
+        let rows: Vec<(BlobId, Version)> = planned.iter().map(|(b, _, k)| (*b, *k)).collect();
+        if let Err(e) = self.store.expire(&rows) {
+            for (_, slot, _) in &planned {
+                slot.lock().expiry_due = true;
+            }
+            tracing::error!("applying the retention of {} blobs failed: {e}", rows.len());
+            return 0;
+        }
+        for (blob, slot, keep_from) in &planned {
+            tracing::debug!(
+                "blob {blob}: versions below {keep_from} removed ({})",
+                describe(slot.lock().retention)
+            );
+        }
+        planned.len()
+    }
+
+    /// Where the policy of `blob` moves its first retained version at `now_ms` (`None`:
+    /// nothing to remove); from here on, reads answer "removed" below it, before the rows go.
+    /// The caller holds `self.expiry`.
+    fn plan_locked(&self, blob: BlobId, slot: &BlobSlot, now_ms: u64) -> Result<Option<Version>> {
         let policy = {
             let mut s = slot.lock();
             if s.deleted {
-                return Ok(false);
+                return Ok(None);
             }
             s.expiry_due = false;
             s.retention
@@ -93,34 +126,23 @@ impl VersionManager {
         // Planned on the durable rows (not the in-memory mark), so a failed removal is
         // planned again next time.
         let Some(keep_from) = self.store.plan_expiry(blob, policy, now_ms)? else {
-            return Ok(false);
+            return Ok(None);
         };
-        let keep_from = {
-            let mut s = slot.lock();
-            // A pending writer's metadata may refer to any node of the tree it builds on:
-            // that version stays until the writer is done (garbage collection relies on it).
-            let held = s.pending.values().map(|p| p.base.max(1)).min();
-            let planned = keep_from;
-            let keep_from = held.map_or(planned, |h| planned.min(h));
-            if keep_from < planned {
-                // Looked at again once the writer is done.
-                s.expiry_due = true;
-            }
-            if keep_from <= s.retained_from.max(1) {
-                return Ok(false);
-            }
-            // Reads answer "removed" from here on, before the rows go.
-            s.retained_from = keep_from;
-            keep_from
-        };
-        if let Err(e) = self.store.expire(blob, keep_from) {
-            slot.lock().expiry_due = true;
-            return Err(e);
+        let mut s = slot.lock();
+        // A pending writer's metadata may refer to any node of the tree it builds on:
+        // that version stays until the writer is done (garbage collection relies on it).
+        let held = s.pending.values().map(|p| p.base.max(1)).min();
+        let planned = keep_from;
+        let keep_from = held.map_or(planned, |h| planned.min(h));
+        if keep_from < planned {
+            // Looked at again once the writer is done.
+            s.expiry_due = true;
         }
-        tracing::debug!(
-            "blob {blob}: versions below {keep_from} removed ({})",
-            describe(policy)
-        );
-        Ok(true)
+        if keep_from <= s.retained_from.max(1) {
+            return Ok(None);
+        }
+        // Reads answer "removed" from here on, before the rows go.
+        s.retained_from = keep_from;
+        Ok(Some(keep_from))
     }
 }
