@@ -40,8 +40,11 @@ const REGISTERED_SMALL_BYTES: u64 = 15 << 20;
 /// Memory for those small registered files (oldest dropped first); apart from the chunk
 /// memory tier, which is off by default.
 const REGISTERED_MEMORY_BYTES: u64 = 256 << 20;
-/// How often partial copies left by readers that died are looked for.
-const PARTIAL_SWEEP: Duration = Duration::from_secs(600);
+/// How often what dead clients left (partial copies, temporary chunk files) is looked for.
+const LEFTOVER_SWEEP: Duration = Duration::from_secs(600);
+/// A temporary chunk file nobody wrote to for this long belongs to a writer that is gone (a
+/// live one writes a whole chunk and asks for its adoption within seconds).
+const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 /// Requests to the manager must fail fast: a stuck heartbeat would hide the provider's state.
 const MANAGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Repair copies from other providers: a peer that does not accept within this is down.
@@ -147,6 +150,7 @@ pub async fn run(
         REGISTERED_MEMORY_BYTES,
     ));
     let partial_copies = registered.clone();
+    let leftover_chunks = chunks.clone();
     let service = Arc::new(
         ProviderService::new(chunks.clone(), tier, meta, peers)
             .with_agent(agent)
@@ -200,20 +204,28 @@ pub async fn run(
     tokio::select! {
         _ = serving => Err(Error::internal("provider accept loop ended")),
         _ = beating => Err(Error::internal("provider heartbeat loop ended")),
-        _ = sweep_partial_copies(partial_copies) => Err(Error::internal("partial copy sweep ended")),
+        _ = sweep_leftovers(partial_copies, leftover_chunks) => Err(Error::internal("leftover sweep ended")),
     }
 }
 
-/// Removes, at start and then every [`PARTIAL_SWEEP`], the partial copies of swarm readers
-/// that died (see [`registered::PARTIAL_IDLE`]).
-async fn sweep_partial_copies(files: Arc<RegisteredFiles>) {
+/// Removes, at start and then every [`LEFTOVER_SWEEP`], what clients that died left behind:
+/// the partial copies of swarm readers (see [`registered::PARTIAL_IDLE`]) and the temporary
+/// chunk files of short-circuit writers (idle for [`STALE_TEMPORARY`]).
+async fn sweep_leftovers(files: Arc<RegisteredFiles>, chunks: ChunkStore) {
     loop {
         match files.sweep_idle_partials(registered::PARTIAL_IDLE).await {
             Ok((0, _)) => {}
             Ok((n, bytes)) => tracing::info!("removed {n} idle partial copies ({bytes} bytes)"),
             Err(e) => tracing::warn!("sweeping partial copies: {e}"),
         }
-        tokio::time::sleep(PARTIAL_SWEEP).await;
+        match chunks.sweep_stale_temporaries(STALE_TEMPORARY).await {
+            Ok((0, _)) => {}
+            Ok((n, bytes)) => {
+                tracing::info!("removed {n} stale temporary chunk files ({bytes} bytes)")
+            }
+            Err(e) => tracing::warn!("sweeping temporary chunk files: {e}"),
+        }
+        tokio::time::sleep(LEFTOVER_SWEEP).await;
     }
 }
 

@@ -15,8 +15,8 @@ use tomus_wire::{Error, Result};
 /// the provider syncs it when it adopts it.
 pub fn write_chunk_file(dir: &Path, id: ChunkId, header: &[u8], data: &[u8]) -> Result<String> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    // `.tmp` names are removed at the provider's next start: a client that dies between
-    // writing and adoption leaves this file until then (at most a chunk per write in flight).
+    // A client that dies between writing and adoption leaves this file (at most a chunk per
+    // write in flight); providers remove `.tmp` files idle for an hour, and all at start.
     let name = format!(
         ".{id}.client-{}-{}.tmp",
         std::process::id(),

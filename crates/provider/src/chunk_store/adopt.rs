@@ -8,8 +8,8 @@
 //!
 //! The data is not read back: the client computed the block checksums from the very buffer
 //! it wrote, as a provider does from the bytes it received, and every later read and scrub
-//! checks every block. A temporary file left by a client that died is removed at the next
-//! start, like the provider's own.
+//! checks every block. A temporary file left by a client that died is removed by the
+//! provider's hourly sweep of idle temporaries, or at its next start.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;

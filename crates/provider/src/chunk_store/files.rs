@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
@@ -412,6 +412,45 @@ fn parse_chunk_name(name: &str) -> Option<ChunkId> {
         return None;
     }
     u128::from_str_radix(name, 16).ok().map(ChunkId)
+}
+
+/// Removes the temporary files of the fan-out directories of `dir` last modified more than
+/// `idle` before `now`; returns how many and their bytes. Those are the files of a client
+/// that died between writing a chunk file and asking for its adoption (a live writer's file
+/// is seconds old): without this they stayed until the provider's next start.
+pub(super) fn sweep_stale_temporaries(
+    dir: &Path,
+    idle: Duration,
+    now: SystemTime,
+) -> io::Result<(usize, u64)> {
+    let (mut count, mut bytes) = (0, 0);
+    for prefix in 0..=255u8 {
+        let sub = dir.join(format!("{prefix:02x}"));
+        let entries = match fs::read_dir(&sub) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            if !entry.file_name().to_string_lossy().ends_with(TMP_SUFFIX) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else {
+                continue; // adopted or removed meanwhile
+            };
+            let stale = meta
+                .modified()
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .is_some_and(|age| age > idle);
+            if meta.is_file() && stale && fs::remove_file(entry.path()).is_ok() {
+                count += 1;
+                bytes += meta.len();
+            }
+        }
+    }
+    Ok((count, bytes))
 }
 
 /// Creates the directory and its 256 fan-out subdirectories, removes stale temporary files

@@ -56,6 +56,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
@@ -65,7 +66,7 @@ use crate::memory_class::MemoryChunks;
 use crate::small_chunks::{SmallChunks, SEGMENT_SIZE, SMALL_CHUNK_MAX};
 use crate::{blocking, io_error};
 pub(crate) use files::mtime_ms;
-use files::{prepare_dir, Inner};
+use files::{prepare_dir, sweep_stale_temporaries, Inner};
 pub use tomus_wire::chunk_file::BLOCK_SIZE;
 
 /// The journal of the memory-class chunk ids taken (see [`crate::memory_class`]).
@@ -130,6 +131,17 @@ impl ChunkStore {
                 }),
                 memory: MemoryChunks::new(0),
             })
+        })
+        .await
+    }
+
+    /// Removes the temporary chunk files nobody wrote to for `idle` (a short-circuit
+    /// writer that died before the adoption); returns how many and their bytes.
+    pub async fn sweep_stale_temporaries(&self, idle: Duration) -> Result<(usize, u64)> {
+        let dir = self.inner.dir.clone();
+        blocking(move || {
+            sweep_stale_temporaries(&dir, idle, SystemTime::now())
+                .map_err(|e| io_error(format_args!("sweeping {}", dir.display()), e))
         })
         .await
     }

@@ -1,5 +1,7 @@
 //! Listing, deletion, scrub and quarantine, over chunk files and small chunks together.
 
+use std::time::Duration;
+
 use super::*;
 
 fn small_segment(dir: &TempDir) -> PathBuf {
@@ -271,4 +273,36 @@ async fn quarantine_of_a_damaged_header_and_verify() {
     );
     assert_eq!(store.stats().chunks, 0);
     assert!(store.list(None, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn temporary_files_idle_for_the_limit_are_swept_and_the_rest_kept() {
+    let dir = TempDir::new("chunks-sweep");
+    let store = store(&dir).await;
+    let id = ChunkId(0xab << 120 | 7);
+    let data = vec![5u8; 100_000];
+    store.put(id, Bytes::from(data.clone())).await.unwrap();
+    let fan_out = file_of(&dir, id).parent().unwrap().to_path_buf();
+    let dead = fan_out.join(format!(".{id}.client-1-0.tmp"));
+    let live = fan_out.join(format!(".{id}.client-1-1.tmp"));
+    fs::write(&dead, vec![0u8; 3000]).unwrap();
+    fs::write(&live, b"being written").unwrap();
+    let two_hours_ago = SystemTime::now() - Duration::from_secs(7200);
+    fs::File::options()
+        .write(true)
+        .open(&dead)
+        .unwrap()
+        .set_modified(two_hours_ago)
+        .unwrap();
+    let swept = store
+        .sweep_stale_temporaries(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(swept, (1, 3000));
+    assert!(!dead.exists());
+    assert!(
+        live.exists(),
+        "a temporary file written to recently is kept"
+    );
+    assert_eq!(store.get(id, 0, data.len() as u64).await.unwrap(), data);
 }
