@@ -10,7 +10,7 @@ and the server's CPU microseconds per request (utime + stime from /proc), median
 
     cargo build --release -p tomus-cli
     bench/.venv/bin/python bench/s3_cpu.py [--processes 8] [--small-ops 300] [--rounds 3]
-        [--minio PATH] [--out bench/results/s3-cpu.json]
+        [--minio PATH] [--fresh-keys] [--out bench/results/s3-cpu.json]
 
 Needs MinIO (``go install github.com/minio/minio@latest``); what it writes is removed.
 """
@@ -48,6 +48,17 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def delete_small(endpoint: str) -> None:
+    """Deletes the objects the 4 KiB phases made (not measured)."""
+    s3 = common.client(endpoint)
+    while True:
+        listed = s3.list_objects_v2(Bucket=common.BUCKET, Prefix="small/")
+        keys = [{"Key": o["Key"]} for o in listed.get("Contents", [])]
+        if not keys:
+            return
+        s3.delete_objects(Bucket=common.BUCKET, Delete={"Objects": keys})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -60,6 +71,12 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--providers", type=int, default=4)
+    ap.add_argument(
+        "--fresh-keys",
+        action="store_true",
+        help="delete the 4 KiB objects before every PUT phase, so that each round creates "
+        "its objects (without it, rounds after the first overwrite them)",
+    )
     ap.add_argument("--out", default="bench/results/s3-cpu.json")
     cli = ap.parse_args()
     if not Path(cli.minio).exists():
@@ -86,6 +103,8 @@ def main() -> None:
             for _ in range(cli.rounds):
                 for name, (proc, endpoint) in servers.items():
                     for phase in PHASES:
+                        if phase == "put_small" and cli.fresh_keys:
+                            delete_small(endpoint)
                         before = cpu_seconds(proc.pid)
                         rate = common.run_phase(phase, endpoint, args)
                         used = cpu_seconds(proc.pid) - before
@@ -120,6 +139,7 @@ def main() -> None:
     out.write_text(json.dumps({
         "bench": "s3-cpu",
         "note": f"{cli.processes} boto3 processes, {cli.small_ops} requests each per phase, "
+                f"{'new keys in every PUT round' if cli.fresh_keys else 'PUTs overwrite after round 1'}, "
                 f"servers alternating over {cli.rounds} rounds, fsync on, "
                 f"{cli.providers} providers in tomus up; server CPU from /proc "
                 f"(process and children); {os.cpu_count()} cores shared with the clients",
