@@ -18,7 +18,7 @@ impl Namespace {
     /// go and a tombstone stays, in one transaction; garbage collection reclaims its chunks
     /// and metadata after the grace. Writers of the blob are told it was deleted.
     pub fn delete_blob(&self, blob: BlobId) -> Result<()> {
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         let txn = self.store.db().begin_write().map_err(db_err)?;
         if let Some(path) = file_of(&txn, blob)? {
             return Err(Error::new(

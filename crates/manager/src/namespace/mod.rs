@@ -30,10 +30,13 @@ use std::sync::{Arc, Mutex};
 
 use redb::{ReadableTable, Table};
 use tomus_metadata::{BlobId, Version};
-use tomus_wire::{Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Retention};
+use tomus_wire::{
+    Attrs, BlobInfo, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Retention,
+};
 
 use crate::store::{db_err, decode, remove_blobs_in, Store};
-use crate::versions::{now_ms, VersionManager};
+use crate::versions::{now_ms, NewBlob, VersionManager};
+use creation::Creations;
 use records::{
     ancestors, being_created, check_parents, get, is_a_dir, make_parents, normalize, not_a_dir,
     not_found, put, subtree_end, subtree_keys, subtree_prefix, visible, Record, MAX_LIST,
@@ -42,6 +45,8 @@ use records::{
 
 /// Deleting a blob made with the blob API, refused for a file's blob.
 mod blob_delete;
+/// New files' blobs and pending entries committed in batches.
+mod creation;
 /// The records, their path keys and the checks every change uses.
 mod records;
 /// Files registered in place on their holders (workflows): one record each.
@@ -94,11 +99,21 @@ pub(crate) fn bind_in(
     Ok(None)
 }
 
+/// What [`Namespace::create`] found under the lock.
+enum Checked {
+    /// The file is there (or being created): its entry, or why it cannot be joined.
+    Exists(Result<FsEntry>),
+    /// The new file's creation is queued: its id and creation time.
+    Queued(u64, u64),
+}
+
 pub struct Namespace {
     store: Arc<Store>,
     versions: Arc<VersionManager>,
     /// Serializes changes, so a file's blob is created only once its path was found free.
     writer: Mutex<()>,
+    /// New files checked and waiting for (or in) their batch's transaction.
+    creations: Creations,
     /// Set when entries were removed or replaced: registered records may have lost their
     /// names (the copies collection looks then; see `registered.rs`).
     registered_unnamed: std::sync::atomic::AtomicBool,
@@ -128,6 +143,7 @@ impl Namespace {
             store,
             versions,
             writer: Mutex::new(()),
+            creations: Creations::default(),
             registered_unnamed: std::sync::atomic::AtomicBool::new(true),
         })
     }
@@ -207,6 +223,14 @@ impl Namespace {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The namespace lock, once every creation queued before it is committed: a change other
+    /// than a creation sees them as if each had committed under the lock.
+    fn lock_settled(&self) -> std::sync::MutexGuard<'_, ()> {
+        let guard = self.lock();
+        self.creations.settle();
+        guard
+    }
+
     pub fn stat(&self, path: &str) -> Result<FsEntry> {
         let path = normalize(path)?;
         match visible(self.read(&path)?) {
@@ -221,7 +245,7 @@ impl Namespace {
 
     pub fn mkdir(&self, path: &str, parents: bool) -> Result<FsEntry> {
         let path = normalize(path)?;
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         let record = self.change(|t| {
             match get(t, &path)? {
                 Some(Record::Dir { created_ms }) if parents => {
@@ -273,45 +297,106 @@ impl Namespace {
         if path.is_empty() {
             return Err(is_a_dir(&path));
         }
-        let _guard = self.lock();
-        match self.read(&path)? {
-            Some(r @ Record::File { .. }) if !exclusive => return self.entry(path, r),
+        loop {
+            let queued = {
+                let _guard = self.lock();
+                if self.creations.in_flight(&path) {
+                    if exclusive {
+                        return Err(being_created(&path));
+                    }
+                    None // joined once its batch is committed
+                } else {
+                    Some(self.check_creation(&path, chunk_size, replication, exclusive, policy)?)
+                }
+            };
+            match queued {
+                None => self.creations.wait_for(&path),
+                Some(Checked::Exists(entry)) => return entry,
+                Some(Checked::Queued(id, created_ms)) => {
+                    let blob = self
+                        .creations
+                        .outcome(id, |batch| self.commit_creations(batch))?;
+                    let record = Record::Pending {
+                        blob: blob.id,
+                        created_ms,
+                    };
+                    return self.entry(path, record);
+                }
+            }
+        }
+    }
+
+    /// [`Namespace::create`] under the namespace lock: what is at `path` already, or the new
+    /// file's creation checked and queued.
+    fn check_creation(
+        &self,
+        path: &str,
+        chunk_size: u64,
+        replication: u32,
+        exclusive: bool,
+        policy: Option<Retention>,
+    ) -> Result<Checked> {
+        let existing = |r| Ok(Checked::Exists(self.entry(path.to_string(), r)));
+        match self.read(path)? {
+            Some(r @ Record::File { .. }) if !exclusive => return existing(r),
             Some(Record::File { .. }) => {
                 return Err(Error::already_exists(format!("/{path} already exists")))
             }
             Some(r @ Record::Pending { blob, .. }) if !exclusive => {
-                self.versions.name_pending(blob, &path)?;
-                return self.entry(path, r);
+                self.versions.name_pending(blob, path)?;
+                return existing(r);
             }
-            Some(Record::Pending { .. }) => return Err(being_created(&path)),
-            Some(Record::Dir { .. }) => return Err(is_a_dir(&path)),
-            Some(Record::Registered { .. }) => return Err(registered::immutable(&path)),
+            Some(Record::Pending { .. }) => return Err(being_created(path)),
+            Some(Record::Dir { .. }) => return Err(is_a_dir(path)),
+            Some(Record::Registered { .. }) => return Err(registered::immutable(path)),
             None => {}
         }
         // Checked before the blob exists, so a refused path leaves no blob behind.
+        if let Some(parent) = self.creations.ancestor_in_flight(path) {
+            return Err(not_a_dir(&parent));
+        }
         let inherited = {
             let txn = self.store.db().begin_read().map_err(db_err)?;
             let table = txn.open_table(NAMESPACE).map_err(db_err)?;
-            check_parents(&table, &path)?;
-            retention::effective_in(&txn, &path)?.0
+            check_parents(&table, path)?;
+            retention::effective_in(&txn, path)?.0
         };
         // The policy is recorded with the blob, before any version exists.
-        let policy = policy.unwrap_or(inherited);
-        // The blob and the file's pending entry in one transaction: one sync, under the
-        // namespace's lock, for both.
-        let created_ms = now_ms();
-        let blob =
-            self.versions
-                .create_blob_with(chunk_size, replication, policy, |txn, blob| {
-                    let mut t = txn.open_table(NAMESPACE).map_err(db_err)?;
-                    put(&mut t, &path, &Record::Pending { blob, created_ms })
-                })?;
-        let record = Record::Pending {
-            blob: blob.id,
-            created_ms,
+        let blob = NewBlob {
+            chunk_size,
+            replication,
+            retention: policy.unwrap_or(inherited),
         };
-        self.versions.name_pending(blob.id, &path)?;
-        self.entry(path, record)
+        blob.check()?;
+        let created_ms = now_ms();
+        let id = self.creations.queue(path.to_string(), blob, created_ms);
+        Ok(Checked::Queued(id, created_ms))
+    }
+
+    /// Commits a batch of checked creations: their blobs and pending entries in one
+    /// transaction, then each blob named for its path. One outcome per creation, in order.
+    fn commit_creations(&self, batch: &[creation::Queued]) -> Vec<Result<BlobInfo>> {
+        let new: Vec<NewBlob> = batch.iter().map(|q| q.blob).collect();
+        let created = self.versions.create_blobs_with(&new, |txn, i, blob| {
+            let mut t = txn.open_table(NAMESPACE).map_err(db_err)?;
+            let created_ms = batch[i].created_ms;
+            put(
+                &mut t,
+                &batch[i].path,
+                &Record::Pending { blob, created_ms },
+            )
+        });
+        match created {
+            Ok(blobs) => blobs
+                .into_iter()
+                .zip(batch)
+                .map(|(blob, q)| {
+                    self.versions.name_pending(blob.id, &q.path)?;
+                    Ok(blob)
+                })
+                .collect(),
+            Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
+        }
     }
 
     /// A writer of the new file `path` (on `blob`) gives it up, having published nothing:
@@ -319,7 +404,7 @@ impl Namespace {
     /// file was published meanwhile, by another writer) is left alone.
     pub fn abandon(&self, path: &str, blob: BlobId) -> Result<()> {
         let path = normalize(path)?;
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         if !self.versions.release_pending(blob) {
             return Ok(());
         }
@@ -337,7 +422,7 @@ impl Namespace {
     /// was ever published or assigned), with their blobs. Returns how many.
     pub fn collect_abandoned(&self, grace: std::time::Duration) -> Result<usize> {
         // Under the lock: no writer joins one of them meanwhile.
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         let abandoned = self.versions.abandoned_files(grace);
         if abandoned.is_empty() {
             return Ok(0);
@@ -492,7 +577,7 @@ impl Namespace {
                 "cannot move /{from} into itself (/{to})"
             )));
         }
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         self.change_removing(|t, policies| {
             let record = visible(get(t, &from)?).ok_or_else(|| not_found(&from))?;
             let mut replaced = match (get(t, &to)?, record) {
@@ -552,7 +637,7 @@ impl Namespace {
         if path.is_empty() {
             return Err(Error::invalid("the root directory cannot be deleted"));
         }
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         self.change_removing(|t, policies| {
             let mut blobs = Vec::new();
             if let Some(Record::Dir { .. }) = get(t, &path)? {

@@ -97,7 +97,7 @@ impl Namespace {
         if path.is_empty() {
             return Err(super::records::is_a_dir(&path));
         }
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         let txn = self.store.db().begin_write().map_err(db_err)?;
         let stored = {
             let mut names = txn.open_table(NAMESPACE).map_err(db_err)?;
@@ -186,7 +186,7 @@ impl Namespace {
         change: impl FnOnce(&str, &mut Stored) -> Result<()>,
     ) -> Result<(String, Stored)> {
         let path = normalize(path)?;
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         let txn = self.store.db().begin_write().map_err(db_err)?;
         let stored = {
             let names = txn.open_table(NAMESPACE).map_err(db_err)?;
@@ -268,7 +268,7 @@ impl Namespace {
         if !self.registered_unnamed.swap(false, Ordering::Relaxed) {
             return Ok(0);
         }
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         let txn = self.store.db().begin_write().map_err(db_err)?;
         let removed = {
             let names = txn.open_table(NAMESPACE).map_err(db_err)?;

@@ -156,7 +156,7 @@ impl Namespace {
         if let Some(p) = policy {
             check_retention(p)?;
         }
-        let _guard = self.lock();
+        let _guard = self.lock_settled();
         let txn = self.store.db().begin_write().map_err(db_err)?;
         let record = {
             let table = txn.open_table(NAMESPACE).map_err(db_err)?;

@@ -23,49 +23,59 @@ impl Store {
         Ok(out)
     }
 
-    /// Creates a blob record with the next blob id, its retention `policy` and version
-    /// numbers below `reserve_upto` reserved, in one transaction (one sync, and no id is ever
-    /// handed out without its record; the policy is there before any version is, and the
-    /// first write needs no sync of its own to reserve numbers). `also` adds what the caller
-    /// records with the blob (a new file's entry) to the same transaction.
-    pub fn create_blob(
+    /// Creates one blob record per `(policy, record)` of `new` with the next blob ids, their
+    /// retention policies and version numbers below `reserve_upto` reserved, in one
+    /// transaction (one sync for them all, and no id is ever handed out without its record;
+    /// a policy is there before any version is, and a first write needs no sync of its own to
+    /// reserve numbers). `make(i, id)` gives the record of the `i`-th blob, and `also(txn, i,
+    /// id)` adds what the caller records with it (a new file's entry) to the same
+    /// transaction.
+    pub fn create_blobs(
         &self,
-        policy: Retention,
+        policies: &[Retention],
         reserve_upto: u64,
-        make: impl FnOnce(BlobId) -> BlobRecord,
-        also: impl FnOnce(&WriteTransaction, BlobId) -> Result<()>,
-    ) -> Result<BlobRecord> {
+        mut make: impl FnMut(usize, BlobId) -> BlobRecord,
+        mut also: impl FnMut(&WriteTransaction, usize, BlobId) -> Result<()>,
+    ) -> Result<Vec<BlobRecord>> {
         let txn = self.db.begin_write().map_err(db_err)?;
-        let record = {
+        let mut records = Vec::with_capacity(policies.len());
+        {
             let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
-            let id = counters
+            let mut blobs = txn.open_table(BLOBS).map_err(db_err)?;
+            let mut retention = txn.open_table(RETENTION).map_err(db_err)?;
+            let mut reserved = txn.open_table(RESERVED).map_err(db_err)?;
+            let first = counters
                 .get("blob")
                 .map_err(db_err)?
                 .map(|v| v.value())
                 .unwrap_or(1);
-            counters.insert("blob", id + 1).map_err(db_err)?;
-            let record = make(id);
-            let mut blobs = txn.open_table(BLOBS).map_err(db_err)?;
-            blobs
-                .insert(id, encode(&record)?.as_slice())
+            counters
+                .insert("blob", first + policies.len() as u64)
                 .map_err(db_err)?;
-            if policy != Retention::KeepAll {
-                let r = RetentionRecord {
-                    policy,
-                    retained_from: 0,
-                };
-                let mut retention = txn.open_table(RETENTION).map_err(db_err)?;
-                retention
-                    .insert(id, encode(&r)?.as_slice())
+            for (i, &policy) in policies.iter().enumerate() {
+                let id = first + i as u64;
+                let record = make(i, id);
+                blobs
+                    .insert(id, encode(&record)?.as_slice())
                     .map_err(db_err)?;
+                if policy != Retention::KeepAll {
+                    let r = RetentionRecord {
+                        policy,
+                        retained_from: 0,
+                    };
+                    retention
+                        .insert(id, encode(&r)?.as_slice())
+                        .map_err(db_err)?;
+                }
+                reserved.insert(id, reserve_upto).map_err(db_err)?;
+                records.push(record);
             }
-            let mut reserved = txn.open_table(RESERVED).map_err(db_err)?;
-            reserved.insert(id, reserve_upto).map_err(db_err)?;
-            also(&txn, id)?;
-            record
-        };
+        }
+        for (i, record) in records.iter().enumerate() {
+            also(&txn, i, record.id)?;
+        }
         txn.commit().map_err(db_err)?;
-        Ok(record)
+        Ok(records)
     }
 
     /// Which of `blobs` were deleted (have a tombstone).

@@ -233,6 +233,35 @@ fn blob_info(s: &BlobState) -> BlobInfo {
     }
 }
 
+/// A blob to create: its chunk size, replication and retention policy.
+#[derive(Clone, Copy, Debug)]
+pub struct NewBlob {
+    pub chunk_size: u64,
+    pub replication: u32,
+    pub retention: Retention,
+}
+
+impl NewBlob {
+    /// Refuses chunk sizes, replications and policies the manager does not take.
+    pub fn check(&self) -> Result<()> {
+        check_retention(self.retention)?;
+        let chunk_size = self.chunk_size;
+        if !chunk_size.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&chunk_size)
+        {
+            return Err(Error::invalid(format!(
+                "chunk size {chunk_size} must be a power of two from 4 KiB to 256 MiB"
+            )));
+        }
+        if !(1..=MAX_REPLICATION).contains(&self.replication) {
+            return Err(Error::invalid(format!(
+                "replication {} must be between 1 and {MAX_REPLICATION}",
+                self.replication
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl VersionManager {
     /// Loads every blob from the store. Versions assigned but unpublished before a restart are
     /// recorded as aborted and numbering continues after the reserved block.
@@ -310,60 +339,62 @@ impl VersionManager {
         replication: u32,
         retention: Retention,
     ) -> Result<BlobInfo> {
-        self.create_blob_with(chunk_size, replication, retention, |_, _| Ok(()))
-    }
-
-    /// [`VersionManager::create_blob`], with `also` recording what goes with the new blob
-    /// in the same transaction (a new file's entry): one sync for both.
-    pub fn create_blob_with(
-        &self,
-        chunk_size: u64,
-        replication: u32,
-        retention: Retention,
-        also: impl FnOnce(&redb::WriteTransaction, BlobId) -> Result<()>,
-    ) -> Result<BlobInfo> {
-        check_retention(retention)?;
-        if !chunk_size.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&chunk_size)
-        {
-            return Err(Error::invalid(format!(
-                "chunk size {chunk_size} must be a power of two from 4 KiB to 256 MiB"
-            )));
-        }
-        if !(1..=MAX_REPLICATION).contains(&replication) {
-            return Err(Error::invalid(format!(
-                "replication {replication} must be between 1 and {MAX_REPLICATION}"
-            )));
-        }
-        let reserved = 1 + RESERVE_BLOCK;
-        let make = |id| BlobRecord {
-            id,
+        let new = [NewBlob {
             chunk_size,
             replication,
+            retention,
+        }];
+        let mut created = self.create_blobs_with(&new, |_, _, _| Ok(()))?;
+        created
+            .pop()
+            .ok_or_else(|| Error::internal("no blob was created"))
+    }
+
+    /// Creates the blobs `new` in one transaction, with `also(txn, i, id)` recording what goes
+    /// with the `i`-th (a new file's entry) in it too: one sync for all. Each must have passed
+    /// [`NewBlob::check`].
+    pub fn create_blobs_with(
+        &self,
+        new: &[NewBlob],
+        also: impl FnMut(&redb::WriteTransaction, usize, BlobId) -> Result<()>,
+    ) -> Result<Vec<BlobInfo>> {
+        for b in new {
+            b.check()?;
+        }
+        let reserved = 1 + RESERVE_BLOCK;
+        let make = |i: usize, id| BlobRecord {
+            id,
+            chunk_size: new[i].chunk_size,
+            replication: new[i].replication,
             published: 0,
             size: 0,
             capacity: 0,
             modified_ms: now_ms(),
         };
-        let record = self.store.create_blob(retention, reserved, make, also)?;
-        let id = record.id;
-        let (tx, _) = watch::channel(0);
-        let policy = RetentionRecord {
-            policy: retention,
-            retained_from: 0,
-        };
-        let mut state = BlobState::new(record, version_zero(id), 1, policy);
-        state.reserved = reserved;
-        let info = blob_info(&state);
+        let policies: Vec<Retention> = new.iter().map(|b| b.retention).collect();
+        let records = self.store.create_blobs(&policies, reserved, make, also)?;
+        let mut infos = Vec::with_capacity(records.len());
         let mut blobs = self.blobs.write().unwrap_or_else(|p| p.into_inner());
-        blobs.insert(
-            id,
-            Arc::new(BlobSlot {
-                state: Mutex::new(state),
-                published: tx,
-                reserving: Default::default(),
-            }),
-        );
-        Ok(info)
+        for (record, retention) in records.into_iter().zip(policies) {
+            let id = record.id;
+            let (tx, _) = watch::channel(0);
+            let policy = RetentionRecord {
+                policy: retention,
+                retained_from: 0,
+            };
+            let mut state = BlobState::new(record, version_zero(id), 1, policy);
+            state.reserved = reserved;
+            infos.push(blob_info(&state));
+            blobs.insert(
+                id,
+                Arc::new(BlobSlot {
+                    state: Mutex::new(state),
+                    published: tx,
+                    reserving: Default::default(),
+                }),
+            );
+        }
+        Ok(infos)
     }
 
     pub fn blob_info(&self, blob: BlobId) -> Result<BlobInfo> {
