@@ -1,5 +1,6 @@
 //! The hierarchical namespace (BSFS's namespace manager): directories and files, each file
-//! backed by a blob. Stored in the manager's redb database, one fsynced transaction per change.
+//! backed by a blob. Stored in the manager's redb database, one fsynced transaction per change,
+//! except that concurrent creations of new files share one (`creation.rs`).
 //!
 //! Keys are normalized paths (`a/b/c`), so a directory's subtree is one key range
 //! (`a/b/` up to `a/b0`, `0` being the byte after `/`) and listings come out in the path
