@@ -291,11 +291,12 @@ async fn replicates_through_outages_and_restarts() {
     let rate = ["sites", "replicate", "/data", "--to", "b", "--rate"];
     ok(tomus(&a.addr(), &[&rate[..], &["1MiB/s"]].concat()));
     workload(&ca, &mut rng, 16, true).await;
+    // The kill waits until the service has seen the burst (its status follows by up to a
+    // round: on a loaded machine the first reads still show the state from before it).
     let started = Instant::now();
     loop {
         let r = rule_status(&a.addr());
-        if r["versions_replicated"].as_u64().unwrap_or(0) > 0 {
-            assert!(r["versions_behind"].as_u64().unwrap() > 0, "{r}");
+        if r["versions_behind"].as_u64().unwrap_or(0) > 0 {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(30), "{r}");
