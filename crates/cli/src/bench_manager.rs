@@ -14,13 +14,37 @@ use crate::bench_cleanup::Made;
 const BLOCK: u64 = 4 << 20;
 
 /// The manager alone: version assignment + publication with no data, in process (its own
-/// durable store, group commit included) and over RPC against the cluster's manager.
+/// durable store, group commit included) and over RPC against the cluster's manager; and the
+/// creation of new files in process (by 1 creator, then 16 at once: batched commits).
 pub(crate) async fn manager(addr: &str, dir: &std::path::Path, made: &Made) -> Result<Value> {
     let duration = Duration::from_secs(3);
     let store = Arc::new(tomus_manager::store::Store::open(
         &dir.join("micro-manager"),
     )?);
-    let vm = tomus_manager::VersionManager::open(store, &tomus_worker::Workers::default())?;
+    let vm = tomus_manager::VersionManager::open(store.clone(), &tomus_worker::Workers::default())?;
+    let ns = Arc::new(tomus_manager::namespace::Namespace::open(
+        store,
+        vm.clone(),
+    )?);
+    let next = Arc::new(AtomicU64::new(0));
+    // One creator pays a sync per file; concurrent ones share them.
+    let mut creations = Vec::new();
+    for creators in [1, 16] {
+        let (ns, next) = (ns.clone(), next.clone());
+        let rate = drive(creators, duration, move || {
+            let (ns, next) = (ns.clone(), next.clone());
+            async move {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let path = format!("bench/f{n}");
+                tokio::task::spawn_blocking(move || ns.create(&path, BLOCK, 1, true, None))
+                    .await
+                    .map_err(|e| tomus_wire::Error::internal(format!("creation failed: {e}")))??;
+                Ok(())
+            }
+        })
+        .await?;
+        creations.push(json!({"creators": creators, "files_s": rate}));
+    }
     let blob = vm.create_blob(BLOCK, 1, tomus_wire::Retention::KeepAll)?.id;
     let in_process = drive(256, duration, {
         let vm = vm.clone();
@@ -66,9 +90,12 @@ pub(crate) async fn manager(addr: &str, dir: &std::path::Path, made: &Made) -> R
         }
     })
     .await?;
-    Ok(
-        json!({"in_process_ops_s": in_process, "rpc_ops_s": over_rpc, "unit": "assign+publish per second"}),
-    )
+    Ok(json!({
+        "in_process_ops_s": in_process,
+        "rpc_ops_s": over_rpc,
+        "unit": "assign+publish per second",
+        "file_creations": creations,
+    }))
 }
 
 /// Runs `op` from `tasks` concurrent loops for `duration`; returns operations per second.
