@@ -44,6 +44,25 @@ def test_tasks_alternate_between_objects(tc: tomus.Client) -> None:
         Dataset.open(tc, blob.id)
 
 
+def test_task_sizes_learn_from_the_input_of_cached_tasks_too(tc: tomus.Client) -> None:
+    """A pass whose tasks read nothing from tomus (their chunks were cached by the workers)
+    still measures its throughput from the bytes the tasks took."""
+    from tomus.compute import generalized
+    from tomus.compute.engine import TaskRecord
+    from tomus.compute.iterative import IterativeResult
+
+    ds = Dataset.write(tc, np.zeros((4096, 8)), objects=2, chunk_records=256)  # 16 x 16 KiB
+    tasks = ds.tasks(chunks_per_task=4)
+    maps = [
+        TaskRecord("map", f"m{i}", start=0.0, end=0.5, worker="w", host="h", bytes_read=0)
+        for i in range(len(tasks))
+    ]
+    res = IterativeResult(None, len(tasks), len(tasks), 1, maps, job_id=0, covers=())
+    generalized._learn("cached-pass", res, tasks)
+    took = sum(c.size for t in tasks for c in t.chunks)
+    assert generalized._throughput["cached-pass"] == pytest.approx(took / (0.5 * len(tasks)))
+
+
 def _init() -> tuple[int, float]:
     return 0, 0.0
 
