@@ -118,22 +118,29 @@ def worker(phase: str, index: int, endpoint: str, args, barrier, results) -> Non
     results.put((start, time.monotonic(), moved))
 
 
-def run_phase(phase: str, endpoint: str, args) -> float:
-    """Runs `phase` in every process at once; returns units moved per second (aggregate)."""
+def run_processes(target, name: str, endpoint: str, args, timeout: float = 900) -> list:
+    """Runs ``target(name, i, endpoint, args, barrier, results)`` in ``args.processes``
+    processes at once; returns what each put on ``results``."""
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(args.processes)
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=worker, args=(phase, i, endpoint, args, barrier, results))
+        ctx.Process(target=target, args=(name, i, endpoint, args, barrier, results))
         for i in range(args.processes)
     ]
     for p in procs:
         p.start()
-    got = [results.get(timeout=900) for _ in procs]
+    got = [results.get(timeout=timeout) for _ in procs]
     for p in procs:
         p.join()
         if p.exitcode != 0:
-            raise SystemExit(f"{phase}: a worker failed (exit {p.exitcode})")
+            raise SystemExit(f"{name}: a worker failed (exit {p.exitcode})")
+    return got
+
+
+def run_phase(phase: str, endpoint: str, args) -> float:
+    """Runs `phase` in every process at once; returns units moved per second (aggregate)."""
+    got = run_processes(worker, phase, endpoint, args)
     seconds = max(e for _, e, _ in got) - min(s for s, _, _ in got)
     moved = sum(m for _, _, m in got)
     return moved / seconds

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import multiprocessing as mp
 import os
 import statistics
 import sys
@@ -84,20 +83,7 @@ def appender(mode: str, index: int, endpoint: str, args, barrier, results) -> No
 def run(mode: str, endpoint: str, args) -> dict:
     s3 = common.client(endpoint)
     s3.put_object(Bucket=common.BUCKET, Key=KEY, Body=b"")
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(args.processes)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(target=appender, args=(mode, i, endpoint, args, barrier, results))
-        for i in range(args.processes)
-    ]
-    for p in procs:
-        p.start()
-    got = [results.get(timeout=1800) for _ in procs]
-    for p in procs:
-        p.join()
-        if p.exitcode != 0:
-            raise SystemExit(f"{mode}: an appender failed (exit {p.exitcode})")
+    got = common.run_processes(appender, mode, endpoint, args, timeout=1800)
     seconds = max(e for _, e, _ in got) - min(s for s, _, _ in got)
     refusals = [r for _, _, rs in got for r in rs]
     check(s3.get_object(Bucket=common.BUCKET, Key=KEY)["Body"].read(), args)
