@@ -17,7 +17,7 @@
 //! memory, and kept apart in `partial/`. Copies go with `DropRegistered`: the manager's
 //! collection of deleted files' copies, or a reader dropping its shared partial copy. A
 //! reader that dies never drops its partial copy, and the manager never knew of it: partial
-//! copies nobody wrote to for [`PARTIAL_IDLE`] are removed ([`sweep_idle`]).
+//! copies nobody wrote to for [`PARTIAL_IDLE`] are removed ([`crate::sweep_idle`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -31,7 +31,7 @@ use tomus_wire::frame::MAX_BODY;
 use tomus_wire::manager::FsSetChecksum;
 use tomus_wire::{Adopted, Error, ErrorKind, FileRange, Payload, Pool, Result};
 
-use crate::{blocking, io_error};
+use crate::{blocking, io_error, sweep_idle};
 
 /// How long the background checksum keeps trying to record itself (the registration that
 /// follows the adoption may arrive late, or the manager may be restarting).
@@ -298,10 +298,10 @@ impl RegisteredFiles {
         .await
     }
 
-    /// Removes the partial copies nobody wrote to for `idle` (see [`sweep_idle`]).
+    /// Removes the partial copies nobody wrote to for `idle` (see [`crate::sweep_idle`]).
     pub async fn sweep_idle_partials(&self, idle: Duration) -> Result<(usize, u64)> {
         let dir = self.dir.join(PARTIAL);
-        blocking(move || sweep_idle(&dir, idle, std::time::SystemTime::now())).await
+        blocking(move || sweep_idle(&dir, idle, std::time::SystemTime::now(), |_| true)).await
     }
 }
 
@@ -316,33 +316,6 @@ fn find(dir: &Path, name: &str) -> Result<Option<(PathBuf, std::fs::Metadata)>> 
         }
     }
     Ok(None)
-}
-
-/// Removes the files of `dir` last modified more than `idle` before `now`; returns how many
-/// and their bytes. A missing directory holds none.
-pub fn sweep_idle(dir: &Path, idle: Duration, now: std::time::SystemTime) -> Result<(usize, u64)> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
-        Err(e) => return Err(io_error(format_args!("listing {}", dir.display()), e)),
-    };
-    let (mut count, mut bytes) = (0, 0);
-    for entry in entries {
-        let entry = entry.map_err(|e| io_error(format_args!("listing {}", dir.display()), e))?;
-        let Ok(meta) = entry.metadata() else {
-            continue; // removed meanwhile
-        };
-        let stale = meta
-            .modified()
-            .ok()
-            .and_then(|m| now.duration_since(m).ok())
-            .is_some_and(|age| age > idle);
-        if meta.is_file() && stale && std::fs::remove_file(entry.path()).is_ok() {
-            count += 1;
-            bytes += meta.len();
-        }
-    }
-    Ok((count, bytes))
 }
 
 /// Refuses names this provider never gives (a path that could leave its directory).
@@ -390,7 +363,7 @@ fn crc_of_file(path: &Path) -> Result<u32> {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use super::sweep_idle;
+    use crate::sweep_idle;
     use crate::testutil::TempDir;
 
     #[test]
@@ -407,15 +380,18 @@ mod tests {
         let recent = std::fs::File::options().write(true).open(&live).unwrap();
         recent.set_modified(now - hour / 2).unwrap();
 
-        assert_eq!(sweep_idle(dir.path(), hour, now).unwrap(), (1, 1000));
+        assert_eq!(
+            sweep_idle(dir.path(), hour, now, |_| true).unwrap(),
+            (1, 1000)
+        );
         assert!(!idle.exists(), "an idle partial copy stayed");
         assert!(
             live.exists(),
             "a partial copy written to recently was removed"
         );
         // A reader writing again keeps its copy; an empty or missing directory is fine.
-        assert_eq!(sweep_idle(dir.path(), hour, now).unwrap(), (0, 0));
+        assert_eq!(sweep_idle(dir.path(), hour, now, |_| true).unwrap(), (0, 0));
         let missing = dir.path().join("none");
-        assert_eq!(sweep_idle(&missing, hour, now).unwrap(), (0, 0));
+        assert_eq!(sweep_idle(&missing, hour, now, |_| true).unwrap(), (0, 0));
     }
 }

@@ -422,33 +422,14 @@ pub(super) fn sweep_stale_temporaries(
     dir: &Path,
     idle: Duration,
     now: SystemTime,
-) -> io::Result<(usize, u64)> {
+) -> Result<(usize, u64)> {
+    let temporary = |name: &std::ffi::OsStr| name.to_string_lossy().ends_with(TMP_SUFFIX);
     let (mut count, mut bytes) = (0, 0);
     for prefix in 0..=255u8 {
         let sub = dir.join(format!("{prefix:02x}"));
-        let entries = match fs::read_dir(&sub) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        for entry in entries {
-            let entry = entry?;
-            if !entry.file_name().to_string_lossy().ends_with(TMP_SUFFIX) {
-                continue;
-            }
-            let Ok(meta) = entry.metadata() else {
-                continue; // adopted or removed meanwhile
-            };
-            let stale = meta
-                .modified()
-                .ok()
-                .and_then(|m| now.duration_since(m).ok())
-                .is_some_and(|age| age > idle);
-            if meta.is_file() && stale && fs::remove_file(entry.path()).is_ok() {
-                count += 1;
-                bytes += meta.len();
-            }
-        }
+        let (n, b) = crate::sweep_idle(&sub, idle, now, temporary)?;
+        count += n;
+        bytes += b;
     }
     Ok((count, bytes))
 }

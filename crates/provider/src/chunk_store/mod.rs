@@ -139,11 +139,7 @@ impl ChunkStore {
     /// writer that died before the adoption); returns how many and their bytes.
     pub async fn sweep_stale_temporaries(&self, idle: Duration) -> Result<(usize, u64)> {
         let dir = self.inner.dir.clone();
-        blocking(move || {
-            sweep_stale_temporaries(&dir, idle, SystemTime::now())
-                .map_err(|e| io_error(format_args!("sweeping {}", dir.display()), e))
-        })
-        .await
+        blocking(move || sweep_stale_temporaries(&dir, idle, SystemTime::now())).await
     }
 
     /// The same store keeping memory-class chunks, up to `capacity` bytes of them. The
