@@ -23,8 +23,8 @@ impl Store {
         Ok(out)
     }
 
-    /// Creates one blob record per `(policy, record)` of `new` with the next blob ids, their
-    /// retention policies and version numbers below `reserve_upto` reserved, in one
+    /// Creates one blob record per retention policy of `policies`, with the next blob ids,
+    /// those policies and version numbers below `reserve_upto` reserved, in one
     /// transaction (one sync for them all, and no id is ever handed out without its record;
     /// a policy is there before any version is, and a first write needs no sync of its own to
     /// reserve numbers). `make(i, id)` gives the record of the `i`-th blob, and `also(txn, i,

@@ -344,6 +344,7 @@ impl VersionManager {
             replication,
             retention,
         }];
+        new[0].check()?;
         let mut created = self.create_blobs_with(&new, |_, _, _| Ok(()))?;
         created
             .pop()
@@ -358,9 +359,6 @@ impl VersionManager {
         new: &[NewBlob],
         also: impl FnMut(&redb::WriteTransaction, usize, BlobId) -> Result<()>,
     ) -> Result<Vec<BlobInfo>> {
-        for b in new {
-            b.check()?;
-        }
         let reserved = 1 + RESERVE_BLOCK;
         let make = |i: usize, id| BlobRecord {
             id,
