@@ -20,7 +20,7 @@ from tomus.compute.apps.abrain import (
     permuted_stats,
 )
 from tomus.compute.apps.kmeans import pass_stats
-from tomus.compute.apps.pagerank import _update, distinct_ids, index_of, parse_edges
+from tomus.compute.apps.pagerank import _update, distinct_ids, edge_pairs, parse_edges
 from tomus.compute.apps.pca import PCAPass, _combine, _components
 
 ALPHA = 0.05
@@ -83,10 +83,7 @@ def pr_nodes(parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
 
 
 def pr_index(part: tuple[np.ndarray, np.ndarray], nodes: np.ndarray) -> np.ndarray:
-    pairs = np.empty((len(part[0]), 2), dtype=np.int32)
-    pairs[:, 0] = index_of(nodes, part[0])
-    pairs[:, 1] = index_of(nodes, part[1])
-    return pairs
+    return edge_pairs(nodes, *part)
 
 
 def pr_outdeg(pairs: np.ndarray, n: int) -> np.ndarray:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PageRankResult",
     "distinct_ids",
+    "edge_pairs",
     "index_of",
     "pagerank",
     "parse_edges",
@@ -124,6 +125,14 @@ def index_of(nodes: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.searchsorted(nodes, ids).astype(dtype, copy=False)
 
 
+def edge_pairs(nodes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The edges ``src[i] -> dst[i]`` as rows of dense indexes into ``nodes``."""
+    pairs = np.empty((len(src), 2), dtype=np.int32 if len(nodes) < 2**31 else np.int64)
+    pairs[:, 0] = index_of(nodes, src)
+    pairs[:, 1] = index_of(nodes, dst)
+    return pairs
+
+
 def _put_array(client: tomus.Client, a: np.ndarray) -> tuple[Ref, str, int]:
     return put_bytes(client, np.ascontiguousarray(a).data), a.dtype.str, len(a)
 
@@ -177,9 +186,7 @@ def _index(task: _IndexTask) -> _Indexed:
     client = tomus_client()
     nodes: np.ndarray = cached(client, task.nodes)
     src, dst = (_get_array(client, s) for s in task.part)
-    pairs = np.empty((len(src), 2), dtype=np.int32 if len(nodes) < 2**31 else np.int64)
-    pairs[:, 0] = index_of(nodes, src)
-    pairs[:, 1] = index_of(nodes, dst)
+    pairs = edge_pairs(nodes, src, dst)
     outdeg = np.bincount(pairs[:, 0], minlength=len(nodes))
     return _Indexed([_put_array(client, pairs.ravel())], outdeg)
 
