@@ -9,15 +9,19 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 boto3 = pytest.importorskip("boto3")
+from botocore.auth import S3SigV4Auth  # noqa: E402
+from botocore.awsrequest import AWSRequest  # noqa: E402
 from botocore.config import Config  # noqa: E402
+from botocore.credentials import Credentials  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 ACCESS_KEY = "tomus-test-access"
@@ -154,6 +158,25 @@ def bucket(s3) -> str:
     name = f"t-{uuid.uuid4().hex[:20]}"
     s3.create_bucket(Bucket=name)
     return name
+
+
+def signed_headers(
+    gateway: Gateway, method: str, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The headers of a raw request signed with SigV4 by the test user (so it passes
+    authentication), for tests that send what boto3 would not."""
+    url = f"http://{gateway.endpoint}{path}"
+    req = AWSRequest(method=method, url=url, data=body, headers=headers or {})
+    S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
+    return dict(req.headers)
+
+
+def eventually(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Waits until ``check()`` holds, failing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
 
 
 def error_code(excinfo: pytest.ExceptionInfo) -> str:

@@ -4,17 +4,12 @@ assigns (``x-tomus-append: true``)."""
 from __future__ import annotations
 
 import http.client
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from .conftest import ACCESS_KEY, SECRET_KEY, error_code, status
+from .conftest import error_code, eventually, signed_headers, status
 
 
 def with_header(s3, name: str, value: str):
@@ -83,14 +78,10 @@ class HeldAppend:
     def __init__(self, gateway, bucket: str, key: str, offset: int, body: bytes) -> None:
         path = f"/{bucket}/{key}"
         headers = {"x-amz-write-offset-bytes": str(offset)}
-        req = AWSRequest(
-            method="PUT", url=f"http://{gateway.endpoint}{path}", data=body, headers=headers
-        )
-        S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
         host, port = gateway.endpoint.rsplit(":", 1)
         self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
         self.conn.putrequest("PUT", path, skip_accept_encoding=True)
-        for name, value in req.headers.items():
+        for name, value in signed_headers(gateway, "PUT", path, body, headers).items():
             self.conn.putheader(name, value)
         self.conn.putheader("Content-Length", str(len(body)))
         self.conn.putheader("Expect", "100-continue")
@@ -110,14 +101,6 @@ class HeldAppend:
 
     def abandon(self) -> None:
         self.conn.close()
-
-
-def _eventually(check: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(what)
-        time.sleep(0.05)
 
 
 def test_losing_offset_appends_are_refused_before_their_body(gateway, s3, bucket) -> None:
@@ -147,5 +130,5 @@ def test_losing_offset_appends_are_refused_before_their_body(gateway, s3, bucket
             assert error_code(e) == "InvalidWriteOffset"
             return False
 
-    _eventually(taken, "the abandoned append's claim is released")
+    eventually("the abandoned append's claim is released", taken, timeout=10.0)
     assert s3.get_object(Bucket=bucket, Key="log")["Body"].read() == b"0123456789AB"

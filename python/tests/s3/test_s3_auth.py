@@ -15,7 +15,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from .conftest import ACCESS_KEY, OTHER_KEY, SECRET_KEY, error_code, status
+from .conftest import ACCESS_KEY, OTHER_KEY, SECRET_KEY, error_code, signed_headers, status
 
 
 def test_wrong_secret_is_signature_does_not_match(gateway) -> None:
@@ -64,12 +64,9 @@ def test_presigned_get_and_its_expiry(gateway, s3, bucket) -> None:
 
 def signed_request(gateway, method: str, path: str, body: bytes) -> tuple[int, bytes, dict]:
     """Sends a raw request signed with SigV4 (so it passes authentication)."""
-    url = f"http://{gateway.endpoint}{path}"
-    req = AWSRequest(method=method, url=url, data=body)
-    S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
     host, port = gateway.endpoint.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request(method, path, body=body, headers=dict(req.headers))
+    conn.request(method, path, body=body, headers=signed_headers(gateway, method, path, body))
     r = conn.getresponse()
     out = (r.status, r.read(), dict(r.getheaders()))
     conn.close()

@@ -9,12 +9,9 @@ import os
 import zlib
 
 import pytest
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from .conftest import ACCESS_KEY, SECRET_KEY, error_code, status
+from .conftest import error_code, signed_headers, status
 
 MiB = 1 << 20
 ALL = ["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"]
@@ -98,15 +95,12 @@ def test_missing_objects_and_unknown_attributes_are_errors(s3, bucket) -> None:
 
 def _put_with_header(gateway, path: str, name: str, value: bytes) -> int:
     """PUT with a header value sent as raw bytes (boto3 refuses non-ASCII metadata itself)."""
-    url = f"http://{gateway.endpoint}{path}"
     headers = {name: value.decode(), "x-amz-content-sha256": "UNSIGNED-PAYLOAD"}
-    req = AWSRequest(method="PUT", url=url, data=b"body", headers=headers)
-    S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(req)
     host, port = gateway.endpoint.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     conn.putrequest("PUT", path, skip_accept_encoding=True)
-    for k, v in req.headers.items():
-        conn.putheader(k, v.encode() if isinstance(v, str) else v)
+    for k, v in signed_headers(gateway, "PUT", path, b"body", headers).items():
+        conn.putheader(k, v.encode())
     conn.putheader("Content-Length", "4")
     conn.endheaders()
     conn.send(b"body")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from .conftest import Gateway, start_gateway
+from .conftest import Gateway, eventually, start_gateway
 
 BODY = 1 << 20
 
@@ -32,13 +32,6 @@ def fast_gc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 def retention(gw: Gateway, bucket: str, key: str) -> str:
     out = gw.tomus("fs", "retention", f"/{bucket}/{key}", "--json")
     return json.loads(out)["retention"]
-
-
-def eventually(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def body(i: int) -> bytes:
