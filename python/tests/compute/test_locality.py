@@ -82,7 +82,9 @@ def test_map_tasks_run_next_to_their_chunks(
         if i == 0:
             spread_cluster.add_provider(HOSTS[0], tempfile.mkdtemp(dir=_TMPFS))
         if i == 2:
-            spread_cluster.add_provider(HOSTS[1], str(spread_cluster.root / "disk"))
+            # On the same file system as the first: placement fills the emptier file system
+            # first, and a disk with less free space than /dev/shm would get nothing.
+            spread_cluster.add_provider(HOSTS[1], tempfile.mkdtemp(dir=_TMPFS))
         b = client.create_blob(chunk_size=16 << 10)
         b.write(0, t)
         blobs.append(b.id)
