@@ -240,7 +240,7 @@ impl Ledger {
             for step in steps {
                 t.step(step, now_ms, &mut applied)?;
             }
-            t.meta.insert("cursor", cursor).map_err(db_err)?;
+            t.finish(cursor)?;
         }
         txn.commit().map_err(db_err)?;
         for i in &applied.inconsistencies {

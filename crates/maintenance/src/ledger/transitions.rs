@@ -17,7 +17,7 @@ use super::{
 
 /// The tables of one write transaction, and the model's transitions on them.
 pub(super) struct Tables<'t> {
-    pub(super) meta: Table<'t, &'static str, u64>,
+    meta: Table<'t, &'static str, u64>,
     blobs: Table<'t, u64, &'static [u8]>,
     superseded: Table<'t, (u64, u64), &'static [u8]>,
     leaves: Table<'t, (u64, u64, u64, u64), &'static [u8]>,
@@ -25,6 +25,11 @@ pub(super) struct Tables<'t> {
     zeros: Table<'t, (u64, u128), ()>,
     doomed: Table<'t, u64, &'static [u8]>,
     by_provider: Table<'t, (u32, u128), ()>,
+    /// Chunk rows changed in this transaction, written back once by [`Tables::finish`]: a
+    /// run of small appends references the same chunks from every leaf it adds (each new
+    /// leaf inherits the pieces of the one before), so a row changes many times per page of
+    /// changes, and redb's copy-on-write insert is most of what counting a version costs.
+    changed_chunks: HashMap<ChunkId, ChunkTrack>,
 }
 
 impl<'t> Tables<'t> {
@@ -38,7 +43,21 @@ impl<'t> Tables<'t> {
             zeros: txn.open_table(ZEROS).map_err(db_err)?,
             doomed: txn.open_table(DOOMED).map_err(db_err)?,
             by_provider: txn.open_table(BY_PROVIDER).map_err(db_err)?,
+            changed_chunks: HashMap::new(),
         })
+    }
+
+    /// Records `cursor` as the last change applied and writes back the changed chunk rows.
+    pub(super) fn finish(mut self, cursor: u64) -> Result<()> {
+        let mut changed: Vec<(ChunkId, ChunkTrack)> = self.changed_chunks.drain().collect();
+        changed.sort_unstable_by_key(|(id, _)| *id);
+        for (id, track) in changed {
+            self.chunks
+                .insert(id.0, encode(&track)?.as_slice())
+                .map_err(db_err)?;
+        }
+        self.meta.insert("cursor", cursor).map_err(db_err)?;
+        Ok(())
     }
 
     pub(super) fn step(&mut self, step: &Step, now_ms: u64, applied: &mut Applied) -> Result<()> {
@@ -128,14 +147,14 @@ impl<'t> Tables<'t> {
     }
 
     fn chunk(&self, id: ChunkId) -> Result<Option<ChunkTrack>> {
-        chunk_track(&self.chunks, id)
+        match self.changed_chunks.get(&id) {
+            Some(track) => Ok(Some(track.clone())),
+            None => chunk_track(&self.chunks, id),
+        }
     }
 
-    fn put_chunk(&mut self, id: ChunkId, track: &ChunkTrack) -> Result<()> {
-        self.chunks
-            .insert(id.0, encode(track)?.as_slice())
-            .map_err(db_err)?;
-        Ok(())
+    fn put_chunk(&mut self, id: ChunkId, track: ChunkTrack) {
+        self.changed_chunks.insert(id, track);
     }
 
     fn doom(&mut self, doom: &Doom) -> Result<()> {
@@ -174,7 +193,7 @@ impl<'t> Tables<'t> {
             track.count += 1;
             track.len = track.len.max(u.extent);
             track.replication = track.replication.max(replication);
-            self.put_chunk(u.id, &track)?;
+            self.put_chunk(u.id, track);
         }
         Ok(())
     }
@@ -195,7 +214,7 @@ impl<'t> Tables<'t> {
                     .insert((track.zero_since, id.0), ())
                     .map_err(db_err)?;
             }
-            self.put_chunk(*id, &track)?;
+            self.put_chunk(*id, track);
         }
         Ok(())
     }
