@@ -111,6 +111,11 @@ pub(super) fn deleted(blob: BlobId) -> Error {
 /// change and the removal of its files' blobs commit together) and leaves a tombstone for
 /// each.
 pub(crate) fn remove_blobs_in(txn: &WriteTransaction, blobs: &[BlobId]) -> Result<()> {
+    // Called by every group commit of publications, nearly always with nothing to remove:
+    // opening seven tables for nothing was 1.5% of the manager's time under small appends.
+    if blobs.is_empty() {
+        return Ok(());
+    }
     let now = tomus_wire::now_ms();
     let mut tombstones = txn.open_table(DELETED).map_err(db_err)?;
     let mut records = txn.open_table(BLOBS).map_err(db_err)?;
