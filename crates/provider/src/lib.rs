@@ -71,6 +71,9 @@ pub struct ProviderConfig {
     pub heartbeat_interval: Duration,
     /// Sync chunk files and metadata log records to disk before acknowledging them.
     pub fsync: bool,
+    /// Bytes of the chunk files synced most recently that keep their pages in the page
+    /// cache; older ones are dropped behind (see [`chunk_store::drop_behind`]).
+    pub cache_behind_writes: u64,
     /// What clients may hold of the server: connections, time, memory.
     pub limits: ServerLimits,
     /// `host:port` to serve `GET /metrics` on over HTTP (`None`: no metrics server).
@@ -104,7 +107,8 @@ pub async fn run(
 
     let chunks = ChunkStore::open(config.data_dir.join("chunks"), config.fsync)
         .await?
-        .with_memory(config.memory_class_bytes)?;
+        .with_memory(config.memory_class_bytes)?
+        .with_cache_behind_writes(config.cache_behind_writes);
     // After the store made its directory.
     let local_chunks = match short_circuit::publish(&config.data_dir.join("chunks")) {
         Ok(local) => Some(local),
@@ -468,6 +472,7 @@ mod tests {
             memory_class_bytes: 1 << 20,
             heartbeat_interval: Duration::from_millis(30),
             fsync: true,
+            cache_behind_writes: chunk_store::drop_behind::DEFAULT_BUDGET,
             limits: ServerLimits::default(),
             metrics_listen: None,
         }

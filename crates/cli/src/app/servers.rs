@@ -133,6 +133,12 @@ pub(super) struct ProviderArgs {
     /// Acknowledge writes once in the page cache instead of after fdatasync.
     #[arg(long)]
     no_fsync: bool,
+    /// Bytes of the chunk files written most recently (and synced) that keep their pages in
+    /// the page cache, for reads that follow writes; older files' pages are dropped, so
+    /// long durable writes do not fill memory (e.g. 1GiB; 0: drop every file's pages once
+    /// it is durable).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size, value_name = "SIZE")]
+    cache_behind_writes: u64,
     /// Serve Prometheus metrics (`GET /metrics`) over HTTP on this address (off by default;
     /// a non-loopback address needs the cluster secret, as the RPC port).
     #[arg(long, value_name = "HOST:PORT")]
@@ -206,6 +212,7 @@ pub(super) fn run_provider(
         memory_class_bytes: a.memory_class,
         heartbeat_interval: Duration::from_millis(a.heartbeat_ms),
         fsync: !a.no_fsync,
+        cache_behind_writes: a.cache_behind_writes,
         limits: a.limits.limits(),
         metrics_listen: a.metrics_addr,
     };

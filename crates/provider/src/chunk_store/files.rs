@@ -14,6 +14,7 @@ use bytes::Bytes;
 use tomus_metadata::ChunkId;
 use tomus_wire::{checksum, ChunkEntry, Error, FileRange, Result};
 
+use super::drop_behind::CacheBehindWrites;
 use super::format::{
     data_len_for, encode_header, file_len_for, parse_header, read_at, whole_crc, write_chunk_file,
     BLOCK_SIZE, CRC_LEN, HEADER_LEN,
@@ -40,6 +41,8 @@ pub(super) struct Inner {
     pub(super) chunks: AtomicU64,
     pub(super) bytes: AtomicU64,
     pub(super) small: SmallChunks,
+    /// Which synced chunk files keep their pages cached.
+    pub(super) cache_behind: CacheBehindWrites,
     /// Chunks quarantined since the manager last heard of it: the heartbeat reports them, so
     /// repair re-creates these copies at once instead of at its next full audit.
     pub(super) lost: std::sync::Mutex<Vec<ChunkId>>,
@@ -104,7 +107,7 @@ impl Inner {
         file_len: u64,
     ) -> Result<()> {
         let path = self.path_of(id);
-        let new = self.place(tmp, &path, file).map_err(|e| {
+        let new = self.place(tmp, &path, file, file_len).map_err(|e| {
             let _ = fs::remove_file(tmp);
             io_error(format_args!("storing chunk {id}"), e)
         })?;
@@ -127,13 +130,13 @@ impl Inner {
     /// between leaves only an unacknowledged chunk whose checksums fail. An existing name (a
     /// repeated put) may be an acknowledged copy: it is replaced only once the new file is
     /// durable, by rename (as is any name where the file system refuses hard links).
-    fn place(&self, tmp: &Path, path: &Path, file: &File) -> io::Result<bool> {
+    fn place(&self, tmp: &Path, path: &Path, file: &File, file_len: u64) -> io::Result<bool> {
         let sync = |f: &File| {
             if self.fsync {
-                crate::group_commit::timed_sync(f, "chunk")
-            } else {
-                Ok(())
+                crate::group_commit::timed_sync(f, "chunk")?;
+                self.cache_behind.synced(f, path, file_len);
             }
+            Ok(())
         };
         match fs::hard_link(tmp, path) {
             Ok(()) => {

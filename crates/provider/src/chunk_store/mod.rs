@@ -41,6 +41,8 @@
 
 /// Chunk files written by a client on this host, adopted (short-circuit writes).
 mod adopt;
+/// Which durably written chunk files keep their pages in the page cache.
+pub mod drop_behind;
 /// The chunk files on disk: paths, writes, ranged reads, listing, deletion, quarantine.
 mod files;
 /// The chunk file format: header, sizes, whole-chunk checksums, positioned reads.
@@ -124,6 +126,7 @@ impl ChunkStore {
                     chunks: AtomicU64::new(stats.chunks),
                     bytes: AtomicU64::new(stats.bytes),
                     small,
+                    cache_behind: drop_behind::CacheBehindWrites::new(drop_behind::DEFAULT_BUDGET),
                     lost: std::sync::Mutex::new(Vec::new()),
                     lost_waker: Arc::new(tokio::sync::Notify::new()),
                     #[cfg(test)]
@@ -145,6 +148,15 @@ impl ChunkStore {
     /// The same store keeping memory-class chunks, up to `capacity` bytes of them. The
     /// memory-class chunks a previous run of this store held are gone: they are reported
     /// lost (with the quarantined ones), so repair re-creates them elsewhere at once.
+    /// Keeps the pages of the chunk files synced most recently in the page cache up to
+    /// `bytes` (0: drops every file's pages once it is durable) instead of
+    /// [`drop_behind::DEFAULT_BUDGET`]. Only durable writes (fsync on) drop
+    /// pages: without syncs they are dirty and the kernel writes them back in its own time.
+    pub fn with_cache_behind_writes(self, bytes: u64) -> Self {
+        self.inner.cache_behind.set_budget(bytes);
+        self
+    }
+
     pub fn with_memory(mut self, capacity: u64) -> Result<Self> {
         let (memory, gone) =
             MemoryChunks::new(capacity).with_journal(&self.inner.dir.join(MEMORY_JOURNAL))?;

@@ -1,10 +1,12 @@
 //! The chunk store as the provider uses it: `reads.rs` stores and reads chunks back (block
 //! boundaries, damage on arrival, reopening); `damage.rs` finds chunk files damaged on disk
 //! (flipped bytes, headers, unknown format versions, truncation under a read); `maintenance.rs`
-//! lists, deletes, scrubs and quarantines.
+//! lists, deletes, scrubs and quarantines; `page_cache.rs` keeps the newest written files cached
+//! and drops the pages of older ones.
 
 mod damage;
 mod maintenance;
+mod page_cache;
 mod reads;
 
 use std::fs::{self, OpenOptions};

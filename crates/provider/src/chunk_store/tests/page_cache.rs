@@ -1,0 +1,82 @@
+//! Which durably written chunk files keep their pages in the page cache: the newest ones up
+//! to the budget; older ones' pages are dropped once they are synced.
+
+use std::os::fd::AsRawFd;
+
+use bytes::Bytes;
+use tomus_metadata::ChunkId;
+
+use super::{file_of, pattern, store};
+use crate::testutil::TempDir;
+
+/// Pages of the file at `path` resident in the page cache, and its pages in all.
+fn resident_pages(path: &std::path::Path) -> (usize, usize) {
+    let file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    // SAFETY: sysconf only reads its argument.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let pages = len.div_ceil(page);
+    // SAFETY: a fresh read-only shared mapping of a file open for reading, unmapped below;
+    // mincore writes one byte per page into a vector of exactly that many.
+    unsafe {
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        assert_ne!(addr, libc::MAP_FAILED);
+        let mut vec = vec![0u8; pages];
+        assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
+        libc::munmap(addr, len);
+        (vec.iter().filter(|b| *b & 1 == 1).count(), pages)
+    }
+}
+
+#[tokio::test]
+async fn the_newest_chunk_files_stay_cached_and_older_ones_are_dropped() {
+    let dir = TempDir::new("page-cache");
+    const CHUNK: usize = 1 << 20;
+    // Room for two chunk files (each a little over CHUNK with its header and checksums).
+    let s = store(&dir)
+        .await
+        .with_cache_behind_writes(2 * CHUNK as u64 + (64 << 10));
+    let ids: Vec<ChunkId> = (1..=4u128).map(ChunkId).collect();
+    for (i, id) in ids.iter().enumerate() {
+        s.put(*id, Bytes::from(pattern(CHUNK, i as u8)))
+            .await
+            .unwrap();
+    }
+    for id in &ids[..2] {
+        let (resident, pages) = resident_pages(&file_of(&dir, *id));
+        assert_eq!(
+            resident, 0,
+            "chunk {id}: {resident} of {pages} pages still cached (a temp dir on tmpfs keeps them: \
+             this needs a disk file system)"
+        );
+    }
+    for id in &ids[2..] {
+        let (resident, pages) = resident_pages(&file_of(&dir, *id));
+        assert_eq!(
+            resident, pages,
+            "chunk {id}: only {resident} of {pages} pages cached"
+        );
+    }
+    // Dropped pages are the cache's loss only: every chunk reads back whole.
+    for (i, id) in ids.iter().enumerate() {
+        let data = s.get(*id, 0, CHUNK as u64).await.unwrap();
+        assert_eq!(&data[..], &pattern(CHUNK, i as u8)[..], "chunk {id}");
+    }
+}
+
+#[tokio::test]
+async fn a_budget_of_zero_keeps_no_written_chunk_cached() {
+    let dir = TempDir::new("page-cache-zero");
+    let s = store(&dir).await.with_cache_behind_writes(0);
+    let id = ChunkId(9);
+    s.put(id, Bytes::from(pattern(1 << 20, 9))).await.unwrap();
+    let (resident, pages) = resident_pages(&file_of(&dir, id));
+    assert_eq!(resident, 0, "{resident} of {pages} pages still cached");
+}
