@@ -145,18 +145,18 @@ impl ChunkStore {
         blocking(move || sweep_stale_temporaries(&dir, idle, SystemTime::now())).await
     }
 
-    /// The same store keeping memory-class chunks, up to `capacity` bytes of them. The
-    /// memory-class chunks a previous run of this store held are gone: they are reported
-    /// lost (with the quarantined ones), so repair re-creates them elsewhere at once.
     /// Keeps the pages of the chunk files synced most recently in the page cache up to
     /// `bytes` (0: drops every file's pages once it is durable) instead of
-    /// [`drop_behind::DEFAULT_BUDGET`]. Only durable writes (fsync on) drop
-    /// pages: without syncs they are dirty and the kernel writes them back in its own time.
+    /// [`drop_behind::DEFAULT_BUDGET`]. Only durable writes (fsync on) drop pages: without
+    /// syncs they are dirty and the kernel writes them back in its own time.
     pub fn with_cache_behind_writes(self, bytes: u64) -> Self {
         self.inner.cache_behind.set_budget(bytes);
         self
     }
 
+    /// The same store keeping memory-class chunks, up to `capacity` bytes of them. The
+    /// memory-class chunks a previous run of this store held are gone: they are reported
+    /// lost (with the quarantined ones), so repair re-creates them elsewhere at once.
     pub fn with_memory(mut self, capacity: u64) -> Result<Self> {
         let (memory, gone) =
             MemoryChunks::new(capacity).with_journal(&self.inner.dir.join(MEMORY_JOURNAL))?;
