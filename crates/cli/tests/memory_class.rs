@@ -1,8 +1,9 @@
 //! The memory storage class end to end on real processes: `blob create --storage memory`
 //! and `fs put --storage memory` round trips with the data in the providers' RAM (their
 //! reported memory use, not their disks), a clear `NoSpace` when the class is full, copies
-//! re-created in memory after a provider dies (replication 2), and the class surviving a
-//! manager restart.
+//! re-created in memory after a provider dies (replication 2), the class surviving a
+//! manager restart, and a new disk file keeping its class when another writer opens it
+//! asking for the memory class.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
@@ -12,6 +13,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::{fast_maintenance, json, ok, tomus, TestCluster};
+use tomus_client::tomus_wire::StorageClass;
+use tomus_client::CreateOptions;
 
 const MEMORY: &str = "1MiB";
 const LIMIT: Duration = Duration::from_secs(30);
@@ -144,6 +147,52 @@ fn memory_blobs_and_files_round_trip_in_ram_and_refuse_when_full() {
 
     let text = String::from_utf8(ok(tomus(&addr, &["status"]))).unwrap();
     assert!(text.contains("memory class:"), "{text}");
+}
+
+/// A file made on disk and not written yet is another writer's to fill: opening it with
+/// `create_in(.., Memory)` returns it in its own class. Before, the manager re-classed the
+/// blob as memory under its creator, and the opener cut memory-class chunks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_a_new_disk_file_in_the_memory_class_leaves_it_on_disk() {
+    let c = TestCluster::start_with(2, with_memory_class);
+    let addr = c.addr();
+    wait_memory(&addr, "both providers report", |u| u.len() == 2);
+    let creator = c.client().await;
+    let (_, made) = creator
+        .namespace()
+        .create("/raced/f", CreateOptions::default())
+        .await
+        .unwrap();
+    let opener = c.client().await;
+    let (entry, opened) = opener
+        .namespace()
+        .create_in(
+            "/raced/f",
+            CreateOptions::default(),
+            None,
+            StorageClass::Memory,
+        )
+        .await
+        .unwrap();
+    assert_eq!(opened.id(), made.id(), "{entry:?}");
+    assert_eq!(
+        opener.storage_class(made.id()).await.unwrap(),
+        StorageClass::Disk
+    );
+    let bystander = c.client().await;
+    assert_eq!(
+        bystander.storage_class(made.id()).await.unwrap(),
+        StorageClass::Disk
+    );
+
+    // What the opener writes goes to disk: no provider holds any of it in memory.
+    let data = content(11, 100_000);
+    opened.write(0, &data).await.unwrap();
+    assert_eq!(made.read(0, data.len() as u64, None).await.unwrap(), data);
+    // Memory use arrives with heartbeats (every 200 ms here): wait for a few.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let used = memory_used(&addr);
+    assert!(used.values().all(|&b| b == 0), "{used:?}");
 }
 
 #[test]

@@ -191,10 +191,9 @@ impl Namespace {
             storage,
         };
         let entry = self.call(req).await?;
+        // Not noted as `storage`: a file with nothing written yet may be another writer's,
+        // made in its own class. The manager answers the class once, at the first write.
         let blob = self.blob_of(&entry)?;
-        if entry.blob.as_ref().is_some_and(|b| b.latest == 0) {
-            self.client.note_class(blob.id(), storage);
-        }
         Ok((entry, blob))
     }
 

@@ -375,12 +375,14 @@ impl ManagerService {
         Ok(())
     }
 
-    /// [`FsCreateIn`]: the new file's blob gets the class; an existing file keeps its own.
+    /// [`FsCreateIn`]: the new file's blob gets the class; an existing file keeps its own,
+    /// also one another writer created and has not written yet (it chose its chunks' class
+    /// from the class the file had when it asked).
     async fn fs_create_in(&self, r: FsCreateIn) -> Result<tomus_wire::FsEntry> {
         self.check_class(r.storage)?;
         let storage = r.storage;
-        let entry = self
-            .fs_create(FsCreateRetained {
+        let (entry, made) = self
+            .fs_create_or_open(FsCreateRetained {
                 path: r.path,
                 chunk_size: r.chunk_size,
                 replication: r.replication,
@@ -388,7 +390,7 @@ impl ManagerService {
                 retention: r.retention,
             })
             .await?;
-        if let Some(blob) = entry.blob.as_ref().filter(|b| b.latest == 0) {
+        if let Some(blob) = entry.blob.as_ref().filter(|_| made) {
             let steward = self.steward.clone();
             let id = blob.id;
             blocking(move || steward.set_class(id, storage)).await?;
@@ -412,9 +414,14 @@ impl ManagerService {
     }
 
     async fn fs_create(&self, r: FsCreateRetained) -> Result<tomus_wire::FsEntry> {
+        Ok(self.fs_create_or_open(r).await?.0)
+    }
+
+    /// [`FsCreateRetained`], and whether this call made the file.
+    async fn fs_create_or_open(&self, r: FsCreateRetained) -> Result<(tomus_wire::FsEntry, bool)> {
         self.check_replication(r.replication)?;
         self.namespace(move |ns| {
-            ns.create(
+            ns.create_or_open(
                 &r.path,
                 r.chunk_size,
                 r.replication,

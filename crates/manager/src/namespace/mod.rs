@@ -294,6 +294,21 @@ impl Namespace {
         exclusive: bool,
         policy: Option<Retention>,
     ) -> Result<FsEntry> {
+        self.create_or_open(path, chunk_size, replication, exclusive, policy)
+            .map(|(entry, _)| entry)
+    }
+
+    /// [`Namespace::create`], and whether this call made the file (`false`: it was there,
+    /// or another writer was creating it). What is decided at a file's creation only, such
+    /// as its storage class, is for the call that made it.
+    pub fn create_or_open(
+        &self,
+        path: &str,
+        chunk_size: u64,
+        replication: u32,
+        exclusive: bool,
+        policy: Option<Retention>,
+    ) -> Result<(FsEntry, bool)> {
         let path = normalize(path)?;
         if path.is_empty() {
             return Err(is_a_dir(&path));
@@ -312,7 +327,7 @@ impl Namespace {
             };
             match queued {
                 None => self.creations.wait_for(&path),
-                Some(Checked::Exists(entry)) => return entry,
+                Some(Checked::Exists(entry)) => return entry.map(|e| (e, false)),
                 Some(Checked::Queued(id, created_ms)) => {
                     let blob = self
                         .creations
@@ -321,7 +336,7 @@ impl Namespace {
                         blob: blob.id,
                         created_ms,
                     };
-                    return self.entry(path, record);
+                    return self.entry(path, record).map(|e| (e, true));
                 }
             }
         }
