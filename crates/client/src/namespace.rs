@@ -216,6 +216,14 @@ impl Namespace {
         };
         let entry = self.call(req).await?;
         let blob = self.blob_of(&entry)?;
+        if entry.blob.as_ref().is_some_and(|b| b.latest == 0) {
+            // A file with nothing written yet: made by this request, in the disk class, or
+            // by another writer being created. Either way this writer asked for the disk
+            // class, so its chunks are disk chunks (at worst some of a memory-class file
+            // another writer is making land on disk, durable). Spares every new file a
+            // request to the manager at its first write.
+            self.client.note_class(blob.id(), StorageClass::Disk);
+        }
         Ok((entry, blob))
     }
 
