@@ -421,7 +421,7 @@ impl ManagerService {
     async fn fs_create_or_open(&self, r: FsCreateRetained) -> Result<(tomus_wire::FsEntry, bool)> {
         self.check_replication(r.replication)?;
         self.namespace(move |ns| {
-            ns.create_or_open(
+            ns.create(
                 &r.path,
                 r.chunk_size,
                 r.replication,

@@ -47,7 +47,7 @@ fn at_once<T: Send + 'static>(f: impl Fn(usize) -> T + Send + Sync + 'static) ->
 }
 
 fn blob_of(ns: &Namespace, path: &str, exclusive: bool) -> tomus_wire::Result<u64> {
-    let e = ns.create(path, 64 << 10, 1, exclusive, None)?;
+    let (e, _) = ns.create(path, 64 << 10, 1, exclusive, None)?;
     Ok(e.blob.unwrap().id)
 }
 

@@ -33,7 +33,7 @@ fn open(dir: &Path) -> Manager {
 impl Manager {
     /// The policy the new file `path` got (its blob's, as the manager holds it).
     fn create(&self, path: &str) -> Retention {
-        let e = self.ns.create(path, 64 << 10, 1, true, None).unwrap();
+        let (e, _) = self.ns.create(path, 64 << 10, 1, true, None).unwrap();
         self.versions
             .blob_info(e.blob.unwrap().id)
             .unwrap()
@@ -74,7 +74,8 @@ async fn new_files_get_their_directorys_policy_and_blobs_keep_everything() {
     );
     let f =
         m.ns.create("runs/deep/er/f", 64 << 10, 1, true, None)
-            .unwrap();
+            .unwrap()
+            .0;
     let f = f.blob.unwrap().id;
     assert_eq!(
         m.versions.blob_info(f).unwrap().retention,
@@ -87,7 +88,7 @@ async fn new_files_get_their_directorys_policy_and_blobs_keep_everything() {
     assert_eq!(m.create("runs/deep/g"), Retention::KeepAll);
     let e =
         m.ns.create("runs/s3", 64 << 10, 1, true, Some(Retention::KeepAll));
-    assert_eq!(e.unwrap().blob.unwrap().retention, Retention::KeepAll);
+    assert_eq!(e.unwrap().0.blob.unwrap().retention, Retention::KeepAll);
     // Files already there keep theirs (a file's own policy is set with `tomus fs
     // retention FILE`, tested with published files in the cli crate).
     assert_eq!(
@@ -153,6 +154,7 @@ async fn a_format_3_store_opens_with_no_directory_policy() {
     let f =
         m.ns.create("a/f", 64 << 10, 1, true, None)
             .unwrap()
+            .0
             .blob
             .unwrap()
             .id;

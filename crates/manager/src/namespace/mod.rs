@@ -282,26 +282,13 @@ impl Namespace {
     }
 
     /// Creates the file `path` on a new blob, pending until its first version is published
-    /// (which also makes its missing parent directories). An existing file is returned as it
-    /// is unless `exclusive`; so is a new file another writer is creating (this writer
-    /// joins it). A new file's blob keeps what `policy` says, else what the directory it is
-    /// created in gives its files (see `retention.rs`), from its first version on.
+    /// (which also makes its missing parent directories), and says whether this call made
+    /// it. An existing file is returned as it is unless `exclusive`; so is a new file another
+    /// writer is creating (this writer joins it): `false`. What is decided at a file's
+    /// creation only, such as its storage class, is for the call that made it. A new file's
+    /// blob keeps what `policy` says, else what the directory it is created in gives its
+    /// files (see `retention.rs`), from its first version on.
     pub fn create(
-        &self,
-        path: &str,
-        chunk_size: u64,
-        replication: u32,
-        exclusive: bool,
-        policy: Option<Retention>,
-    ) -> Result<FsEntry> {
-        self.create_or_open(path, chunk_size, replication, exclusive, policy)
-            .map(|(entry, _)| entry)
-    }
-
-    /// [`Namespace::create`], and whether this call made the file (`false`: it was there,
-    /// or another writer was creating it). What is decided at a file's creation only, such
-    /// as its storage class, is for the call that made it.
-    pub fn create_or_open(
         &self,
         path: &str,
         chunk_size: u64,
