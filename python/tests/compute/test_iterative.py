@@ -98,6 +98,12 @@ def test_intermediate_results_live_in_tomus_and_the_log_names_them(
     assert final.factor == 4
     blob = tc.open_blob(final.ref.blob)
     assert blob.size(version=final.ref.version) == final.ref.size
+    # What a logged reduce consumed is deleted: only the final result stays stored.
+    consumed = [r for r in state.accepted.values() if r.id != final.id]
+    assert len(consumed) == 6
+    for r in consumed:
+        with pytest.raises(tomus.errors.NotFound):
+            tc.open_blob(r.ref.blob).size(version=r.ref.version)
 
 
 def test_failed_reducer_is_retried_from_its_stored_inputs(

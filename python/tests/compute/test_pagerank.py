@@ -93,12 +93,20 @@ def test_pagerank_equals_numpy_power_iteration(dask: Any, addr: str, tc: tomus.C
         b = tc.create_blob(chunk_size=4096)
         b.write(0, part)
         blobs.append(b.id)
+    before = {b.id for b in tc.list_blobs()}
     res = pagerank(blobs, 25, 0.85, dask, addr, split_size=8192)  # several parse tasks
     nodes, ref = reference_pagerank(src, dst, 25, 0.85)
     assert res.iterations == 25 and res.edges == len(src)
     np.testing.assert_array_equal(res.nodes, nodes)
     np.testing.assert_allclose(res.ranks, ref, rtol=0, atol=1e-9)
     assert [n for n, _ in res.top(5)] == [n for n, _ in top_nodes(nodes, ref, 5)]
+    # What the run stored for its own passes (edges, broadcasts, results) was deleted: what
+    # stays are its 2 + 25 jobs' logs, each a log blob and a task-record file.
+    left = {b.id for b in tc.list_blobs()} - before
+    jobs = [e for e in tc.namespace().list(".compute/jobs") if e.get("blob") in left]
+    logs = {int(e["name"].rsplit("/", 1)[-1].removesuffix(".jsonl")) for e in jobs}
+    assert len(jobs) == 2 + 25
+    assert left == {e["blob"] for e in jobs} | logs
 
 
 def test_cli_prints_iterations_and_top(

@@ -40,7 +40,7 @@ import tomus
 from tomus.compute.dataset import Chunk, Dataset, Task
 from tomus.compute.engine import Session, TaskRecord, attach, count_read, current, use_session
 from tomus.compute.iterative import IterativeReduce, IterativeResult
-from tomus.compute.storage import Ref, cached, put_bytes
+from tomus.compute.storage import Ref, cached, delete_objects, put_bytes
 
 if TYPE_CHECKING:
     from distributed import Client as DaskClient
@@ -125,7 +125,10 @@ class GeneralizedReduction:
             # cache: ask for it again (Dask may still move a task to an idle worker).
             placed = _placed.setdefault((s.addr, dataset.index, per_task), {})
             affinity = [placed.get(i) for i in range(len(tasks))]
-            res = job.run_in(s, tasks, on_task=on_task, job_id=job_id, affinity=affinity)
+            try:
+                res = job.run_in(s, tasks, on_task=on_task, job_id=job_id, affinity=affinity)
+            finally:
+                delete_objects(s.tomus, [spec])  # each pass stores its own
             for t in res.timeline:
                 if t.kind == "map" and t.worker != "local":
                     placed[int(t.task[1:])] = t.worker

@@ -15,7 +15,9 @@ Every map and reduce output is stored in tomus by the task that made it, and the
 a record of it to the job log (``joblog``). Reduce tasks get their inputs as references to those
 stored objects, not as Dask futures, so when a worker dies Dask retries just the lost task, which
 reads its inputs again from tomus instead of recomputing the maps behind them; and a driver that
-restarts with the same ``job_id`` replays the log and carries on from the stored results.
+restarts with the same ``job_id`` replays the log and carries on from the stored results. Once a
+reduce's record is in the log, the results it consumed are deleted: only results still waiting
+to be reduced, and the final one, stay stored.
 """
 
 from __future__ import annotations
@@ -265,6 +267,8 @@ class _Driver:
         self.pool: deque[StoredResult] = deque()
         self.covered: set[int] = set()
         self.pending: dict[Future[tuple[StoredResult, TaskRecord]], str] = {}
+        # The stored inputs of each reduce submitted: deleted once its own result is logged.
+        self.consuming: dict[str, list[Ref]] = {}
         self.timeline: list[TaskRecord] = []
         self.maps_run = 0
         self.reduces_run = 0
@@ -369,6 +373,8 @@ class _Driver:
         else:
             entry = {"type": "map", "index": out.covers[0]}
         self.log.append_later({**entry, "ref": out.ref, "hosts": out.hosts})
+        if out.inputs:
+            self.log.delete_later(self.consuming.pop(out.id, []))
         self.timeline.append(record)
         self.tasks.task(record)
         if self.on_task is not None:
@@ -394,6 +400,7 @@ class _Driver:
         rid = f"r{self.next_reduce}"
         self.next_reduce += 1
         hosts = tuple(sorted({h for r in inputs for h in r.hosts}))
+        self.consuming[rid] = [r.ref for r in inputs]
         fut = self.s.dask.submit(
             _reduce_task, self.s.addr, self.job.reducer, rid, inputs, hosts, self.locate,
             key=f"tomus-reduce-{self.token}-{rid}", retries=self.job.retries,

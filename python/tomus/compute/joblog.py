@@ -13,19 +13,23 @@ The driver appends through ``append_later``: one writer thread per log appends t
 the order given while the driver goes on reacting to results (a synchronous append cost the
 driver ~15 ms per task, more than a small task itself); ``close`` waits for them. A driver that
 dies loses at most the records not yet written, whose tasks a resumed driver simply runs again.
+
+The same thread deletes the results a reduce consumed (``delete_later``), after the reduce's
+record: a replay never needs a consumed result, and until that record is written a resumed
+driver would still reduce them.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import tomus
 from tomus.compute import frames
-from tomus.compute.storage import Ref
+from tomus.compute.storage import Ref, delete_objects
 
 __all__ = ["JobLog", "Replay", "StoredResult", "create_job"]
 
@@ -65,6 +69,7 @@ class JobLog:
 
     def __init__(self, client: tomus.Client, job_id: int) -> None:
         self.job_id = job_id
+        self.client = client
         self.blob = client.open_blob(job_id)
         self._writer: ThreadPoolExecutor | None = None
         self._writes: list[Future[object]] = []
@@ -72,12 +77,20 @@ class JobLog:
     def append(self, record: Mapping[str, object]) -> None:
         self.blob.append(frames.encode(pickle.dumps(record, protocol=5)))
 
-    def append_later(self, record: Mapping[str, object]) -> None:
-        """Appends ``record`` in the background, after every record given before it."""
+    def _later(self, work: Callable[..., object], *args: object) -> None:
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"joblog-{self.job_id}")
-        frame = frames.encode(pickle.dumps(record, protocol=5))
-        self._writes.append(self._writer.submit(self.blob.append, frame))
+        self._writes.append(self._writer.submit(work, *args))
+
+    def append_later(self, record: Mapping[str, object]) -> None:
+        """Appends ``record`` in the background, after every record given before it."""
+        self._later(self.blob.append, frames.encode(pickle.dumps(record, protocol=5)))
+
+    def delete_later(self, refs: Sequence[Ref]) -> None:
+        """Deletes the stored objects ``refs`` in the background, once every record given
+        before has been appended (failures are logged by ``delete_objects``)."""
+        if refs:
+            self._later(delete_objects, self.client, list(refs))
 
     def close(self) -> None:
         """Waits for the background appends; raises the first one's error, if any failed."""

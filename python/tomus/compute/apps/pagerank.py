@@ -18,6 +18,9 @@ Three kinds of pass, each an IterativeReduce job whose reduction objects are mer
    contributions (one ``bincount``), the merge adds the vectors, and the driver applies the
    damping and the dangling mass. A task's dense edges are cached by the worker that read them,
    so later iterations on the same worker do not read them again.
+
+What a pass stores for the next one (parsed edges, the broadcast ids and ranks, each job's
+final result) is deleted when that pass ends, the dense edges when the run ends.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,7 +38,7 @@ import tomus
 from tomus.compute.engine import Session, TaskRecord, tomus_client, use_session
 from tomus.compute.iterative import IterativeReduce
 from tomus.compute.splits import Input, Split, plan_splits, read_text
-from tomus.compute.storage import Ref, cached, get_bytes, put_bytes, put_object
+from tomus.compute.storage import Ref, cached, delete_objects, get_bytes, put_bytes, put_object
 
 if TYPE_CHECKING:
     from distributed import Client as DaskClient
@@ -272,32 +275,51 @@ def pagerank(
         splits = plan_splits(s.tomus, inputs, split_size or SPLIT_BYTES)
         if not splits:
             raise ValueError("the edge list is empty")
-        parsed: _Parsed = (
-            IterativeReduce(_parse, _merge_parsed, ratio).run_in(s, splits, on_task=on_task).value
-        )
-        nodes = parsed.nodes
-        if len(nodes) == 0:
-            raise ValueError("the edge list has no edges")
-        nodes_ref = put_object(s.tomus, nodes)
-        indexed: _Indexed = (
-            IterativeReduce(_index, _merge_indexed, ratio)
-            .run_in(s, [_IndexTask(p, nodes_ref) for p in parsed.parts], on_task=on_task)
-            .value
-        )
-        outdeg = indexed.outdeg
-        edges = int(outdeg.sum())
-        dangling = outdeg == 0
-        safe = np.where(dangling, 1, outdeg)
-        groups = _groups(indexed.parts, len(s.placement.workers))
-        n = len(nodes)
-        rank = np.full(n, 1.0 / n)
-        for _ in range(iterations):
-            share_ref = put_object(s.tomus, np.where(dangling, 0.0, rank / safe))
-            tasks = [_StepTask(g, share_ref) for g in groups]
-            incoming: np.ndarray = (
-                IterativeReduce(_step, _add, ratio).run_in(s, tasks, on_task=on_task).value
+        # Everything stored below serves only this run, and is deleted as soon as no later
+        # pass needs it (on failure too): what the pass under way stored, and the dense edges
+        # every iteration reads.
+        current: list[Ref] = []
+        kept: list[Ref] = []
+
+        def run(mapper: Callable[[Any], Any], merge: Callable[[list[Any]], Any],
+                tasks: list[Any]) -> Any:  # fmt: skip
+            out = IterativeReduce(mapper, merge, ratio).run_in(s, tasks, on_task=on_task)
+            if out.final is not None:
+                current.append(out.final.ref)
+            return out.value
+
+        def pass_done() -> None:
+            delete_objects(s.tomus, current)
+            current.clear()
+
+        try:
+            parsed: _Parsed = run(_parse, _merge_parsed, splits)
+            current.extend(ref for part in parsed.parts for ref, _, _ in part)
+            nodes = parsed.nodes
+            if len(nodes) == 0:
+                raise ValueError("the edge list has no edges")
+            nodes_ref = put_object(s.tomus, nodes)
+            current.append(nodes_ref)
+            indexed: _Indexed = run(
+                _index, _merge_indexed, [_IndexTask(p, nodes_ref) for p in parsed.parts]
             )
-            rank = _update(rank, incoming, dangling, damping)
+            pass_done()  # the parsed edges: the dense ones replace them
+            kept = [ref for ref, _, _ in indexed.parts]
+            outdeg = indexed.outdeg
+            edges = int(outdeg.sum())
+            dangling = outdeg == 0
+            safe = np.where(dangling, 1, outdeg)
+            groups = _groups(indexed.parts, len(s.placement.workers))
+            n = len(nodes)
+            rank = np.full(n, 1.0 / n)
+            for _ in range(iterations):
+                share_ref = put_object(s.tomus, np.where(dangling, 0.0, rank / safe))
+                current.append(share_ref)
+                incoming: np.ndarray = run(_step, _add, [_StepTask(g, share_ref) for g in groups])
+                pass_done()
+                rank = _update(rank, incoming, dangling, damping)
+        finally:
+            delete_objects(s.tomus, current + kept)
     return PageRankResult(nodes, rank, iterations, edges)
 
 
