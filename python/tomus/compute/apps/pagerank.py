@@ -14,10 +14,11 @@ Three kinds of pass, each an IterativeReduce job whose reduction objects are mer
 2. *index*: with the sorted ids broadcast, each task maps its edges to dense indexes, stores
    them, and returns its out-degree vector; the merge adds them;
 3. *iterate* (``iterations`` times): the rank vector is stored in tomus once per iteration (the
-   broadcast) and read once per worker; each task folds its edges into a vector of incoming
-   contributions (one ``bincount``), the merge adds the vectors, and the driver applies the
-   damping and the dangling mass. A task's dense edges are cached by the worker that read them,
-   so later iterations on the same worker do not read them again.
+   broadcast) and read once per worker; one task per worker folds its share of the edges into
+   a vector of incoming contributions (one ``bincount`` per stored array), the merge adds the
+   vectors, and the driver applies the damping and the dangling mass. A task's dense edges are
+   cached by the worker that read them, and the task asks for that worker in the next
+   iteration, so later iterations do not read them again.
 
 What a pass stores for the next one (parsed edges, the broadcast ids and ranks, each job's
 final result) is deleted when that pass ends, the dense edges when the run ends.
@@ -36,7 +37,7 @@ import numpy as np
 
 import tomus
 from tomus.compute.engine import Session, TaskRecord, tomus_client, use_session
-from tomus.compute.iterative import IterativeReduce
+from tomus.compute.iterative import IterativeReduce, IterativeResult
 from tomus.compute.splits import Input, Split, plan_splits, read_text
 from tomus.compute.storage import Ref, cached, delete_objects, get_bytes, put_bytes, put_object
 
@@ -281,19 +282,25 @@ def pagerank(
         current: list[Ref] = []
         kept: list[Ref] = []
 
-        def run(mapper: Callable[[Any], Any], merge: Callable[[list[Any]], Any],
-                tasks: list[Any]) -> Any:  # fmt: skip
-            out = IterativeReduce(mapper, merge, ratio).run_in(s, tasks, on_task=on_task)
+        def run(
+            mapper: Callable[[Any], Any],
+            merge: Callable[[list[Any]], Any],
+            tasks: list[Any],
+            affinity: list[str | None] | None = None,
+        ) -> IterativeResult:
+            out = IterativeReduce(mapper, merge, ratio).run_in(
+                s, tasks, on_task=on_task, affinity=affinity
+            )
             if out.final is not None:
                 current.append(out.final.ref)
-            return out.value
+            return out
 
         def pass_done() -> None:
             delete_objects(s.tomus, current)
             current.clear()
 
         try:
-            parsed: _Parsed = run(_parse, _merge_parsed, splits)
+            parsed: _Parsed = run(_parse, _merge_parsed, splits).value
             current.extend(ref for part in parsed.parts for ref, _, _ in part)
             nodes = parsed.nodes
             if len(nodes) == 0:
@@ -302,7 +309,7 @@ def pagerank(
             current.append(nodes_ref)
             indexed: _Indexed = run(
                 _index, _merge_indexed, [_IndexTask(p, nodes_ref) for p in parsed.parts]
-            )
+            ).value
             pass_done()  # the parsed edges: the dense ones replace them
             kept = [ref for ref, _, _ in indexed.parts]
             outdeg = indexed.outdeg
@@ -312,10 +319,18 @@ def pagerank(
             groups = _groups(indexed.parts, len(s.placement.workers))
             n = len(nodes)
             rank = np.full(n, 1.0 / n)
+            # Each group's next task asks for the worker that ran it last, whose cache holds
+            # the group's edges (Dask may still move it to an idle worker).
+            placed: list[str | None] = [None] * len(groups)
             for _ in range(iterations):
                 share_ref = put_object(s.tomus, np.where(dangling, 0.0, rank / safe))
                 current.append(share_ref)
-                incoming: np.ndarray = run(_step, _add, [_StepTask(g, share_ref) for g in groups])
+                tasks = [_StepTask(g, share_ref) for g in groups]
+                res = run(_step, _add, tasks, placed)
+                incoming: np.ndarray = res.value
+                for t in res.timeline:
+                    if t.kind == "map" and t.worker != "local":
+                        placed[int(t.task[1:])] = t.worker
                 pass_done()
                 rank = _update(rank, incoming, dangling, damping)
         finally:
@@ -324,10 +339,12 @@ def pagerank(
 
 
 def _groups(parts: list[Stored], workers: int) -> list[tuple[Stored, ...]]:
-    """The stored edge arrays grouped into about two tasks per worker (each task folds its
-    arrays into one vector before the tree adds them), bigger arrays first."""
+    """The stored edge arrays grouped into one task per worker, of about equal edge counts
+    (bigger arrays placed first). Each task folds its arrays into one vector of every node's
+    incoming rank, which is stored for the merge: at 10 M edges, two tasks per worker took
+    0.21 s per iteration, one 0.16 s, the kernels being the same."""
     order = sorted(parts, key=lambda p: -p[2])
-    n = max(1, min(len(order), 2 * max(1, workers)))
+    n = max(1, min(len(order), workers))
     groups: list[list[Stored]] = [[] for _ in range(n)]
     sizes = [0] * n
     for p in order:  # largest first onto the least loaded group
