@@ -109,6 +109,38 @@ def test_pagerank_equals_numpy_power_iteration(dask: Any, addr: str, tc: tomus.C
     assert left == {e["blob"] for e in jobs} | logs
 
 
+def _forget_edges() -> int:
+    """Runs on a Dask worker: drops the edge arrays its process keeps."""
+    import sys
+
+    module = sys.modules["tomus.compute.apps.pagerank"]
+    with module._derived_lock:
+        n = len(module._derived)
+        module._derived.clear()
+    return n
+
+
+def test_tasks_without_kept_edges_derive_them_from_the_text(
+    dask: Any, addr: str, tc: tomus.Client
+) -> None:
+    """Every time a task ends, the workers forget the edges they derived: each later task
+    (an index task moved off its parse worker, an iteration after its worker restarted) parses
+    and indexes its splits again, and the answer is the same."""
+    src, dst = _graph(3)
+    b = tc.create_blob(chunk_size=4096)
+    b.write(0, _text(src, dst))
+    forgotten: list[int] = []
+
+    def forget(_: object) -> None:
+        forgotten.extend(dask.run(_forget_edges).values())
+
+    res = pagerank([b.id], 6, 0.85, dask, addr, split_size=8192, on_task=forget)
+    nodes, ref = reference_pagerank(src, dst, 6, 0.85)
+    np.testing.assert_array_equal(res.nodes, nodes)
+    np.testing.assert_allclose(res.ranks, ref, rtol=0, atol=1e-9)
+    assert sum(forgotten) > 0  # the workers did hold edges, and lost them
+
+
 def test_cli_prints_iterations_and_top(
     dask: Any, addr: str, tc: tomus.Client, capsys: pytest.CaptureFixture[str]
 ) -> None:
