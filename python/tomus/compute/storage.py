@@ -104,19 +104,35 @@ def get_object(client: tomus.Client, ref: Ref) -> Any:
 _cache: OrderedDict[tuple[str, Ref], Any] = OrderedDict()
 _cache_lock = threading.Lock()
 _CACHE_ENTRIES = 8
+#: One lock per object being read: the threads of a process that want it together (the
+#: first tasks of a pass, on thread workers) wait for one read instead of each reading it.
+_loading: dict[tuple[str, Ref], threading.Lock] = {}
 
 
 def cached(client: tomus.Client, ref: Ref) -> Any:
     """``get_object`` through a small per-process cache: for objects every task of a job reads
-    (a broadcast, A-Brain's imaging matrix), read once per worker instead of once per task."""
+    (a broadcast, A-Brain's imaging matrix), read once per worker process instead of once per
+    task."""
     key = (client.addr, ref)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    obj = get_object(client, ref)
-    with _cache_lock:
-        _cache[key] = obj
-        while len(_cache) > _CACHE_ENTRIES:
-            _cache.popitem(last=False)
+        loading = _loading.setdefault(key, threading.Lock())
+    with loading:
+        with _cache_lock:
+            if key in _cache:  # another thread read it meanwhile
+                _cache.move_to_end(key)
+                return _cache[key]
+        try:
+            obj = get_object(client, ref)
+        except BaseException:
+            with _cache_lock:
+                _loading.pop(key, None)
+            raise
+        with _cache_lock:
+            _cache[key] = obj
+            _loading.pop(key, None)
+            while len(_cache) > _CACHE_ENTRIES:
+                _cache.popitem(last=False)
     return obj
