@@ -13,8 +13,13 @@ def listed(i: int) -> list[int]:
     return [i]
 
 
-def concat(parts: list[list[int]]) -> list[int]:
+def concat(parts: list[list[Any]]) -> list[Any]:
     return sorted(x for p in parts for x in p)
+
+
+def padded(i: int) -> list[tuple[int, bytes]]:
+    """A map result too big to travel inline (over ``joblog.INLINE_BYTES``)."""
+    return [(i, bytes(70_000))]
 
 
 class Slow:

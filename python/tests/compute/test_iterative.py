@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 from computehelpers import Killer, attempts
-from computejobs import FailOnce, Slow, SlowConcat, concat, listed
+from computejobs import FailOnce, Slow, SlowConcat, concat, listed, padded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tomus
-from tomus.compute import IterativeReduce, create_job, reduce_tasks_needed
-from tomus.compute.joblog import JobLog
+from tomus.compute import IterativeReduce, create_job, reduce_tasks_needed, tasklog
+from tomus.compute.joblog import INLINE_BYTES, JobLog
 
 
 def test_paper_example_five_maps_ratio_three(dask: Any, addr: str) -> None:
@@ -90,20 +90,40 @@ def test_mapper_error_is_raised(dask: Any, addr: str) -> None:
 def test_intermediate_results_live_in_tomus_and_the_log_names_them(
     dask: Any, addr: str, tc: tomus.Client
 ) -> None:
-    res = IterativeReduce(listed, concat, ratio=2).run(range(4), client=dask, addr=addr)
+    res = IterativeReduce(padded, concat, ratio=2).run(range(4), client=dask, addr=addr)
+    assert [i for i, _ in res.value] == [0, 1, 2, 3]
     state = JobLog(tc, res.job_id).replay()
     assert state.header is not None and state.header["maps"] == 4
     assert len(state.accepted) == 4 + 3  # every map and reduce output was logged
     (final,) = state.available.values()
     assert final.factor == 4
     blob = tc.open_blob(final.ref.blob)
-    assert blob.size(version=final.ref.version) == final.ref.size
+    assert blob.size(version=final.ref.version) == final.ref.size > INLINE_BYTES
     # What a logged reduce consumed is deleted: only the final result stays stored.
     consumed = [r for r in state.accepted.values() if r.id != final.id]
     assert len(consumed) == 6
     for r in consumed:
+        assert r.inline is None and r.ref.size > INLINE_BYTES
         with pytest.raises(tomus.errors.NotFound):
             tc.open_blob(r.ref.blob).size(version=r.ref.version)
+
+
+def test_small_results_travel_inline_and_only_the_final_one_is_stored(
+    dask: Any, addr: str, tc: tomus.Client
+) -> None:
+    before = {b.id for b in tc.list_blobs()}
+    res = IterativeReduce(listed, concat, ratio=2).run(range(4), client=dask, addr=addr)
+    assert res.value == [0, 1, 2, 3]
+    state = JobLog(tc, res.job_id).replay()
+    (final,) = state.available.values()
+    assert final.inline is None and final.ref.size > 0  # the answer is stored, however small
+    others = [r for r in state.accepted.values() if r.id != final.id]
+    assert len(others) == 6
+    assert all(r.inline is not None and r.ref.size == 0 for r in others)
+    assert sorted(x for r in others if r.id.startswith("m") for x in r.load(tc)) == [0, 1, 2, 3]
+    # No blob was made for them: the job's log, its task records and the final result only.
+    records = tc.namespace().stat(tasklog.path_of(res.job_id))["blob"]
+    assert {b.id for b in tc.list_blobs()} - before == {res.job_id, records, final.ref.blob}
 
 
 def test_failed_reducer_is_retried_from_its_stored_inputs(

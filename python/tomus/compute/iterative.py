@@ -11,13 +11,15 @@ number of map tasks. When the count is not a power of R, the last few results ar
 one smaller reduce once nothing else is in flight, so the number of reduce tasks is always
 ceil((n - 1) / (R - 1)): 5 maps with R = 3 give 2 reduces and a final factor of 5.
 
-Every map and reduce output is stored in tomus by the task that made it, and the driver appends
-a record of it to the job log (``joblog``). Reduce tasks get their inputs as references to those
-stored objects, not as Dask futures, so when a worker dies Dask retries just the lost task, which
-reads its inputs again from tomus instead of recomputing the maps behind them; and a driver that
-restarts with the same ``job_id`` replays the log and carries on from the stored results. Once a
-reduce's record is in the log, the results it consumed are deleted: only results still waiting
-to be reduced, and the final one, stay stored.
+Every map and reduce output is stored in tomus by the task that made it (or, if small and not
+the final result, carried in the task's answer: ``joblog.INLINE_BYTES``), and the driver
+appends a record of it to the job log (``joblog``). Reduce tasks get their inputs as references
+to those stored objects (or the small results themselves), not as Dask futures, so when a worker
+dies Dask retries just the lost task, which reads its inputs again from tomus instead of
+recomputing the maps behind them; and a driver that restarts with the same ``job_id`` replays
+the log and carries on from the stored results. Once a reduce's record is in the log, the
+results it consumed are deleted: only results still waiting to be reduced, and the final one,
+stay stored.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from tomus.compute.engine import (
     host_of,
     session,
 )
-from tomus.compute.joblog import JobLog, StoredResult, create_job
-from tomus.compute.storage import Ref, get_object, put_object
+from tomus.compute.joblog import JobLog, StoredResult, create_job, keep
+from tomus.compute.storage import Ref
 from tomus.compute.tasklog import TaskLog
 
 if TYPE_CHECKING:
@@ -96,11 +98,13 @@ def _stored(client: tomus.Client, ref: Ref) -> tuple[str, ...]:
     return tuple(sorted({host_of(p) for _, _, ps in locs for p in ps}))
 
 
-def _map_body(mapper: Callable[[Any], Any], index: int, item: Any, locate: bool) -> StoredResult:
+def _map_body(
+    mapper: Callable[[Any], Any], index: int, item: Any, locate: bool, final: bool
+) -> StoredResult:
     client = current().client
-    ref = put_object(client, mapper(item))
+    ref, inline = keep(client, mapper(item), final=final)
     hosts = _stored(client, ref) if locate else ()
-    return StoredResult(f"m{index}", 1, ref, (), (index,), hosts)
+    return StoredResult(f"m{index}", 1, ref, (), (index,), hosts, inline)
 
 
 def _map_task(
@@ -110,33 +114,38 @@ def _map_task(
     item: Any,
     hosts: tuple[str, ...],
     locate: bool = True,
+    final: bool = False,
 ) -> tuple[StoredResult, TaskRecord]:
-    return execute("map", f"m{index}", addr, hosts, _map_body, mapper, index, item, locate)
+    return execute("map", f"m{index}", addr, hosts, _map_body, mapper, index, item, locate, final)
 
 
-def _read_all(client: tomus.Client, refs: Sequence[Ref]) -> list[Any]:
-    if len(refs) == 1:
-        return [get_object(client, refs[0])]
+def _read_all(client: tomus.Client, results: Sequence[StoredResult]) -> list[Any]:
+    stored = [r for r in results if r.inline is None]
+    if len(stored) <= 1:
+        return [r.load(client) for r in results]
     ctx = current()
 
-    def read(ref: Ref) -> Any:
+    def load(r: StoredResult) -> Any:
         attach(ctx)  # count the bytes against this task from the reader threads too
-        return get_object(client, ref)
+        return r.load(client)
 
-    with ThreadPoolExecutor(min(8, len(refs))) as pool:  # the GIL is released during reads
-        return list(pool.map(read, refs))
+    with ThreadPoolExecutor(min(8, len(stored))) as pool:  # the GIL is released during reads
+        return list(pool.map(load, results))
 
 
 def _reduce_body(
-    reducer: Callable[[list[Any]], Any], rid: str, inputs: Sequence[StoredResult], locate: bool
+    reducer: Callable[[list[Any]], Any],
+    rid: str,
+    inputs: Sequence[StoredResult],
+    locate: bool,
+    final: bool,
 ) -> StoredResult:
     client = current().client
-    value = reducer(_read_all(client, [r.ref for r in inputs]))
-    ref = put_object(client, value)
+    ref, inline = keep(client, reducer(_read_all(client, inputs)), final=final)
     covers = tuple(sorted(c for r in inputs for c in r.covers))
     factor = sum(r.factor for r in inputs)
     hosts = _stored(client, ref) if locate else ()
-    return StoredResult(rid, factor, ref, tuple(r.id for r in inputs), covers, hosts)
+    return StoredResult(rid, factor, ref, tuple(r.id for r in inputs), covers, hosts, inline)
 
 
 def _reduce_task(
@@ -146,8 +155,11 @@ def _reduce_task(
     inputs: Sequence[StoredResult],
     hosts: tuple[str, ...],
     locate: bool = True,
+    final: bool = False,
 ) -> tuple[StoredResult, TaskRecord]:
-    out, record = execute("reduce", rid, addr, hosts, _reduce_body, reducer, rid, inputs, locate)
+    out, record = execute(
+        "reduce", rid, addr, hosts, _reduce_body, reducer, rid, inputs, locate, final
+    )
     record.inputs = out.inputs
     record.factor = out.factor
     return out, record
@@ -349,7 +361,7 @@ class _Driver:
             self._cancel()
             self.log.close()
             self.tasks.close()
-        value = get_object(self.s.tomus, final.ref)
+        value = final.load(self.s.tomus)
         if self.job.finalize is not None:
             value = self.job.finalize(value)
         return IterativeResult(
@@ -372,7 +384,8 @@ class _Driver:
             entry = {"type": "reduce", "id": out.id, "inputs": list(out.inputs)}
         else:
             entry = {"type": "map", "index": out.covers[0]}
-        self.log.append_later({**entry, "ref": out.ref, "hosts": out.hosts})
+        small = {} if out.inline is None else {"inline": out.inline}
+        self.log.append_later({**entry, "ref": out.ref, "hosts": out.hosts, **small})
         if out.inputs:
             self.log.delete_later(self.consuming.pop(out.id, []))
         self.timeline.append(record)
@@ -390,7 +403,8 @@ class _Driver:
             options = {"workers": [self.affinity[index]], "allow_other_workers": True}
         fut = self.s.dask.submit(
             _map_task, self.s.addr, self.job.mapper, index, item, hosts, self.locate,
-            key=f"tomus-map-{self.token}-{index}", retries=self.job.retries, **options,
+            self.n == 1, key=f"tomus-map-{self.token}-{index}", retries=self.job.retries,
+            **options,
         )  # fmt: skip
         self.pending[fut] = f"m{index}"
         self.ac.add(fut)
@@ -400,9 +414,10 @@ class _Driver:
         rid = f"r{self.next_reduce}"
         self.next_reduce += 1
         hosts = tuple(sorted({h for r in inputs for h in r.hosts}))
-        self.consuming[rid] = [r.ref for r in inputs]
+        self.consuming[rid] = [r.ref for r in inputs if r.inline is None]
+        final = sum(r.factor for r in inputs) == self.n
         fut = self.s.dask.submit(
-            _reduce_task, self.s.addr, self.job.reducer, rid, inputs, hosts, self.locate,
+            _reduce_task, self.s.addr, self.job.reducer, rid, inputs, hosts, self.locate, final,
             key=f"tomus-reduce-{self.token}-{rid}", retries=self.job.retries,
             priority=1,  # before maps still queued: reduce work should not wait for them
             **self.s.placement.submit_options(hosts),

@@ -1,10 +1,11 @@
 """The job log: what a driver needs to resume an IterativeReduce job after it restarts.
 
 A small blob of frames, appended by the driver only (one writer, so its order is the order in
-which results became known): a header naming the job, then one record per result that a task
-stored in tomus. Replaying the log rebuilds the set of results still waiting to be reduced, so a
-new driver given the same ``job_id`` runs only the map tasks no stored result covers and goes on
-reducing from there instead of starting over.
+which results became known): a header naming the job, then one record per result of a task
+(where the task stored it in tomus, or the small result itself). Replaying the log rebuilds the
+set of results still waiting to be reduced, so a new driver given the same ``job_id`` runs only
+the map tasks no logged result covers and goes on reducing from there instead of starting
+over.
 
 The job id is the log blob's id. ``create_job`` makes one up front, so a caller can note it
 before the first task runs.
@@ -29,16 +30,27 @@ from typing import Any
 
 import tomus
 from tomus.compute import frames
-from tomus.compute.storage import Ref, delete_objects
+from tomus.compute.storage import Ref, delete_objects, get_object, put_bytes
 
-__all__ = ["JobLog", "Replay", "StoredResult", "create_job"]
+__all__ = ["INLINE_BYTES", "JobLog", "Replay", "StoredResult", "create_job", "keep"]
 
 _LOG_CHUNK = 64 << 10
 
 
+#: A result whose pickle is at most this many bytes, and that is not the job's final one,
+#: travels inside its record (the task's answer, the reducer's arguments, the log) instead of
+#: in a blob of its own: for KMeans' sums or a word count's top 10, creating, writing, reading
+#: and deleting a blob cost more than the result. The final result is always stored.
+INLINE_BYTES = 64 << 10
+
+#: The ``ref`` of a result kept inline: no blob.
+NO_BLOB = Ref(0, 0, 0, 0)
+
+
 @dataclass(frozen=True)
 class StoredResult:
-    """A map or reduce output stored in tomus, as the driver and the log know it."""
+    """A map or reduce output, as the driver and the log know it: stored in tomus (``ref``),
+    or small and carried in the record itself (``inline``, its pickle; ``ref`` is NO_BLOB)."""
 
     id: str  # "m<index>" for map task <index>, "r<seq>" for reduce tasks
     factor: int  # map tasks covered (the paper's reduce factor)
@@ -46,6 +58,22 @@ class StoredResult:
     inputs: tuple[str, ...] = ()  # for reduce results: the results combined
     covers: tuple[int, ...] = ()  # map indexes covered (driver side; not logged)
     hosts: tuple[str, ...] = ()  # storage hosts holding the stored bytes
+    inline: bytes | None = field(default=None, repr=False)
+
+    def load(self, client: tomus.Client) -> Any:
+        """The result's value."""
+        if self.inline is not None:
+            return pickle.loads(self.inline)
+        return get_object(client, self.ref)
+
+
+def keep(client: tomus.Client, value: object, *, final: bool) -> tuple[Ref, bytes | None]:
+    """Stores ``value`` in a blob of its own, or for a small one that is not the job's final
+    result, keeps its pickle inline: (ref, None) or (NO_BLOB, pickle)."""
+    data = pickle.dumps(value, protocol=5)
+    if not final and len(data) <= INLINE_BYTES:
+        return NO_BLOB, data
+    return put_bytes(client, data), None
 
 
 def create_job(client: tomus.Client) -> int:
@@ -121,7 +149,10 @@ class JobLog:
                 index = rec["index"]
                 if index in state.covered:
                     continue
-                r = StoredResult(f"m{index}", 1, rec["ref"], (), (index,), rec.get("hosts", ()))
+                r = StoredResult(
+                    f"m{index}", 1, rec["ref"], (), (index,), rec.get("hosts", ()),
+                    rec.get("inline"),
+                )  # fmt: skip
                 state.covered.add(index)
                 state.accepted[r.id] = r
                 state.available[r.id] = r
@@ -135,7 +166,7 @@ class JobLog:
                 covers = tuple(sorted(c for p in parts for c in p.covers))
                 r = StoredResult(
                     rec["id"], sum(p.factor for p in parts), rec["ref"], inputs, covers,
-                    rec.get("hosts", ()),
+                    rec.get("hosts", ()), rec.get("inline"),
                 )  # fmt: skip
                 state.accepted[r.id] = r
                 state.available[r.id] = r
