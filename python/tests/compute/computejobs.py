@@ -8,6 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from tomus.compute import GeneralizedReduction
+
 
 def listed(i: int) -> list[int]:
     return [i]
@@ -105,3 +109,22 @@ def add(_key: Any, values: list[int]) -> int:
 
 def first_letter(key: bytes) -> int:
     return key[0]
+
+
+class WeightedSum(GeneralizedReduction):
+    """The sum of every record times ``weights`` (one weight per column): a reduction that
+    carries ``pad`` bytes more, to be stored rather than sent with each task when big."""
+
+    def __init__(self, weights: np.ndarray, pad: int) -> None:
+        super().__init__(chunks_per_task=2)
+        self.weights = weights
+        self.pad = bytes(pad)
+
+    def init(self) -> float:
+        return 0.0
+
+    def local(self, obj: float, chunk: np.ndarray) -> float:
+        return obj + float((chunk * self.weights).sum())
+
+    def merge(self, a: float, b: float) -> float:
+        return a + b

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from computejobs import WeightedSum
 
 import tomus
-from tomus.compute import Dataset, GeneralizedReduction
+from tomus.compute import Dataset, GeneralizedReduction, tasklog
 from tomus.compute.apps.kmeans import kmeans, reference_kmeans
 from tomus.compute.apps.pca import pca, reference_pca
 from tomus.compute.apps.synth import clustered_points
@@ -86,6 +87,24 @@ def test_generalized_reduction_from_functions(dask: Any, addr: str, tc: tomus.Cl
     read = sum(t.bytes_read for t in res.timeline if t.kind == "map")
     smallest_chunk = min(c.size for c in ds.chunks)
     assert data.nbytes <= read < data.nbytes + smallest_chunk
+
+
+@pytest.mark.parametrize("pad", [0, 200_000])
+def test_a_pass_leaves_only_its_logs_and_result_whatever_the_reduction_size(
+    dask: Any, addr: str, tc: tomus.Client, pad: int
+) -> None:
+    """A small reduction travels with its tasks, a big one (over INLINE_BYTES) is stored for
+    the pass and deleted after it: either way the answer is right and the pass leaves its job
+    log, its task records and its final result, nothing else."""
+    data = np.arange(3000, dtype=np.float64).reshape(1000, 3)
+    ds = Dataset.write(tc, data, objects=2, chunk_records=100)
+    weights = np.array([1.0, -2.0, 0.5])
+    before = {b.id for b in tc.list_blobs()}
+    res = WeightedSum(weights, pad).run(ds, dask, addr)
+    assert res.value == pytest.approx(float((data * weights).sum()), rel=1e-12)
+    assert res.final is not None
+    records = tc.namespace().stat(tasklog.path_of(res.job_id))["blob"]
+    assert {b.id for b in tc.list_blobs()} - before == {res.job_id, records, res.final.ref.blob}
 
 
 def test_kmeans_equals_numpy_reference(dask: Any, addr: str, tc: tomus.Client) -> None:

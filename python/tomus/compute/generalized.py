@@ -19,9 +19,10 @@ combined with ``merge``: no intermediate pairs, no shuffle. Here:
   its data from storage once, not once per pass;
 - the global merge is an IterativeReduce tree (``ratio`` objects per merge task), so merging
   starts while chunks are still being processed and its results are stored in tomus;
-- the reduction itself (an instance of a subclass, or of this class built from functions) is
-  stored in tomus once per pass and loaded once per worker: that is how an iterative algorithm
-  broadcasts the previous pass's result (KMeans' centers) to every task.
+- the reduction itself (an instance of a subclass, or of this class built from functions)
+  travels with the tasks when small, else it is stored in tomus once per pass and loaded once
+  per worker: that is how an iterative algorithm broadcasts the previous pass's result
+  (KMeans' centers) to every task.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -40,6 +42,7 @@ import tomus
 from tomus.compute.dataset import Chunk, Dataset, Task
 from tomus.compute.engine import Session, TaskRecord, attach, count_read, current, use_session
 from tomus.compute.iterative import IterativeReduce, IterativeResult
+from tomus.compute.joblog import INLINE_BYTES
 from tomus.compute.storage import Ref, cached, delete_objects, put_bytes
 
 if TYPE_CHECKING:
@@ -107,7 +110,7 @@ class GeneralizedReduction:
     ) -> IterativeResult:
         """One pass over ``dataset``; ``.value`` is ``finalize(merge of every local object)``."""
         with use_session(session, client, addr) as s:
-            spec = put_bytes(s.tomus, cloudpickle.dumps(self))
+            spec = _Spec.of(s.tomus, self)
             workers = len(s.placement.workers)
             per_task = self.chunks_per_task or _adaptive_chunks(
                 type(self).__qualname__, dataset, workers, self.task_seconds
@@ -128,7 +131,8 @@ class GeneralizedReduction:
             try:
                 res = job.run_in(s, tasks, on_task=on_task, job_id=job_id, affinity=affinity)
             finally:
-                delete_objects(s.tomus, [spec])  # each pass stores its own
+                if spec.stored is not None:
+                    delete_objects(s.tomus, [spec.stored])  # each pass stores its own
             for t in res.timeline:
                 if t.kind == "map" and t.worker != "local":
                     placed[int(t.task[1:])] = t.worker
@@ -189,13 +193,39 @@ def _learn(kind: str, res: IterativeResult, tasks: Sequence[Task]) -> None:
 # --- task bodies: the reduction is loaded from tomus once per worker and pass -------------------
 
 
+@dataclass(frozen=True)
+class _Spec:
+    """The reduction of a pass, as its tasks get it: a small one (KMeans' centers: its
+    cloudpickle) inside the task itself, a bigger one (A-Brain's imaging matrix) stored once
+    and read once per worker (``cached``)."""
+
+    data: bytes | Ref
+
+    @staticmethod
+    def of(client: tomus.Client, red: GeneralizedReduction) -> _Spec:
+        data = cloudpickle.dumps(red)
+        return _Spec(data if len(data) <= INLINE_BYTES else put_bytes(client, data))
+
+    @property
+    def stored(self) -> Ref | None:
+        return self.data if isinstance(self.data, Ref) else None
+
+    def load(self, client: tomus.Client) -> GeneralizedReduction:
+        red: GeneralizedReduction = (
+            cached(client, self.data)
+            if isinstance(self.data, Ref)
+            else cloudpickle.loads(self.data)
+        )
+        return red
+
+
 class _Local:
-    def __init__(self, spec: Ref) -> None:
+    def __init__(self, spec: _Spec) -> None:
         self.spec = spec
 
     def __call__(self, task: Task) -> Any:
         ctx = current()
-        red: GeneralizedReduction = cached(ctx.client, self.spec)
+        red = self.spec.load(ctx.client)
         obj = red.init()
         runs = _runs(task.chunks)
         kept = [_kept_run(ctx.client, run) for run in runs]
@@ -303,11 +333,11 @@ def _read_run(client: tomus.Client, run: list[Chunk]) -> np.ndarray:
 
 
 class _Merge:
-    def __init__(self, spec: Ref) -> None:
+    def __init__(self, spec: _Spec) -> None:
         self.spec = spec
 
     def __call__(self, objs: list[Any]) -> Any:
-        red: GeneralizedReduction = cached(current().client, self.spec)
+        red = self.spec.load(current().client)
         return functools.reduce(red.merge, objs)
 
 
