@@ -114,10 +114,8 @@ def _forget_edges() -> int:
     import sys
 
     module = sys.modules["tomus.compute.apps.pagerank"]
-    with module._derived_lock:
-        n = len(module._derived)
-        module._derived.clear()
-    return n
+    forgotten: int = module._derived.clear()
+    return forgotten
 
 
 def test_tasks_without_kept_edges_derive_them_from_the_text(

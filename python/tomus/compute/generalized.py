@@ -28,8 +28,6 @@ combined with ``merge``: no intermediate pairs, no shuffle. Here:
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from tomus.compute.dataset import Chunk, Dataset, Task
 from tomus.compute.engine import Session, TaskRecord, attach, count_read, current, use_session
 from tomus.compute.iterative import IterativeReduce, IterativeResult
 from tomus.compute.joblog import INLINE_BYTES
+from tomus.compute.memcache import MemoryCache
 from tomus.compute.storage import Ref, cached, delete_objects, put_bytes
 
 if TYPE_CHECKING:
@@ -275,9 +274,7 @@ def _runs(chunks: tuple[Chunk, ...]) -> list[list[Chunk]]:
 
 #: Bytes of chunks a worker process keeps between passes (``_cached_run``).
 CACHE_BYTES = 1 << 30
-_run_cache: OrderedDict[tuple[str, int, int, int, int], np.ndarray] = OrderedDict()
-_run_cache_bytes = 0
-_run_cache_lock = threading.Lock()
+_runs_kept: MemoryCache[np.ndarray] = MemoryCache(CACHE_BYTES)
 
 
 def _run_key(client: tomus.Client, run: list[Chunk]) -> tuple[str, int, int, int, int]:
@@ -287,36 +284,23 @@ def _run_key(client: tomus.Client, run: list[Chunk]) -> tuple[str, int, int, int
 
 def _kept_run(client: tomus.Client, run: list[Chunk]) -> np.ndarray | None:
     """The records of ``run`` if this process's cache holds them (else None, nothing read)."""
-    key = _run_key(client, run)
-    with _run_cache_lock:
-        hit = _run_cache.get(key)
-        if hit is not None:
-            _run_cache.move_to_end(key)
-        return hit
+    return _runs_kept.get(_run_key(client, run))
 
 
 def _cached_run(client: tomus.Client, run: list[Chunk]) -> np.ndarray:
     """``_read_run`` through a per-process LRU cache of at most ``CACHE_BYTES``: an iterative
     algorithm (KMeans) reads the same chunks every pass, and a blob version never changes, so a
     cached copy is never stale. The arrays are read-only (``local`` must not modify its input)."""
-    global _run_cache_bytes
     key = _run_key(client, run)
-    size = key[-1]
-    hit = _kept_run(client, run)
+    hit = _runs_kept.get(key)
     if hit is not None:
         return hit
     data = _read_run(client, run)
+    size = key[-1]
     if size > CACHE_BYTES // 4:
         return data
     data.flags.writeable = False
-    with _run_cache_lock:
-        if key not in _run_cache:
-            _run_cache[key] = data
-            _run_cache_bytes += size
-            while _run_cache_bytes > CACHE_BYTES and _run_cache:
-                _, old = _run_cache.popitem(last=False)
-                _run_cache_bytes -= old.nbytes
-    return data
+    return _runs_kept.put(key, data, size)
 
 
 def _read_run(client: tomus.Client, run: list[Chunk]) -> np.ndarray:
