@@ -14,6 +14,7 @@ use tomus_wire::{Assignment, Attrs, DataAge, ErrorKind, Result, VersionInfo, Wri
 
 use crate::blob::Blob;
 use crate::dht::{self, DhtSource};
+use crate::write::timed;
 
 /// How many times a write is committed when versions below it keep being given up.
 const COMMIT_ATTEMPTS: u32 = 5;
@@ -97,7 +98,8 @@ impl Blob {
             expect_size: c.options.and_then(|o| o.expect_size),
             data: c.data_age(),
         };
-        let assignment = self.cluster().manager(req).await?;
+        let (assignment, assign_took) = timed(self.cluster().manager(req)).await;
+        let assignment = assignment?;
         // A replacement spans the previous content too: what its data does not cover is cleared.
         let mut chunks = c.chunks.clone();
         let data = len(&chunks);
@@ -110,7 +112,16 @@ impl Blob {
             });
         }
         let replaces = matches!(c.op, WriteOp::Replace { .. });
-        if let Err(e) = self.store_metadata(&assignment, &chunks, replaces).await {
+        let (stored, metadata_took) =
+            timed(self.store_metadata(&assignment, &chunks, replaces)).await;
+        tracing::debug!(
+            blob = %self.id,
+            version = assignment.version,
+            assign_us = assign_took.as_micros() as u64,
+            metadata_us = metadata_took.as_micros() as u64,
+            "version assigned and its metadata stored"
+        );
+        if let Err(e) = stored {
             self.abort(assignment.version).await;
             return Err(e);
         }

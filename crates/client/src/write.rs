@@ -2,7 +2,7 @@
 //! data first and then commit; small ones (one chunk of at most [`placements::SMALL_WRITE`])
 //! store their chunk while their version is assigned.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tomus_metadata::{Segment, StoredChunk, Version};
@@ -84,16 +84,35 @@ impl Blob {
             reused_at: None,
         };
         let first = commit(vec![chunk.clone()]);
-        let (assigned, stored) = futures::join!(
+        let (assigned, (stored, chunk_took)) = futures::join!(
             self.assign_and_store(&first),
-            chunks::put_chunk_as(self.cluster(), chunk.chunk, data, &replicas),
+            timed(chunks::put_chunk_as(
+                self.cluster(),
+                chunk.chunk,
+                data,
+                &replicas
+            )),
         );
         match (assigned, stored) {
-            (Ok(a), Ok(())) => match self.complete(a.version).await {
-                // Given up behind a dead writer's version: the chunk is stored, commit again.
-                Err(e) if e.kind == ErrorKind::Retry => self.commit(first).await,
-                other => other,
-            },
+            (Ok(a), Ok(())) => {
+                let (completed, complete_took) = timed(self.complete(a.version)).await;
+                // Where a small write's latency goes (`TOMUS_LOG=tomus_client=debug`): its
+                // chunk's store ran beside the assignment and the metadata's.
+                tracing::debug!(
+                    blob = %self.id,
+                    version = a.version,
+                    chunk_us = chunk_took.as_micros() as u64,
+                    complete_us = complete_took.as_micros() as u64,
+                    total_us = started.elapsed().as_micros() as u64,
+                    "small write"
+                );
+                match completed {
+                    // Given up behind a dead writer's version: the chunk is stored, commit
+                    // again.
+                    Err(e) if e.kind == ErrorKind::Retry => self.commit(first).await,
+                    other => other,
+                }
+            }
             (Ok(a), Err(e)) => {
                 self.abort(a.version).await;
                 if e.kind != ErrorKind::Unavailable {
@@ -201,4 +220,11 @@ impl Blob {
         })
         .await
     }
+}
+
+/// Runs `fut`, returning its output and how long it took.
+pub(crate) async fn timed<T>(fut: impl std::future::Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    let out = fut.await;
+    (out, started.elapsed())
 }
