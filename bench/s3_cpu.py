@@ -7,11 +7,15 @@ what a request costs whatever the load. Same servers, clients and phases as ``s3
 (its functions are reused): HeadBucket, 4 KiB PutObject and 4 KiB GetObject from P
 processes, the servers alternating round by round; per phase and server, the request rate
 and the server's CPU microseconds per request (utime + stime from /proc, counted until the
-server is idle again: ``settle``), medians.
+server is idle again: ``settle``), medians. With ``--object-mib N`` (N > 0), also one N MiB
+PutObject and GetObject per process (``put_big``, ``get_big``), per MiB moved. Every phase
+also reports the boto3 processes' own CPU per unit (``clients_us_per_op``, from the barrier
+to their last request): where it dwarfs the server's, the request rate is the clients' to
+set, not the server's.
 
     cargo build --release -p tomus-cli
     bench/.venv/bin/python bench/s3_cpu.py [--processes 8] [--small-ops 300] [--rounds 3]
-        [--minio PATH] [--fresh-keys] [--out bench/results/s3-cpu.json]
+        [--object-mib 0] [--minio PATH] [--fresh-keys] [--out bench/results/s3-cpu.json]
 
 Needs MinIO (``go install github.com/minio/minio@latest``); what it writes is removed.
 """
@@ -31,7 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import s3 as common  # the sibling benchmark's servers, clients and phases
 
-PHASES = ["head_bucket", "put_small", "get_small"]
+SMALL_PHASES = ["head_bucket", "put_small", "get_small"]
+BIG_PHASES = ["put_big", "get_big"]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -54,6 +59,33 @@ SETTLE_SHARE = 0.05
 SETTLE_WINDOW = 0.5
 #: The longest wait for a server to settle after a phase.
 SETTLE_MAX = 15.0
+
+
+class _CpuFromBarrier:
+    """The barrier and result queue of one ``s3.worker`` process, adding to its result the
+    CPU seconds the process spent from the barrier on (not its imports and payloads)."""
+
+    def __init__(self, barrier, results) -> None:
+        self.barrier, self.results, self.at = barrier, results, 0.0
+
+    def wait(self) -> None:
+        self.barrier.wait()
+        self.at = time.process_time()
+
+    def put(self, item: tuple) -> None:
+        self.results.put((*item, time.process_time() - self.at))
+
+
+def cpu_worker(phase: str, index: int, endpoint: str, args, barrier, results) -> None:
+    both = _CpuFromBarrier(barrier, results)
+    common.worker(phase, index, endpoint, args, both, both)
+
+
+def run_phase(phase: str, endpoint: str, args) -> tuple[float, float]:
+    """``s3.run_phase``, also returning the CPU seconds the client processes spent."""
+    got = common.run_processes(cpu_worker, phase, endpoint, args)
+    seconds = max(g[1] for g in got) - min(g[0] for g in got)
+    return sum(g[2] for g in got) / seconds, sum(g[3] for g in got)
 
 
 def settle(pid: int) -> float:
@@ -95,6 +127,13 @@ def main() -> None:
         "--small-ops", type=int, default=300, help="requests per process and phase"
     )
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--object-mib",
+        type=int,
+        default=0,
+        help="also one PutObject and one GetObject of this many MiB per process, "
+        "counted per MiB (0: the small phases only)",
+    )
     ap.add_argument("--providers", type=int, default=4)
     ap.add_argument(
         "--fresh-keys",
@@ -110,9 +149,11 @@ def main() -> None:
         )
     # What s3.py's phases read from their arguments (small objects only).
     args = argparse.Namespace(
-        processes=cli.processes, small_ops=cli.small_ops, object_mib=1, range_object_mib=2,
+        processes=cli.processes, small_ops=cli.small_ops, object_mib=max(cli.object_mib, 1),
+        range_object_mib=2,
         range_ops=1, providers=cli.providers, no_fsync=False,
     )  # fmt: skip
+    phases = SMALL_PHASES + (BIG_PHASES if cli.object_mib > 0 else [])
     runs: dict[str, dict[str, list[dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="tomus-s3-cpu-") as tmp:
         base = Path(tmp)
@@ -127,17 +168,19 @@ def main() -> None:
                 common.prepare(endpoint, args)
             for _ in range(cli.rounds):
                 for name, (proc, endpoint) in servers.items():
-                    for phase in PHASES:
+                    for phase in phases:
                         if phase == "put_small" and cli.fresh_keys:
                             delete_small(endpoint)
                         before = cpu_seconds(proc.pid)
-                        rate = common.run_phase(phase, endpoint, args)
+                        rate, clients = run_phase(phase, endpoint, args)
                         waited = settle(proc.pid)
                         used = cpu_seconds(proc.pid) - before
-                        ops = cli.small_ops * cli.processes
+                        big = phase in BIG_PHASES
+                        ops = cli.processes * (cli.object_mib if big else cli.small_ops)
                         row = {
-                            "ops_s": rate,
+                            "ops_s": rate / common.MIB if big else rate,
                             "server_us_per_op": used / ops * 1e6,
+                            "clients_us_per_op": clients / ops * 1e6,
                             "settle_s": round(waited, 2),
                         }
                         runs.setdefault(name, {}).setdefault(phase, []).append(row)
@@ -162,13 +205,14 @@ def main() -> None:
             "cpu_per_op_minio_over_tomus": median["minio"][phase]["server_us_per_op"]
             / median["tomus"][phase]["server_us_per_op"],
         }
-        for phase in PHASES
+        for phase in phases
     }
     out = Path(cli.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "bench": "s3-cpu",
         "note": f"{cli.processes} boto3 processes, {cli.small_ops} requests each per phase, "
+                f"{f'one {cli.object_mib} MiB object each in put_big/get_big (per MiB), ' if cli.object_mib else ''}"
                 f"{'new keys in every PUT round' if cli.fresh_keys else 'PUTs overwrite after round 1'}, "
                 f"servers alternating over {cli.rounds} rounds, fsync on, "
                 f"{cli.providers} providers in tomus up; server CPU from /proc "
