@@ -20,7 +20,7 @@ use super::format::{
     BLOCK_SIZE, CRC_LEN, HEADER_LEN,
 };
 use super::verify::{verify_blocks, verify_file_blocks, RangeCrc};
-use super::{check_range, to_usize, ChunkRange, ChunkStats};
+use super::{check_range, small_range, to_usize, ChunkRange, ChunkStats};
 use crate::small_chunks::SmallChunks;
 use crate::{io_error, sync_dir};
 
@@ -162,10 +162,7 @@ impl Inner {
         len: u64,
     ) -> Result<(ChunkRange, u32)> {
         if let Some(found) = self.small.read(id, offset, len) {
-            return found.map(|b| {
-                let crc = crc32c::crc32c(&b);
-                (ChunkRange::Memory(b), crc)
-            });
+            return found.map(small_range);
         }
         let (file, data_len) = self.open_chunk(id)?;
         let blocks = data_len.div_ceil(u64::from(BLOCK_SIZE));

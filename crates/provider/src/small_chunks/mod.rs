@@ -14,7 +14,9 @@
 //! random and chunks immutable: the same id means the same content, e.g. a retried write).
 //!
 //! Reads look the chunk up in an in-memory index (id -> segment, data offset, length,
-//! checksum), read the whole record and verify it before returning any of it.
+//! checksum), read the whole record and verify it before returning any of it. A read whose
+//! record the page cache holds can be done on the calling (async) thread (`read_cached`): a
+//! 4 KiB copy costs less than the hand-off to a blocking thread and back.
 //!
 //! The segment and record formats are in `format.rs`, the index in `index.rs`, the writer
 //! (group commits, segment creation and removal) in `writer.rs`, and what startup does with
@@ -186,17 +188,31 @@ impl SmallChunks {
     /// Verified bytes `[offset, offset + len)` of chunk `id`, or `None` if the log does not
     /// hold it. Blocking.
     pub fn read(&self, id: ChunkId, offset: u64, len: u64) -> Option<Result<Bytes>> {
-        let (loc, file) = {
-            let index = self.read_index();
-            let loc = *index.chunks.get(&id)?;
-            (
-                loc,
-                index.segments.get(&loc.segment).map(|s| s.file.clone()),
-            )
-        };
-        Some(self.read_at(id, loc, file, offset, len))
+        let (loc, file) = self.locate(id)?;
+        self.read_at(id, loc, file, offset, len, Fill::Wait)
+            .transpose()
     }
 
+    /// [`SmallChunks::read`] that never waits for the disk, for async threads: `None` also
+    /// when part of the chunk's record is not in the page cache (read it with `read` then).
+    pub fn read_cached(&self, id: ChunkId, offset: u64, len: u64) -> Option<Result<Bytes>> {
+        let (loc, file) = self.locate(id)?;
+        self.read_at(id, loc, file, offset, len, Fill::CachedOnly)
+            .transpose()
+    }
+
+    /// Where chunk `id`'s record is, and its segment's file, if the log holds it.
+    fn locate(&self, id: ChunkId) -> Option<(Loc, Option<Arc<File>>)> {
+        let index = self.read_index();
+        let loc = *index.chunks.get(&id)?;
+        Some((
+            loc,
+            index.segments.get(&loc.segment).map(|s| s.file.clone()),
+        ))
+    }
+
+    /// The verified bytes of chunk `id` at `loc`; `None` when `fill` is `CachedOnly` and the
+    /// record is not all in the page cache.
     fn read_at(
         &self,
         id: ChunkId,
@@ -204,7 +220,8 @@ impl SmallChunks {
         file: Option<Arc<File>>,
         offset: u64,
         len: u64,
-    ) -> Result<Bytes> {
+        fill: Fill,
+    ) -> Result<Option<Bytes>> {
         let range = check_range(id, offset, len, u64::from(loc.len))?;
         let segment = segment_path(&self.dir, loc.segment);
         let file = file.ok_or_else(|| {
@@ -215,7 +232,11 @@ impl SmallChunks {
         })?;
         let mut record = vec![0u8; RECORD_HEADER + loc.len as usize];
         let start = loc.offset - RECORD_HEADER as u64;
-        file.read_exact_at(&mut record, start).map_err(|e| {
+        let filled = match fill {
+            Fill::Wait => file.read_exact_at(&mut record, start).map(|()| true),
+            Fill::CachedOnly => read_cached_at(&file, &mut record, start),
+        };
+        let filled = filled.map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
                 Error::corrupt(format!(
                     "chunk {id}: {} is truncated before the end of its record",
@@ -225,6 +246,9 @@ impl SmallChunks {
                 io_error(format_args!("reading chunk {id}"), e)
             }
         })?;
+        if !filled {
+            return Ok(None);
+        }
         let (header, data) = record.split_at(RECORD_HEADER);
         let intact = &header[..4] == RECORD_MAGIC
             && header[4..8] == loc.len.to_le_bytes()
@@ -237,7 +261,9 @@ impl SmallChunks {
                 segment.display()
             )));
         }
-        Ok(Bytes::from(record).slice(RECORD_HEADER + range.start..RECORD_HEADER + range.end))
+        Ok(Some(Bytes::from(record).slice(
+            RECORD_HEADER + range.start..RECORD_HEADER + range.end,
+        )))
     }
 
     /// Number of chunks in the log and the size of their records.
@@ -264,4 +290,39 @@ impl SmallChunks {
     fn read_index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
         self.index.read().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// How a read fills its buffer.
+#[derive(Clone, Copy)]
+enum Fill {
+    /// From the page cache or the disk.
+    Wait,
+    /// Only if the page cache holds every byte.
+    CachedOnly,
+}
+
+/// Reads `buf.len()` bytes at `offset` if the page cache holds them all (`preadv2` with
+/// `RWF_NOWAIT`): `Ok(false)` when the read would wait for the disk, came back short (the
+/// waiting read then tells a truncated file from a partly cached one), or the kernel or file
+/// system does not support the flag.
+fn read_cached_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let Ok(offset) = libc::off_t::try_from(offset) else {
+        return Ok(false);
+    };
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec describing `buf`, which is valid for writes of its length and
+    // borrowed mutably for the whole call.
+    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    Ok(n as usize == buf.len())
 }

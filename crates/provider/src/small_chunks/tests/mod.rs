@@ -1,7 +1,8 @@
 //! The small-chunk log through the chunk store, as the provider uses it: `log.rs` stores,
-//! reads, deletes and rolls segments; `recovery.rs` reopens after torn writes, damage and
-//! segments of other formats.
+//! reads, deletes and rolls segments; `cached.rs` reads without waiting for the disk;
+//! `recovery.rs` reopens after torn writes, damage and segments of other formats.
 
+mod cached;
 mod log;
 mod recovery;
 
