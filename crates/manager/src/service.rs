@@ -100,10 +100,8 @@ impl ManagerService {
             }
             M::CreateBlobIn(r) => Reply::of::<CreateBlobIn>(self.create_blob(r).await),
             M::FsCreateIn(r) => Reply::of::<FsCreateIn>(self.fs_create_in(r).await),
-            M::BlobStorage(r) => {
-                let steward = self.steward.clone();
-                Reply::of::<BlobStorage>(blocking(move || steward.class(r.blob)).await)
-            }
+            // A cached class or a read transaction: a lookup like the namespace's.
+            M::BlobStorage(r) => Reply::of::<BlobStorage>(self.steward.class(r.blob)),
             M::MemoryReport(r) => {
                 self.steward
                     .report_memory(r.id, r.capacity, r.used, r.chunks);
@@ -428,6 +426,13 @@ impl ManagerService {
     /// [`FsCreateRetained`], and whether this call made the file.
     async fn fs_create_or_open(&self, r: FsCreateRetained) -> Result<(tomus_wire::FsEntry, bool)> {
         self.check_replication(r.replication)?;
+        // Opening a file that exists is a lookup; only a creation needs the namespace's lock
+        // and, for a new file, a transaction.
+        if !r.exclusive {
+            if let Some(entry) = self.lookup(|ns| ns.existing_file(&r.path))? {
+                return Ok((entry, false));
+            }
+        }
         self.namespace(move |ns| {
             ns.create(
                 &r.path,

@@ -244,6 +244,22 @@ impl Namespace {
         }
     }
 
+    /// The entry of the file at `path` if it exists and has been published (what a
+    /// non-exclusive [`Namespace::create`] returns for it), without taking the namespace lock;
+    /// `None` for anything else, which `create` then handles.
+    pub fn existing_file(&self, path: &str) -> Result<Option<FsEntry>> {
+        let path = normalize(path)?;
+        match self.read(&path)? {
+            // Its blob may have been deleted with the file since the read: `create` decides.
+            Some(r @ Record::File { .. }) => match self.entry(path, r) {
+                Ok(entry) => Ok(Some(entry)),
+                Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            },
+            _ => Ok(None),
+        }
+    }
+
     pub fn mkdir(&self, path: &str, parents: bool) -> Result<FsEntry> {
         let path = normalize(path)?;
         let _guard = self.lock_settled();
