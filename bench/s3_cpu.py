@@ -147,7 +147,7 @@ def main() -> None:
         raise SystemExit(
             f"no MinIO at {cli.minio}: go install github.com/minio/minio@latest"
         )
-    # What s3.py's phases read from their arguments (small objects only).
+    # What s3.py's phases read from their arguments (no ranged GETs here).
     args = argparse.Namespace(
         processes=cli.processes, small_ops=cli.small_ops, object_mib=max(cli.object_mib, 1),
         range_object_mib=2,

@@ -114,6 +114,10 @@ impl Blob {
         let replaces = matches!(c.op, WriteOp::Replace { .. });
         let (stored, metadata_took) =
             timed(self.store_metadata(&assignment, &chunks, replaces)).await;
+        if let Err(e) = stored {
+            self.abort(assignment.version).await;
+            return Err(e);
+        }
         tracing::debug!(
             blob = %self.id,
             version = assignment.version,
@@ -121,10 +125,6 @@ impl Blob {
             metadata_us = metadata_took.as_micros() as u64,
             "version assigned and its metadata stored"
         );
-        if let Err(e) = stored {
-            self.abort(assignment.version).await;
-            return Err(e);
-        }
         Ok(assignment)
     }
 
