@@ -12,8 +12,8 @@ Dask locality hints from where the chunks are.
 Modules: ``engine`` (Dask glue, locality, task records), ``iterative`` (IterativeReduce),
 ``mapreduce`` (MapReduce with shared appended partitions), ``generalized`` (MATE's API),
 ``tasklog`` (task records kept in tomus for the dashboard), ``storage`` (objects tasks keep
-in tomus), ``joblog`` (what a driver needs to resume), ``memcache`` (what a worker keeps in
-memory between tasks), ``dataset`` (chunked numeric
+in tomus), ``joblog`` (what a driver needs to resume), ``appender`` (the two logs' background
+appends), ``memcache`` (what a worker keeps in memory between tasks), ``dataset`` (chunked numeric
 datasets with an index), ``splits`` (chunk-aligned, line-aware text splits; inputs may be blob
 ids or files and directories of the tomus namespace), ``apps`` (reference applications,
 runnable as ``python -m tomus.compute APP``), ``demo`` (the demo main job).

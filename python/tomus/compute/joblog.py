@@ -12,8 +12,9 @@ before the first task runs.
 
 The driver appends through ``append_later``: one writer thread per log appends the records in
 the order given while the driver goes on reacting to results (a synchronous append cost the
-driver ~15 ms per task, more than a small task itself); ``close`` waits for them. A driver that
-dies loses at most the records not yet written, whose tasks a resumed driver simply runs again.
+driver ~15 ms per task, more than a small task itself), the records given during an append
+together in the next one (``appender``); ``close`` waits for them. A driver that dies loses at
+most the records not yet written, whose tasks a resumed driver simply runs again.
 
 The same thread deletes the results a reduce consumed (``delete_later``), after the reduce's
 record: a replay never needs a consumed result, and until that record is written a resumed
@@ -23,13 +24,13 @@ driver would still reduce them.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import tomus
 from tomus.compute import frames
+from tomus.compute.appender import Appender
 from tomus.compute.storage import Ref, delete_objects, get_object, put_bytes
 
 __all__ = ["INLINE_BYTES", "JobLog", "Replay", "StoredResult", "create_job", "keep"]
@@ -99,34 +100,33 @@ class JobLog:
         self.job_id = job_id
         self.client = client
         self.blob = client.open_blob(job_id)
-        self._writer: ThreadPoolExecutor | None = None
-        self._writes: list[Future[object]] = []
+        self._writer: Appender | None = None
 
     def append(self, record: Mapping[str, object]) -> None:
         self.blob.append(frames.encode(pickle.dumps(record, protocol=5)))
 
-    def _later(self, work: Callable[..., object], *args: object) -> None:
+    def _background(self) -> Appender:
         if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"joblog-{self.job_id}")
-        self._writes.append(self._writer.submit(work, *args))
+            blob = self.blob
+            self._writer = Appender(f"joblog-{self.job_id}", lambda: blob)
+        return self._writer
 
     def append_later(self, record: Mapping[str, object]) -> None:
         """Appends ``record`` in the background, after every record given before it."""
-        self._later(self.blob.append, frames.encode(pickle.dumps(record, protocol=5)))
+        self._background().append(frames.encode(pickle.dumps(record, protocol=5)))
 
     def delete_later(self, refs: Sequence[Ref]) -> None:
         """Deletes the stored objects ``refs`` in the background, once every record given
         before has been appended (failures are logged by ``delete_objects``)."""
         if refs:
-            self._later(delete_objects, self.client, list(refs))
+            self._background().then(delete_objects, self.client, list(refs))
 
     def close(self) -> None:
         """Waits for the background appends; raises the first one's error, if any failed."""
         if self._writer is None:
             return
-        self._writer.shutdown(wait=True)
+        writes = self._writer.close()
         self._writer = None
-        writes, self._writes = self._writes, []
         for w in writes:
             w.result()
 

@@ -7,8 +7,9 @@ per worker while the job runs and after it ended, without asking the driver or D
 holds a ``job`` line, a ``task`` line per finished task and a ``done`` line at the end.
 
 Appends go through one background thread (the driver must not wait ~10 ms per task for
-them). The records are for people: a failure to store them is logged and otherwise ignored,
-it never fails the job.
+them), the records given during an append together in the next one (``appender``). The
+records are for people: a failure to store them is logged and otherwise ignored, it never
+fails the job.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import tomus
+from tomus.compute.appender import Appender
 from tomus.compute.engine import TaskRecord
 
 __all__ = ["JOBS_DIR", "TaskLog", "path_of"]
@@ -41,8 +42,7 @@ class TaskLog:
     def __init__(self, client: tomus.Client, job_id: int, header: dict[str, Any]) -> None:
         self.job_id = job_id
         self.started = time.time()
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"tasklog-{job_id}")
-        self._blob: Future[tomus.Blob | None] = self._writer.submit(self._open, client)
+        self._writer = Appender(f"tasklog-{job_id}", lambda: self._open(client))
         self._add({"type": "job", "job": job_id, "started": self.started, **header})
 
     @staticmethod
@@ -60,17 +60,7 @@ class TaskLog:
             return None
 
     def _add(self, record: dict[str, Any]) -> None:
-        line = (json.dumps(record, default=str) + "\n").encode()
-        self._writer.submit(self._append, line)
-
-    def _append(self, line: bytes) -> None:
-        blob = self._blob.result()
-        if blob is None:
-            return
-        try:
-            blob.append(line)
-        except tomus.TomusError as e:
-            _log.warning("job %s: a task record was not stored: %s", self.job_id, e)
+        self._writer.append((json.dumps(record, default=str) + "\n").encode())
 
     def task(self, record: TaskRecord) -> None:
         """Records a finished task."""
@@ -93,4 +83,6 @@ class TaskLog:
     def close(self) -> None:
         """Records the end of the job and waits for every record to be stored."""
         self._add({"type": "done", "ended": time.time(), "elapsed": time.time() - self.started})
-        self._writer.shutdown(wait=True)
+        for w in self._writer.close():
+            if (e := w.exception()) is not None:
+                _log.warning("job %s: task records were not stored: %s", self.job_id, e)
