@@ -217,3 +217,30 @@ def test_a_piece_claimed_by_a_reader_that_died_comes_from_the_holder_after_a_sta
     assert report["failures"] == [], report["failures"]
     assert dict(report["served"]) == {providers[0]: size}, report["served"]
     assert sorted(p for p, _, _ in report["pieces"] if p in claimed) == claimed
+
+
+def test_a_peer_that_left_after_announcing_its_pieces_is_churn_not_a_failure(
+    client: tomus.Client, providers: list[str], tmp_path: Path
+) -> None:
+    """A reader that finished drops its partial copy right after leaving the board, so a
+    reader that looked at the board just before can ask it for a piece it no longer shares.
+    That piece then comes from the next source; the report lists the peer under
+    ``peers_left``, not under ``failures``."""
+    from tomus.workflow import pieces
+
+    size = (8 << 20) + 77
+    data = write(tmp_path / "src", size, seed=17)
+    path = "/t/swarm/left.bin"
+    workflow.register(client, tmp_path / "src", path, provider=providers[0])
+    board = pieces.PieceBoard()
+    # A peer that has every piece on the board, and no copy on its provider any more (a
+    # name of the form providers give their copies).
+    board.join(path, providers[2], "1a21add5298-61c5-7")
+    count = -(-size // pieces.piece_size(size))
+    for p in range(count):
+        board.have(path, providers[2], p)
+    report = pieces.exchange(client, path, tmp_path / "got", providers[1], the_board=board)
+    assert (tmp_path / "got").read_bytes() == data
+    assert report["failures"] == [], report["failures"]
+    assert report["peers_left"] and {a for a, _ in report["peers_left"]} == {providers[2]}
+    assert dict(report["served"]) == {providers[0]: size}, report["served"]

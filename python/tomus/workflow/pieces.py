@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tomus import _native
+from tomus.errors import NotFound
 
 __all__ = ["PIECE", "DaskBoard", "PieceBoard", "board", "exchange", "piece_size"]
 
@@ -253,9 +254,11 @@ def exchange(
     the readers still downloading it, sharing ours through ``provider`` meanwhile; after
     ``stall`` seconds without a piece it also takes from the holders pieces others claimed.
     Returns ``{bytes, piece (bytes per piece), served: [(addr, bytes)], failures,
-    pieces: [(piece, addr, "holder"|"peer")], peer_bytes, timeline: [(piece, "holder"|"peer",
-    start s, end s)]}``; raises :class:`ExchangeFailed`
-    when the copy does not check out."""
+    peers_left: [(addr, piece)], pieces: [(piece, addr, "holder"|"peer")], peer_bytes,
+    timeline: [(piece, "holder"|"peer", start s, end s)]}``; raises :class:`ExchangeFailed`
+    when the copy does not check out. ``peers_left`` lists the peers that had finished, and
+    dropped their partial copy, by the time we asked them for a piece they had announced:
+    churn, not a failure (the next source serves the piece)."""
     b = the_board or board()
     rec = _native.registered_file(client, path, wait_checksum=True)
     size = int(rec["size"])
@@ -310,6 +313,7 @@ def _fetch_pieces(
     timeline: list[tuple[int, str, float, float]] = []
     served: Counter[str] = Counter()
     failures: list[tuple[str, str]] = []
+    peers_left: list[tuple[str, int]] = []
     inflight: Counter[str] = Counter()
     bad_peers: set[str] = set()
     guard = threading.Lock()
@@ -406,7 +410,11 @@ def _fetch_pieces(
                     data, crc = _native.read_registered(client, addr, name, offset, length)
                 except Exception as e:
                     with guard:
-                        failures.append((addr, f"piece {piece}: {e}"))
+                        if kind == "peer" and isinstance(e, NotFound):
+                            # It finished and left the board after we read it.
+                            peers_left.append((addr, piece))
+                        else:
+                            failures.append((addr, f"piece {piece}: {e}"))
                         if kind == "peer":
                             bad_peers.add(addr)
                     continue
@@ -447,6 +455,7 @@ def _fetch_pieces(
         "piece": piece_bytes,
         "served": sorted(served.items()),
         "failures": failures,
+        "peers_left": peers_left,
         "pieces": sorted(log),
         "peer_bytes": peer_bytes,
         "timeline": timeline,
