@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from workflow_support import write
 
@@ -191,6 +192,21 @@ def test_a_peer_serving_wrong_pieces_is_caught_and_the_holders_serve(
     assert dict(report["served"]).get(providers[0]) == size, report["served"]
 
 
+def registered_with_a_peer(
+    client: tomus.Client, providers: list[str], tmp_path: Path, path: str, size: int, seed: int
+) -> tuple[bytes, Any]:
+    """A file of ``size`` bytes registered at ``path`` with ``providers[0]`` as its holder,
+    and a piece board on which a reader on ``providers[2]`` joined, sharing a copy its
+    provider does not hold (a name of the form providers give their copies)."""
+    from tomus.workflow import pieces
+
+    data = write(tmp_path / "src", size, seed=seed)
+    workflow.register(client, tmp_path / "src", path, provider=providers[0])
+    board = pieces.PieceBoard()
+    board.join(path, providers[2], "1a21add5298-61c5-7")
+    return data, board
+
+
 def test_a_piece_claimed_by_a_reader_that_died_comes_from_the_holder_after_a_stall(
     client: tomus.Client, providers: list[str], tmp_path: Path
 ) -> None:
@@ -200,11 +216,8 @@ def test_a_piece_claimed_by_a_reader_that_died_comes_from_the_holder_after_a_sta
     from tomus.workflow import pieces
 
     size = (16 << 20) + 5
-    data = write(tmp_path / "src", size, seed=13)
     path = "/t/swarm/stalled.bin"
-    workflow.register(client, tmp_path / "src", path, provider=providers[0])
-    board = pieces.PieceBoard()
-    board.join(path, providers[2], "no-such-copy")
+    data, board = registered_with_a_peer(client, providers, tmp_path, path, size, seed=13)
     claimed = list(range(0, -(-size // pieces.piece_size(size)), 2))
     for p in claimed:
         board.claim(path, providers[2], p)
@@ -229,13 +242,9 @@ def test_a_peer_that_left_after_announcing_its_pieces_is_churn_not_a_failure(
     from tomus.workflow import pieces
 
     size = (8 << 20) + 77
-    data = write(tmp_path / "src", size, seed=17)
     path = "/t/swarm/left.bin"
-    workflow.register(client, tmp_path / "src", path, provider=providers[0])
-    board = pieces.PieceBoard()
-    # A peer that has every piece on the board, and no copy on its provider any more (a
-    # name of the form providers give their copies).
-    board.join(path, providers[2], "1a21add5298-61c5-7")
+    data, board = registered_with_a_peer(client, providers, tmp_path, path, size, seed=17)
+    # The peer has every piece on the board, and no copy on its provider any more.
     count = -(-size // pieces.piece_size(size))
     for p in range(count):
         board.have(path, providers[2], p)
