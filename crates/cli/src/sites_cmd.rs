@@ -63,6 +63,7 @@ pub struct ReplicateArgs {
     #[arg(long = "to", value_name = "NAME")]
     site: String,
     /// Most bytes per second sent to the site for this subtree (e.g. 10MiB/s; 0: unlimited).
+    /// Replicating an already replicated path again changes its rate in place.
     #[arg(long, default_value = "0", value_parser = parse_rate)]
     rate: u64,
 }
@@ -239,7 +240,7 @@ pub fn print_status(st: &ServiceStatus) -> Result<()> {
     }
     for (id, r) in &st.rules {
         outln!(
-            "replication {id}: {}, {} versions ({:.1} s) behind; sent {} versions ({}){}",
+            "replication {id}: {}, {} versions ({:.1} s) behind; sent {} versions ({}){}{}",
             r.state,
             r.versions_behind,
             r.seconds_behind,
@@ -247,6 +248,11 @@ pub fn print_status(st: &ServiceStatus) -> Result<()> {
             format_size(r.bytes_replicated),
             if r.files_deleted > 0 {
                 format!(", {} deletions", r.files_deleted)
+            } else {
+                String::new()
+            },
+            if r.rate > 0 {
+                format!("; at most {}/s", format_size(r.rate))
             } else {
                 String::new()
             }

@@ -290,6 +290,17 @@ async fn replicates_through_outages_and_restarts() {
     // once).
     let rate = ["sites", "replicate", "/data", "--to", "b", "--rate"];
     ok(tomus(&a.addr(), &[&rate[..], &["1MiB/s"]].concat()));
+    // The running rule takes the new rate at the service's next round, keeping its counters.
+    let started = Instant::now();
+    loop {
+        let r = rule_status(&a.addr());
+        if r["rate"] == 1 << 20 {
+            assert!(r["versions_replicated"].as_u64().unwrap() > 0, "{r}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     workload(&ca, &mut rng, 16, true).await;
     // The kill waits until the service has seen the burst (its status follows by up to a
     // round: on a loaded machine the first reads still show the state from before it).

@@ -38,6 +38,9 @@ use crate::replay::{apply, scan, Cursor, Progress};
 pub struct RuleStatus {
     pub site: String,
     pub path: String,
+    /// The rule's rate limit in effect, bytes per second (0: unlimited).
+    #[serde(default)]
+    pub rate: u64,
     /// `scanning`, `replicating`, `caught up`, `site unreachable`, `retrying`.
     pub state: String,
     /// Versions published at the source and not yet on the site (as of the last scan).
@@ -89,6 +92,8 @@ struct Running {
     site: Site,
     progress: Arc<Progress>,
     shared: Arc<Mutex<RuleStatus>>,
+    /// Shared with the task: a new rate for the rule applies without restarting it.
+    throttle: Arc<Throttle>,
     task: tokio::task::JoinHandle<()>,
     /// The task's totals already added to the counters (the task counts from zero).
     counted: (u64, u64),
@@ -209,16 +214,22 @@ impl SitesWorker {
                 return;
             }
         };
-        // Rules removed or whose site changed stop; new ones start.
+        // Rules removed or whose site changed stop; new ones start. A rule whose rate changed
+        // keeps running (its counters too) at the new rate.
         let wanted: BTreeMap<String, (Rule, Site)> = cfg
             .rules
             .iter()
             .filter_map(|r| Some((r.id(), (r.clone(), cfg.sites.get(&r.site)?.clone()))))
             .collect();
         self.running.retain(|id, r| {
-            let keep = wanted
-                .get(id)
-                .is_some_and(|(rule, site)| *rule == r.rule && *site == r.site);
+            let keep = wanted.get(id).is_some_and(|(rule, site)| {
+                let same = rule.path == r.rule.path && rule.site == r.rule.site && *site == r.site;
+                if same && rule.rate != r.rule.rate {
+                    r.throttle.set_rate(rule.rate);
+                    r.rule.rate = rule.rate;
+                }
+                same
+            });
             if !keep {
                 r.task.abort();
                 let l = labels(&r.rule);
@@ -232,6 +243,7 @@ impl SitesWorker {
                 continue;
             }
             let progress = Arc::new(Progress::default());
+            let throttle = Arc::new(Throttle::new(rule.rate));
             let shared = Arc::new(Mutex::new(RuleStatus {
                 site: rule.site.clone(),
                 path: format!("/{}", rule.path),
@@ -244,6 +256,7 @@ impl SitesWorker {
                 site.clone(),
                 progress.clone(),
                 shared.clone(),
+                throttle.clone(),
                 self.stop.clone(),
             ));
             self.running.insert(
@@ -253,6 +266,7 @@ impl SitesWorker {
                     site,
                     progress,
                     shared,
+                    throttle,
                     task,
                     counted: (0, 0),
                 },
@@ -264,6 +278,7 @@ impl SitesWorker {
         for (id, r) in self.running.iter_mut() {
             let mut s = r.shared.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let p = &r.progress;
+            s.rate = r.throttle.rate();
             s.versions_behind = p.versions_behind.load(Ordering::Relaxed);
             let oldest = p.oldest_pending_ms.load(Ordering::Relaxed);
             s.seconds_behind = if s.versions_behind == 0 || oldest == 0 {
@@ -330,6 +345,7 @@ async fn run_rule(
     site: Site,
     progress: Arc<Progress>,
     shared: Arc<Mutex<RuleStatus>>,
+    throttle: Arc<Throttle>,
     mut stop: watch::Receiver<bool>,
 ) {
     let metrics = tomus_metrics::sites();
@@ -344,7 +360,6 @@ async fn run_rule(
             return;
         }
     };
-    let throttle = Arc::new(Throttle::new(rule.rate));
     let mut target: Option<Client> = None;
     let mut backoff = Duration::from_secs(1);
     loop {
