@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use rand::{Rng, SeedableRng};
 use tomus_cli::pattern;
 use tomus_client::{Append, CommitOptions, CreateOptions, Replace, WriteAt};
-use tomus_wire::{EntryKind, ErrorKind};
+use tomus_wire::{Attrs, EntryKind, ErrorKind};
 
 use common::TestCluster;
 
@@ -156,6 +156,60 @@ async fn a_streaming_writer_commits_one_version_and_nothing_before() {
     assert_eq!(blob.size(Some(v)).await.unwrap(), 0);
     let (_, off) = blob.append(b"abc").await.unwrap();
     assert_eq!(off, 0, "appends land at the replaced size");
+}
+
+/// A streamed version that fits one small chunk (an S3 PUT of a few KiB) is committed as a
+/// small write, its chunk stored beside the assignment: its attributes and its condition
+/// apply as on the long path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_streamed_version_is_committed_as_a_small_write() {
+    let tc = TestCluster::start(2);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 2).await.unwrap();
+    blob.append(b"first").await.unwrap();
+    let mut written = Vec::new();
+    for i in 0..16u8 {
+        let data = pattern::generate(u64::from(i), 1_000 + 300 * usize::from(i));
+        let mut w = blob.writer();
+        let (head, tail) = data.split_at(400);
+        w.write(head).await.unwrap();
+        w.write(tail).await.unwrap();
+        let options = CommitOptions {
+            attrs: Attrs::from([("part".to_string(), i.to_string())]),
+            expect_size: None,
+        };
+        let info = w.commit(Replace::default(), &options).await.unwrap();
+        assert_eq!(info.size, data.len() as u64);
+        written.push((info.version, data));
+    }
+    let attrs: std::collections::BTreeMap<u64, Attrs> = blob
+        .versions_attrs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(v, a)| (v.version, a))
+        .collect();
+    for (i, (version, data)) in written.iter().enumerate() {
+        let read = blob
+            .read(0, data.len() as u64, Some(*version))
+            .await
+            .unwrap();
+        assert_eq!(&read, data, "version {version}");
+        assert_eq!(attrs[version]["part"], i.to_string(), "version {version}");
+    }
+    // A condition that does not hold publishes nothing.
+    let latest = blob.latest().await.unwrap();
+    let mut w = blob.writer();
+    w.write(b"late").await.unwrap();
+    let options = CommitOptions {
+        expect_size: Some(1),
+        ..CommitOptions::default()
+    };
+    let refused = w.commit(Append, &options).await;
+    assert_eq!(kind(refused), ErrorKind::PreconditionFailed);
+    assert_eq!(blob.latest().await.unwrap(), latest);
+    let last = &written[written.len() - 1].1;
+    assert_eq!(blob.size(None).await.unwrap(), last.len() as u64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

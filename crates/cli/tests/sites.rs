@@ -25,7 +25,7 @@ use tomus_sites::REPLICA_OF;
 use tomus_wire::{Retention, VersionState};
 
 use common::hosts::{Hosts, LinkSide};
-use common::{json, ok, tomus, TestCluster};
+use common::{free_port, json, ok, scrape_metrics, tomus, TestCluster};
 
 const ROOT: &str = "data";
 const CATCH_UP: Duration = Duration::from_secs(90);
@@ -181,27 +181,6 @@ async fn keep_all(a: &Client) {
         .unwrap();
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn metrics(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 fn rule_status(addr: &str) -> serde_json::Value {
     let st = json(tomus(addr, &["--json", "sites", "status"]));
     st["rules"]["b:/data"].clone()
@@ -274,7 +253,7 @@ async fn replicates_through_outages_and_restarts() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let m = metrics(&http);
+    let m = scrape_metrics(&http);
     assert!(
         m.lines()
             .any(|l| l.starts_with("tomus_replication_lag_versions{") && !l.ends_with(" 0")),
@@ -340,7 +319,7 @@ async fn replicates_through_outages_and_restarts() {
     assert!(r["versions_replicated"].as_u64().unwrap() > 0, "{r}");
     // Only the one deletion (counted since A's manager restarted).
     assert_eq!(r["files_deleted"], 1, "{r}");
-    let m = metrics(&http);
+    let m = scrape_metrics(&http);
     assert!(m.contains("tomus_replication_versions_total{"), "{m}");
 }
 

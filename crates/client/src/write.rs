@@ -46,7 +46,7 @@ impl Blob {
 
     async fn write_op_traced(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
         if self.is_small(data) {
-            return self.commit_small(op, data).await;
+            return self.commit_small(op, data, None).await;
         }
         let stored_at = Instant::now();
         let chunks = self.store_chunks(data).await?;
@@ -61,8 +61,8 @@ impl Blob {
     }
 
     /// Whether `data` is a small write: one chunk, placed from the cache of placements.
-    fn is_small(&self, data: &[u8]) -> bool {
-        data.len() as u64 <= placements::SMALL_WRITE.min(self.chunk_size)
+    pub(crate) fn is_small(&self, data: &[u8]) -> bool {
+        !data.is_empty() && data.len() as u64 <= placements::SMALL_WRITE.min(self.chunk_size)
     }
 
     /// A small write: its chunk is stored while its version is assigned and its metadata
@@ -70,8 +70,13 @@ impl Blob {
     /// writes store their data first, so their version is not held in flight, delaying the
     /// publication of every later version, for the whole transfer.) When the chunk fails to
     /// store, the version is aborted and the write done the long way, with failover to other
-    /// providers.
-    async fn commit_small(&self, op: WriteOp, data: &[u8]) -> Result<VersionInfo> {
+    /// providers. `options` are published with the version, as for any commit.
+    pub(crate) async fn commit_small(
+        &self,
+        op: WriteOp,
+        data: &[u8],
+        options: Option<&CommitOptions>,
+    ) -> Result<VersionInfo> {
         let started = Instant::now();
         let replicas = self.small_placement().await?;
         let memory = self.client.is_memory_class(self.id).await?;
@@ -79,7 +84,7 @@ impl Blob {
         let commit = |chunks: Vec<StoredChunk>| Commit {
             op,
             chunks,
-            options: None,
+            options,
             stored_at: Some(started),
             reused_at: None,
         };
@@ -136,6 +141,12 @@ impl Blob {
     }
 
     async fn replace_traced(&self, data: &[u8]) -> Result<Version> {
+        if self.is_small(data) {
+            let op = WriteOp::Replace {
+                size: data.len() as u64,
+            };
+            return Ok(self.commit_small(op, data, None).await?.version);
+        }
         let stored_at = Instant::now();
         let chunks = if data.is_empty() {
             Vec::new()

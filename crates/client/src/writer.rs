@@ -146,6 +146,16 @@ impl BlobWriter {
         kind: K,
         options: &CommitOptions,
     ) -> Result<K::Output> {
+        if self.chunks.is_empty() && self.in_flight.is_empty() && self.blob.is_small(&self.buffer) {
+            // All of it is one small chunk: stored while the version is assigned.
+            let size = self.buffer.len() as u64;
+            let op = match kind.op(size) {
+                Ok(op) => op,
+                Err(nothing) => return Ok(nothing),
+            };
+            let small = self.blob.commit_small(op, &self.buffer, Some(options));
+            return Ok(K::committed(trace::scope(self.request, small).await?));
+        }
         self.send_buffer().await?;
         self.drain().await?;
         let size = len(&self.chunks);

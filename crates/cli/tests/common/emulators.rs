@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use super::free_port;
+
 /// Azurite's well-known development account and key (public, in Azure's documentation).
 pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
 pub const AZURITE_KEY: &str =
@@ -61,11 +63,6 @@ impl Drop for Emulator {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// Starts `cmd` and waits until `addr` accepts connections.

@@ -171,3 +171,26 @@ fn is_not_a_chunk(p: &std::path::Path) -> bool {
         || name == "memory-class.ids"
         || name == "local-read-token"
 }
+
+/// A port free on loopback now (the kernel picks it; a server binds it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The Prometheus text a server's HTTP endpoint at `addr` serves on `/metrics`.
+pub fn scrape_metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
