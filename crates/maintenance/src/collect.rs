@@ -48,26 +48,30 @@ pub async fn nodes(
             break;
         };
         after = last;
-        let mut finished = Vec::new();
-        for (id, doom) in batch {
-            let outcome = match doom {
-                Doom::Nodes(keys) => {
-                    let keys = confirmed(cluster, keys).await?;
-                    let n = keys.len() as u64;
-                    let sent = broadcast_keys(cluster, &live, &keys).await;
-                    sent.map(|()| n)
-                }
-                Doom::Ranges(ranges) => broadcast_ranges(cluster, &live, &ranges).await.map(|()| 0),
-            };
-            match outcome {
-                Ok(n) => {
-                    done.nodes += n;
-                    finished.push(id);
-                }
-                Err(e) => tracing::info!("node deletion {id} postponed: {e}"),
+        // The batch's deletions go out together: one question to the manager and one request
+        // per provider (per DELETE_BATCH items), not one of each per entry. Overwrites retire
+        // a version each, so under a stream of small PUTs the entries arrive by hundreds a
+        // second, and every request costs each provider a synced log write.
+        let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
+        let (mut keys, mut ranges) = (Vec::new(), Vec::new());
+        for (_, doom) in batch {
+            match doom {
+                Doom::Nodes(k) => keys.extend(k),
+                Doom::Ranges(r) => ranges.extend(r),
             }
         }
-        on_ledger(ledger, move |l| l.done_doomed(&finished)).await?;
+        let keys = confirmed(cluster, keys).await?;
+        let sent = async {
+            broadcast_keys(cluster, &live, &keys).await?;
+            broadcast_ranges(cluster, &live, &ranges).await
+        };
+        match sent.await {
+            Ok(()) => {
+                done.nodes += keys.len() as u64;
+                on_ledger(ledger, move |l| l.done_doomed(&ids)).await?;
+            }
+            Err(e) => tracing::info!("{} node deletions postponed: {e}", ids.len()),
+        }
     }
     Ok(done)
 }
@@ -130,14 +134,16 @@ async fn broadcast_ranges(
     live: &[&ProviderInfo],
     ranges: &[(BlobId, Version, Version)],
 ) -> Result<()> {
-    let sends = live.iter().map(|p| {
-        let req = DeleteNodeRanges {
-            ranges: ranges.to_vec(),
-        };
-        cluster.pool.call(&p.addr, req)
-    });
-    for r in futures::future::join_all(sends).await {
-        r?;
+    for batch in ranges.chunks(DELETE_BATCH) {
+        let sends = live.iter().map(|p| {
+            let req = DeleteNodeRanges {
+                ranges: batch.to_vec(),
+            };
+            cluster.pool.call(&p.addr, req)
+        });
+        for r in futures::future::join_all(sends).await {
+            r?;
+        }
     }
     Ok(())
 }
