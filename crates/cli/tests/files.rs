@@ -12,7 +12,7 @@ use tomus_cli::pattern;
 use tomus_client::{Append, CommitOptions, CreateOptions, Replace, WriteAt};
 use tomus_wire::{Attrs, EntryKind, ErrorKind};
 
-use common::TestCluster;
+use common::{free_port, scrape_metrics, TestCluster};
 
 const CHUNK: u64 = 64 << 10;
 
@@ -210,6 +210,58 @@ async fn a_small_streamed_version_is_committed_as_a_small_write() {
     assert_eq!(blob.latest().await.unwrap(), latest);
     let last = &written[written.len() - 1].1;
     assert_eq!(blob.size(None).await.unwrap(), last.len() as u64);
+}
+
+/// Sum of the manager's `tomus_rpc_requests_total` for request `kind` answered `ok`.
+fn manager_requests(http: &str, kind: &str) -> u64 {
+    let kind = format!("kind=\"{kind}\"");
+    scrape_metrics(http)
+        .lines()
+        .filter(|l| {
+            l.starts_with("tomus_rpc_requests_total{")
+                && l.contains("service=\"manager\"")
+                && l.contains(&kind)
+                && l.contains("outcome=\"ok\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Small writes to many blobs (S3 PUTs of small objects: a blob each) take their placements
+/// from one cache shared by blobs placed alike, not from a manager request each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_writes_to_many_blobs_share_their_placements() {
+    let http = format!("127.0.0.1:{}", free_port());
+    let tc = TestCluster::start_with(3, |s| {
+        s.manager_args = vec!["--http-addr".into(), http.clone()];
+    });
+    let client = tc.client().await;
+    let first = client.create_blob(CHUNK, 2).await.unwrap();
+    first.append(b"fills the cache").await.unwrap();
+    let before = manager_requests(&http, "Allocate");
+    let mut blobs = Vec::new();
+    for i in 0..16u64 {
+        let blob = client.create_blob(CHUNK, 2).await.unwrap();
+        let data = pattern::generate(i, 4096);
+        blob.replace(&data).await.unwrap();
+        blobs.push((blob, data));
+    }
+    let allocations = manager_requests(&http, "Allocate") - before;
+    // One per blob before the cache was shared; a batch may go stale (2 s) on a slow machine.
+    assert!(
+        allocations <= 2,
+        "{allocations} allocations for 16 small writes"
+    );
+    for (blob, data) in &blobs {
+        assert_eq!(blob.read(0, 4096, None).await.unwrap(), *data);
+        let locations = blob.locations(0, 4096, None).await.unwrap();
+        assert_eq!(
+            locations[0].providers.len(),
+            2,
+            "replication of {}",
+            blob.id()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -112,19 +112,24 @@ impl Blob {
         Ok(out)
     }
 
-    /// One replica set for a small write, from placements fetched in batches: small appends
-    /// would otherwise spend a manager round trip on placement each.
+    /// One replica set for a small write, from placements fetched in batches and shared by
+    /// the blobs placed alike: small writes would otherwise spend a manager round trip on
+    /// placement each.
     pub(crate) async fn small_placement(&self) -> Result<Vec<ProviderInfo>> {
         let cache = &self.client.small_placements;
+        let key = (
+            self.replication,
+            self.client.is_memory_class(self.id).await?,
+        );
         let avoid = self.cluster().suspected();
-        if let Some(p) = cache.take(self.id, &avoid) {
+        if let Some(p) = cache.take(key, &avoid) {
             return Ok(p);
         }
         let batch = self
             .allocate(placements::BATCH, Some(placements::SMALL_WRITE))
             .await?;
-        cache.refill(self.id, batch);
-        match cache.take(self.id, &avoid) {
+        cache.refill(key, batch);
+        match cache.take(key, &avoid) {
             Some(p) => Ok(p),
             // Every new run names a provider that just failed (the manager has not noticed).
             None => self.fresh_replicas(placements::SMALL_WRITE).await,
