@@ -74,17 +74,23 @@ impl Blob {
                 }
                 other => {
                     if let Ok(v) = &other {
-                        tracing::debug!(
-                            blob = %self.id,
-                            version = v.version,
-                            size = v.size,
-                            "committed"
-                        );
+                        self.log_committed(v);
                     }
                     return other;
                 }
             }
         }
+    }
+
+    /// The debug event of every commit (`TOMUS_LOG=tomus_client=debug`), carrying the
+    /// request id of the write.
+    pub(crate) fn log_committed(&self, v: &VersionInfo) {
+        tracing::debug!(
+            blob = %self.id,
+            version = v.version,
+            size = v.size,
+            "committed"
+        );
     }
 
     /// Gets a version for the stored chunks of `c` and stores its metadata. A version whose

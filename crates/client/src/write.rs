@@ -115,7 +115,12 @@ impl Blob {
                     // Given up behind a dead writer's version: the chunk is stored, commit
                     // again.
                     Err(e) if e.kind == ErrorKind::Retry => self.commit(first).await,
-                    other => other,
+                    other => {
+                        if let Ok(v) = &other {
+                            self.log_committed(v);
+                        }
+                        other
+                    }
                 }
             }
             (Ok(a), Err(e)) => {
