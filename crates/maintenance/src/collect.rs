@@ -13,7 +13,7 @@ use tomus_client::cluster::Cluster;
 use tomus_metadata::{BlobId, ChunkId, NodeKey, ProviderId, Version};
 use tomus_wire::maintenance::Fates;
 use tomus_wire::provider::{DeleteChunks, DeleteNodeRanges, DeleteNodes};
-use tomus_wire::{Error, Fate, ProviderInfo, Result};
+use tomus_wire::{Error, Fate, ProviderInfo, Result, Rpc};
 
 use crate::follow::on_ledger;
 use crate::ledger::{Doom, Ledger};
@@ -62,8 +62,11 @@ pub async fn nodes(
         }
         let keys = confirmed(cluster, keys).await?;
         let sent = async {
-            broadcast_keys(cluster, &live, &keys).await?;
-            broadcast_ranges(cluster, &live, &ranges).await
+            broadcast(cluster, &live, &keys, |keys| DeleteNodes { keys }).await?;
+            broadcast(cluster, &live, &ranges, |ranges| DeleteNodeRanges {
+                ranges,
+            })
+            .await
         };
         match sent.await {
             Ok(()) => {
@@ -114,33 +117,18 @@ async fn confirmed(cluster: &Cluster, keys: Vec<NodeKey>) -> Result<Vec<NodeKey>
     Ok(dead)
 }
 
-async fn broadcast_keys(cluster: &Cluster, live: &[&ProviderInfo], keys: &[NodeKey]) -> Result<()> {
-    for batch in keys.chunks(DELETE_BATCH) {
-        let sends = live.iter().map(|p| {
-            let req = DeleteNodes {
-                keys: batch.to_vec(),
-            };
-            cluster.pool.call(&p.addr, req)
-        });
-        for r in futures::future::join_all(sends).await {
-            r?;
-        }
-    }
-    Ok(())
-}
-
-async fn broadcast_ranges(
+/// Sends `items` to every live provider, [`DELETE_BATCH`] at a time, as the requests
+/// `request` makes of them.
+async fn broadcast<T: Clone, R: Rpc>(
     cluster: &Cluster,
     live: &[&ProviderInfo],
-    ranges: &[(BlobId, Version, Version)],
+    items: &[T],
+    request: impl Fn(Vec<T>) -> R,
 ) -> Result<()> {
-    for batch in ranges.chunks(DELETE_BATCH) {
-        let sends = live.iter().map(|p| {
-            let req = DeleteNodeRanges {
-                ranges: batch.to_vec(),
-            };
-            cluster.pool.call(&p.addr, req)
-        });
+    for batch in items.chunks(DELETE_BATCH) {
+        let sends = live
+            .iter()
+            .map(|p| cluster.pool.call(&p.addr, request(batch.to_vec())));
         for r in futures::future::join_all(sends).await {
             r?;
         }
