@@ -54,8 +54,9 @@ impl CacheBehindWrites {
         self.budget.store(budget, Ordering::Relaxed);
     }
 
-    /// `file`, the chunk file at `path` of `len` bytes, was just synced.
-    pub(super) fn synced(&self, file: &File, path: &Path, len: u64) {
+    /// `file`, the chunk file at `path` of `len` bytes, was just synced; `replaced`: it
+    /// replaces a file of that name (a repeated put), whose place in the queue it takes.
+    pub(super) fn synced(&self, file: &File, path: &Path, len: u64, replaced: bool) {
         let budget = self.budget.load(Ordering::Relaxed);
         if len > budget {
             drop_pages(file);
@@ -63,6 +64,15 @@ impl CacheBehindWrites {
         }
         let out: Vec<PathBuf> = {
             let mut r = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            if replaced {
+                // Left in, the old entry would count the name twice and, once it leaves,
+                // drop the pages of the new file while that one is among the newest.
+                if let Some(i) = r.files.iter().position(|(p, _)| p == path) {
+                    if let Some((_, n)) = r.files.remove(i) {
+                        r.bytes -= n;
+                    }
+                }
+            }
             r.files.push_back((path.to_path_buf(), len));
             r.bytes += len;
             let mut out = Vec::new();

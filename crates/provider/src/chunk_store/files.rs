@@ -131,10 +131,10 @@ impl Inner {
     /// repeated put) may be an acknowledged copy: it is replaced only once the new file is
     /// durable, by rename (as is any name where the file system refuses hard links).
     fn place(&self, tmp: &Path, path: &Path, file: &File, file_len: u64) -> io::Result<bool> {
-        let sync = |f: &File| {
+        let sync = |f: &File, new: bool| {
             if self.fsync {
                 crate::group_commit::timed_sync(f, "chunk")?;
-                self.cache_behind.synced(f, path, file_len);
+                self.cache_behind.synced(f, path, file_len, !new);
             }
             Ok(())
         };
@@ -142,11 +142,11 @@ impl Inner {
             Ok(()) => {
                 // Before the sync, so that it commits this change to the directory as well.
                 fs::remove_file(tmp)?;
-                sync(file).map(|()| true)
+                sync(file, true).map(|()| true)
             }
             Err(e) => {
                 let new = e.kind() != io::ErrorKind::AlreadyExists;
-                sync(file)?;
+                sync(file, new)?;
                 fs::rename(tmp, path).map(|()| new)
             }
         }

@@ -80,3 +80,26 @@ async fn a_budget_of_zero_keeps_no_written_chunk_cached() {
     let (resident, pages) = resident_pages(&file_of(&dir, id));
     assert_eq!(resident, 0, "{resident} of {pages} pages still cached");
 }
+
+/// A repeated put of a chunk takes the place of its first in the queue: counted once, and
+/// its pages stay while it is among the newest files.
+#[tokio::test]
+async fn a_repeated_put_keeps_its_chunk_cached_as_one_of_the_newest() {
+    let dir = TempDir::new("page-cache-repeat");
+    const CHUNK: usize = 1 << 20;
+    // Room for three chunk files: a, b and c once a's first put no longer counts.
+    let s = store(&dir)
+        .await
+        .with_cache_behind_writes(3 * CHUNK as u64 + (64 << 10));
+    let (a, b, c) = (ChunkId(1), ChunkId(2), ChunkId(3));
+    for (id, seed) in [(a, 1), (b, 2), (a, 1), (c, 3)] {
+        s.put(id, Bytes::from(pattern(CHUNK, seed))).await.unwrap();
+    }
+    for id in [a, b, c] {
+        let (resident, pages) = resident_pages(&file_of(&dir, id));
+        assert_eq!(
+            resident, pages,
+            "chunk {id}: only {resident} of {pages} pages cached"
+        );
+    }
+}
