@@ -142,8 +142,10 @@ impl Cluster {
     }
 
     /// `ids` reordered for reading: providers the manager lists as alive and that did not fail
-    /// recently first (in the given order, those read directly on this host before the
-    /// others), then the rest (still worth a try as a last resort).
+    /// recently first (in the given order, those not known to be on another host before the
+    /// others), then the rest (still worth a try as a last resort). A provider not asked yet
+    /// whether it is on this host counts as a local one: preferring only the ones known local
+    /// would keep the first provider a reader found on its host its only one.
     pub async fn read_order(&self, ids: &[ProviderId]) -> Vec<ProviderId> {
         let suspects = self.suspected();
         let up: Vec<bool> = match self
@@ -160,7 +162,7 @@ impl Cluster {
             _ => vec![true; ids.len()],
         };
         let healthy = |i: usize| up[i] && !suspects.contains(&ids[i]);
-        let local = |i: usize| self.local.is_local(ids[i]);
+        let local = |i: usize| !self.local.is_remote(ids[i]);
         let first = (0..ids.len()).filter(|&i| healthy(i) && local(i));
         let then = (0..ids.len()).filter(|&i| healthy(i) && !local(i));
         let last = (0..ids.len()).filter(|&i| !healthy(i));

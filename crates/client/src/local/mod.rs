@@ -100,6 +100,15 @@ impl LocalProviders {
             .is_some_and(|(_, dir)| dir.is_some())
     }
 
+    /// Whether provider `id` is known to be on another host (or to offer no direct access).
+    pub fn is_remote(&self, id: ProviderId) -> bool {
+        self.dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .is_some_and(|(_, dir)| dir.is_none())
+    }
+
     /// Whether `piece` is one to read directly where its provider is on this host: large
     /// enough to be in a chunk file, not a memory-class chunk (held in RAM only).
     pub fn wants_read(&self, piece: &ChunkPiece) -> bool {
