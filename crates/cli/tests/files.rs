@@ -239,6 +239,7 @@ async fn small_writes_to_many_blobs_share_their_placements() {
     let first = client.create_blob(CHUNK, 2).await.unwrap();
     first.append(b"fills the cache").await.unwrap();
     let before = manager_requests(&http, "Allocate");
+    let started = std::time::Instant::now();
     let mut blobs = Vec::new();
     for i in 0..16u64 {
         let blob = client.create_blob(CHUNK, 2).await.unwrap();
@@ -247,10 +248,12 @@ async fn small_writes_to_many_blobs_share_their_placements() {
         blobs.push((blob, data));
     }
     let allocations = manager_requests(&http, "Allocate") - before;
-    // One per blob before the cache was shared; a batch may go stale (2 s) on a slow machine.
+    // One per blob before the cache was shared. A batch goes stale after 2 s, so a slow
+    // machine may fetch one more per 2 s the loop took.
+    let allowed = 1 + started.elapsed().as_secs() / 2;
     assert!(
-        allocations <= 2,
-        "{allocations} allocations for 16 small writes"
+        allocations <= allowed,
+        "{allocations} allocations for 16 small writes (at most {allowed})"
     );
     for (blob, data) in &blobs {
         assert_eq!(blob.read(0, 4096, None).await.unwrap(), *data);
