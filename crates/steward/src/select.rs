@@ -10,7 +10,8 @@
 //!   Several starts, the plan with the highest cumulative throughput kept: half drawn at
 //!   random as in the paper, half spread over the network (k-means++-style, see
 //!   [`spread_start`]), because random starts alone settle, now and then, with two
-//!   centroids behind one switch.
+//!   centroids behind one switch. The kept plan is then polished by swaps on its own score
+//!   ([`improve_by_swaps`]).
 //! - [`Strategy::Random`]: K nodes drawn at random, blind to the network (the paper's
 //!   random baseline).
 //! - [`Strategy::Latency`]: k-medoids on round-trip latency (the paper's baseline, after Fan
@@ -204,7 +205,8 @@ pub fn select(m: &Matrix, o: &SelectOptions) -> Result<Plan, String> {
                     best = Some((score, servers));
                 }
             }
-            best.map(|(_, s)| s).unwrap_or_default()
+            let servers = best.map(|(_, s)| s).unwrap_or_default();
+            improve_by_swaps(m, servers, &eligible)
         }
         Strategy::Random => {
             let all: Vec<usize> = (0..n).collect();
@@ -295,6 +297,34 @@ fn dedicate_nodes(
         if !changed {
             break;
         }
+    }
+    servers
+}
+
+/// Polishes the best start on the plan's own score (PAM's swap step): replaces a storage node
+/// by an eligible node when the balanced assignment then moves strictly more, best swap
+/// first, until no swap helps. Algorithm 2 moves each centroid on its own cluster's view;
+/// a client it lost to another cluster (a noisy node, whose links are all slow, lands where
+/// the greedy assignment puts it) makes that view differ from the plan's score now and then,
+/// by a fraction of a percent. Run once on the kept plan: a pass costs K x N assignments.
+fn improve_by_swaps(m: &Matrix, mut servers: Vec<usize>, eligible: &[usize]) -> Vec<usize> {
+    let cap = capacity(m.len(), servers.len());
+    let (_, mut score) = assign(m, &servers, cap);
+    for _ in 0..MAX_ITERATIONS {
+        let mut best: Option<(f64, usize, usize)> = None;
+        for i in 0..servers.len() {
+            for &j in eligible.iter().filter(|j| !servers.contains(j)) {
+                let mut trial = servers.clone();
+                trial[i] = j;
+                let (_, s) = assign(m, &trial, cap);
+                if s > best.map_or(score, |(b, _, _)| b) {
+                    best = Some((s, i, j));
+                }
+            }
+        }
+        let Some((s, i, j)) = best else { break };
+        servers[i] = j;
+        score = s;
     }
     servers
 }
