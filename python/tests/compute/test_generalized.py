@@ -152,6 +152,9 @@ def test_session_with_thread_workers_gives_the_same_kmeans(addr: str, tc: tomus.
     with session(None, addr, workers=2, processes=False) as s:
         assert len(s.placement.workers) == 2
         assert all(w.startswith("inproc://") for w in s.placement.workers)
+        # Dask's profiler is off on the cluster a session starts (engine.QUIET_DASK).
+        profiling = s.dask.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
+        assert profiling == dict.fromkeys(s.placement.workers, False)
         res = kmeans(ds, 4, 5, centers=start, session=s)
     ref_centers, ref_inertia, ref_iters = reference_kmeans(points, start, 5)
     assert res.iterations == ref_iters
