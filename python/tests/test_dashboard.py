@@ -104,9 +104,14 @@ def test_overview_lists_every_provider_and_draws_the_chart(
     points = 0
     while points < 4 and time.monotonic() < deadline:
         client.fs().pipe("photos/more.bin", os.urandom(1 << 20))
-        lines = browser.find_elements(By.CSS_SELECTOR, "#throughput polyline")  # type: ignore[attr-defined]
+        # Read in one script: the chart replaces its polylines every second, so an element
+        # found by one WebDriver call can be stale by the next (StaleElementReference).
+        lines = browser.execute_script(  # type: ignore[attr-defined]
+            "return Array.from(document.querySelectorAll('#throughput polyline'),"
+            " p => p.getAttribute('points'))"
+        )
         assert len(lines) == 2
-        points = len(lines[0].get_attribute("points").split())
+        points = len(lines[0].split())
         time.sleep(0.3)
     assert points >= 4
     assert "Repair and garbage collection" in browser.page_source  # type: ignore[attr-defined]
