@@ -228,10 +228,13 @@ def execute(
     data_hosts: Sequence[str],
     fn: Callable[[Unpack[Args]], T],
     *args: Unpack[Args],
+    client: tomus.Client | None = None,
 ) -> tuple[T, TaskRecord]:
-    """Runs ``fn(*args)`` as a task of the job on cluster ``addr`` and records how it went."""
+    """Runs ``fn(*args)`` as a task of the job on cluster ``addr`` and records how it went.
+    ``client``: the tomus client to use (default: this process's ``worker_client``; the
+    driver passes its session's, which holds the cluster secret)."""
     start = time.time()
-    ctx = TaskContext(addr, worker_client(addr))
+    ctx = TaskContext(addr, client or worker_client(addr))
     previous = getattr(_local, "ctx", None)
     _local.ctx = ctx
     try:

@@ -156,10 +156,12 @@ def _reduce_task(
     hosts: tuple[str, ...],
     locate: bool = True,
     final: bool = False,
+    client: tomus.Client | None = None,
 ) -> tuple[StoredResult, TaskRecord]:
     out, record = execute(
-        "reduce", rid, addr, hosts, _reduce_body, reducer, rid, inputs, locate, final
-    )
+        "reduce", rid, addr, hosts, _reduce_body, reducer, rid, inputs, locate, final,
+        client=client,
+    )  # fmt: skip
     record.inputs = out.inputs
     record.factor = out.factor
     return out, record
@@ -279,6 +281,8 @@ class _Driver:
         self.pool: deque[StoredResult] = deque()
         self.covered: set[int] = set()
         self.pending: dict[Future[tuple[StoredResult, TaskRecord]], str] = {}
+        # Reduces the driver ran itself (``_submit_reduce``), waiting to be recorded.
+        self.ran_here: deque[tuple[StoredResult, TaskRecord]] = deque()
         # The stored inputs of each reduce submitted: deleted once its own result is logged.
         self.consuming: dict[str, list[Ref]] = {}
         self.timeline: list[TaskRecord] = []
@@ -341,16 +345,10 @@ class _Driver:
             self._schedule_reduces()
         try:
             while final is None:
-                if not self.pending:
-                    raise RuntimeError(f"job {self.job_id} stalled: nothing in flight, no result")
-                fut, got = next(self.ac)
-                self.pending.pop(fut, None)
-                if fut.status in ("error", "cancelled"):
-                    self._cancel()
-                    fut.result()  # raises the task's exception
-                # Otherwise finished (got is the result); or lost again if its worker died
-                # since (then Dask computes it once more and result() waits for that).
-                out, record = got if fut.status == "finished" else fut.result()
+                if self.ran_here:
+                    out, record = self.ran_here.popleft()
+                else:
+                    out, record = self._next_from_dask()
                 self._record(out, record)
                 if out.factor == self.n:
                     final = out
@@ -377,6 +375,19 @@ class _Driver:
             elapsed=time.time() - started,
             final=final,
         )
+
+    def _next_from_dask(self) -> tuple[StoredResult, TaskRecord]:
+        if not self.pending:
+            raise RuntimeError(f"job {self.job_id} stalled: nothing in flight, no result")
+        fut, got = next(self.ac)
+        self.pending.pop(fut, None)
+        if fut.status in ("error", "cancelled"):
+            self._cancel()
+            fut.result()  # raises the task's exception
+        # Otherwise finished (got is the result); or lost again if its worker died since
+        # (then Dask computes it once more and result() waits for that).
+        out, record = got if fut.status == "finished" else fut.result()
+        return out, record
 
     def _record(self, out: StoredResult, record: TaskRecord) -> None:
         entry: dict[str, object]
@@ -416,6 +427,14 @@ class _Driver:
         hosts = tuple(sorted({h for r in inputs for h in r.hosts}))
         self.consuming[rid] = [r.ref for r in inputs if r.inline is None]
         final = sum(r.factor for r in inputs) == self.n
+        self.reduces_run += 1
+        if final and all(r.inline is not None for r in inputs):
+            # The last merge, of small results: run it here. As a Dask task it cost a round
+            # trip through the scheduler and a worker, on the critical path of every job, to
+            # merge a few objects of at most INLINE_BYTES each (as Spark's treeAggregate
+            # merges on its driver). Stored and logged as any reduce.
+            self.ran_here.append(self._reduce_here(rid, inputs, hosts))
+            return
         fut = self.s.dask.submit(
             _reduce_task, self.s.addr, self.job.reducer, rid, inputs, hosts, self.locate, final,
             key=f"tomus-reduce-{self.token}-{rid}", retries=self.job.retries,
@@ -424,7 +443,21 @@ class _Driver:
         )  # fmt: skip
         self.pending[fut] = rid
         self.ac.add(fut)
-        self.reduces_run += 1
+
+    def _reduce_here(
+        self, rid: str, inputs: list[StoredResult], hosts: tuple[str, ...]
+    ) -> tuple[StoredResult, TaskRecord]:
+        """A reduce run by the driver, with the attempts a Dask task would get."""
+        for attempt in range(self.job.retries + 1):
+            try:
+                return _reduce_task(
+                    self.s.addr, self.job.reducer, rid, inputs, hosts, self.locate, True,
+                    client=self.s.tomus,
+                )  # fmt: skip
+            except Exception:
+                if attempt == self.job.retries:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _schedule_reduces(self) -> None:
         if self.shape == "tree":
