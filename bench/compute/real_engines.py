@@ -8,6 +8,7 @@ same data as local files (``.npy`` blocks, edge-list text)."""
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -248,6 +249,54 @@ def dt_pagerank(paths: list[str], iters: int, d: float) -> Any:
 
     def step(share: np.ndarray) -> np.ndarray:
         return _sum(_threads(*[delayed(pr_step)(p, share) for p in pairs]))
+
+    return pr_finish(nodes, outdeg, step, iters, d)
+
+
+# --- the floor: the same kernels on inputs already in memory, 2 bare threads ----------------------
+#
+# Not a peer: no scheduler, no storage, no file reads, so no engine running these kernels on
+# these 2 cores can beat it by much. best peer / floor is the most any engine could be ahead
+# of the best peer.
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _bare(fn: Any, *iterables: Any) -> list[Any]:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(2, thread_name_prefix="floor")
+    return list(_pool.map(fn, *iterables))
+
+
+def fl_kmeans(parts: list[np.ndarray], c: np.ndarray, iters: int) -> np.ndarray:
+    for _ in range(iters):
+        c = km_centers(
+            c, functools.reduce(km_add, _bare(lambda x, c=c: km_stats(x, c), parts))
+        )
+    return c
+
+
+def fl_pca(parts: list[np.ndarray], k: int) -> Any:
+    return _components(functools.reduce(_combine, _bare(moments, parts)), k)
+
+
+def fl_abrain(
+    blocks: list[np.ndarray], firsts: list[int], y: np.ndarray, perms: int, seed: int
+) -> Any:
+    yz = _standardize(y)
+    parts = _bare(lambda b, f: ab_block(b, f, yz, perms, seed), blocks, firsts)
+    return ab_result(functools.reduce(ab_merge, parts), perms, len(yz))
+
+
+def fl_pagerank(texts: list[bytes], iters: int, d: float) -> Any:
+    parsed = _bare(parse_edges, texts)
+    nodes = pr_nodes(parsed)
+    pairs = _bare(lambda p: pr_index(p, nodes), parsed)
+    outdeg = _sum(_bare(lambda p: pr_outdeg(p, len(nodes)), pairs))
+
+    def step(share: np.ndarray) -> np.ndarray:
+        return _sum(_bare(lambda p: pr_step(p, share), pairs))
 
     return pr_finish(nodes, outdeg, step, iters, d)
 
