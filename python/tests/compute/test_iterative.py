@@ -109,6 +109,27 @@ def test_intermediate_results_live_in_tomus_and_the_log_names_them(
         assert r.inline is None and r.ref.size > INLINE_BYTES
         with pytest.raises(tomus.errors.NotFound):
             tc.open_blob(r.ref.blob).size(version=r.ref.version)
+    # Big results of worker processes meet on a worker, never on the driver.
+    assert all(t.worker.startswith("tcp://") for t in res.timeline)
+
+
+def test_with_thread_workers_the_driver_merges_big_results_last(
+    addr: str, tc: tomus.Client
+) -> None:
+    """Workers that are threads of the driver's process: the driver runs the last merge of
+    big results itself, stores and logs it as any reduce, and answers its value."""
+    from tomus.compute.engine import session
+
+    with session(None, addr, workers=2, processes=False) as s:
+        res = IterativeReduce(padded, concat, ratio=2).run_in(s, range(4))
+    assert res.value == [(i, bytes(70_000)) for i in range(4)]
+    assert res.reduce_tasks == 3
+    last = [t for t in res.timeline if t.kind == "reduce" and t.factor == 4]
+    assert [t.worker for t in last] == ["local"]
+    assert all(t.worker.startswith("inproc://") for t in res.timeline if t not in last)
+    (final,) = JobLog(tc, res.job_id).replay().available.values()
+    assert final.factor == 4 and final.inline is None and final.ref.size > INLINE_BYTES
+    assert final.load(tc) == res.value  # stored, as the sites' meta-reducer reads it
 
 
 def test_small_results_travel_inline_and_only_the_final_one_is_stored(

@@ -19,7 +19,9 @@ dies Dask retries just the lost task, which reads its inputs again from tomus in
 recomputing the maps behind them; and a driver that restarts with the same ``job_id`` replays
 the log and carries on from the stored results. Once a reduce's record is in the log, the
 results it consumed are deleted: only results still waiting to be reduced, and the final one,
-stay stored.
+stay stored. The last reduce runs on the driver instead of a worker when its inputs are small
+(inline) or when every worker is a thread of the driver's process: then it saves a round trip
+through Dask and moves no more data than a worker would.
 """
 
 from __future__ import annotations
@@ -133,6 +135,24 @@ def _read_all(client: tomus.Client, results: Sequence[StoredResult]) -> list[Any
         return list(pool.map(load, results))
 
 
+def _reduce_value(
+    reducer: Callable[[list[Any]], Any],
+    rid: str,
+    inputs: Sequence[StoredResult],
+    locate: bool,
+    final: bool,
+) -> tuple[StoredResult, Any]:
+    """A reduce's result as kept (stored or inline), and its value."""
+    client = current().client
+    value = reducer(_read_all(client, inputs))
+    ref, inline = keep(client, value, final=final)
+    covers = tuple(sorted(c for r in inputs for c in r.covers))
+    factor = sum(r.factor for r in inputs)
+    hosts = _stored(client, ref) if locate else ()
+    out = StoredResult(rid, factor, ref, tuple(r.id for r in inputs), covers, hosts, inline)
+    return out, value
+
+
 def _reduce_body(
     reducer: Callable[[list[Any]], Any],
     rid: str,
@@ -140,12 +160,7 @@ def _reduce_body(
     locate: bool,
     final: bool,
 ) -> StoredResult:
-    client = current().client
-    ref, inline = keep(client, reducer(_read_all(client, inputs)), final=final)
-    covers = tuple(sorted(c for r in inputs for c in r.covers))
-    factor = sum(r.factor for r in inputs)
-    hosts = _stored(client, ref) if locate else ()
-    return StoredResult(rid, factor, ref, tuple(r.id for r in inputs), covers, hosts, inline)
+    return _reduce_value(reducer, rid, inputs, locate, final)[0]
 
 
 def _reduce_task(
@@ -156,12 +171,10 @@ def _reduce_task(
     hosts: tuple[str, ...],
     locate: bool = True,
     final: bool = False,
-    client: tomus.Client | None = None,
 ) -> tuple[StoredResult, TaskRecord]:
     out, record = execute(
-        "reduce", rid, addr, hosts, _reduce_body, reducer, rid, inputs, locate, final,
-        client=client,
-    )  # fmt: skip
+        "reduce", rid, addr, hosts, _reduce_body, reducer, rid, inputs, locate, final
+    )
     record.inputs = out.inputs
     record.factor = out.factor
     return out, record
@@ -281,8 +294,12 @@ class _Driver:
         self.pool: deque[StoredResult] = deque()
         self.covered: set[int] = set()
         self.pending: dict[Future[tuple[StoredResult, TaskRecord]], str] = {}
-        # Reduces the driver ran itself (``_submit_reduce``), waiting to be recorded.
+        # Reduces the driver ran itself (``_submit_reduce``), waiting to be recorded, and
+        # their values.
         self.ran_here: deque[tuple[StoredResult, TaskRecord]] = deque()
+        self.values_here: dict[str, Any] = {}
+        # Every Dask worker is a thread of this process (``session(processes=False)``).
+        self.beside_workers = all(w.startswith("inproc://") for w in s.placement.workers)
         # The stored inputs of each reduce submitted: deleted once its own result is logged.
         self.consuming: dict[str, list[Ref]] = {}
         self.timeline: list[TaskRecord] = []
@@ -359,7 +376,9 @@ class _Driver:
             self._cancel()
             self.log.close()
             self.tasks.close()
-        value = final.load(self.s.tomus)
+        value = (
+            self.values_here[final.id] if final.id in self.values_here else final.load(self.s.tomus)
+        )
         if self.job.finalize is not None:
             value = self.job.finalize(value)
         return IterativeResult(
@@ -428,11 +447,14 @@ class _Driver:
         self.consuming[rid] = [r.ref for r in inputs if r.inline is None]
         final = sum(r.factor for r in inputs) == self.n
         self.reduces_run += 1
-        if final and all(r.inline is not None for r in inputs):
-            # The last merge, of small results: run it here. As a Dask task it cost a round
-            # trip through the scheduler and a worker, on the critical path of every job, to
-            # merge a few objects of at most INLINE_BYTES each (as Spark's treeAggregate
-            # merges on its driver). Stored and logged as any reduce.
+        if final and (self.beside_workers or all(r.inline is not None for r in inputs)):
+            # The last merge: run it here when its inputs are small (at most INLINE_BYTES
+            # each), or when every worker is a thread of this process (reading the inputs costs
+            # the driver what it costs a worker). As a Dask task it cost a round trip through
+            # the scheduler and a worker on the critical path of every job, and the driver then
+            # read the result back. Stored and logged as any reduce; as Spark's treeAggregate
+            # merges on its driver. Big results of remote workers still meet on a worker near
+            # them: the driver is not made the aggregator the tree exists to avoid.
             self.ran_here.append(self._reduce_here(rid, inputs, hosts))
             return
         fut = self.s.dask.submit(
@@ -447,16 +469,22 @@ class _Driver:
     def _reduce_here(
         self, rid: str, inputs: list[StoredResult], hosts: tuple[str, ...]
     ) -> tuple[StoredResult, TaskRecord]:
-        """A reduce run by the driver, with the attempts a Dask task would get."""
+        """The final reduce run by the driver, with the attempts a Dask task would get; its
+        value is kept for the result (not read back)."""
         for attempt in range(self.job.retries + 1):
             try:
-                return _reduce_task(
-                    self.s.addr, self.job.reducer, rid, inputs, hosts, self.locate, True,
-                    client=self.s.tomus,
+                (out, value), record = execute(
+                    "reduce", rid, self.s.addr, hosts, _reduce_value, self.job.reducer, rid,
+                    inputs, self.locate, True, client=self.s.tomus,
                 )  # fmt: skip
             except Exception:
                 if attempt == self.job.retries:
                     raise
+                continue
+            record.inputs = out.inputs
+            record.factor = out.factor
+            self.values_here[out.id] = value
+            return out, record
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _schedule_reduces(self) -> None:
