@@ -221,6 +221,21 @@ def test_restarted_driver_resumes_from_stored_results(
     assert res.map_tasks < n
 
 
+def test_a_failed_last_merge_on_the_driver_resumes_from_the_logged_maps(
+    dask: Any, addr: str, tc: tomus.Client, tmp_path: Path
+) -> None:
+    """The last merge of small results runs on the driver; when it fails, the maps' records
+    are in the log, and a new run of the job starts with that merge, on the driver."""
+    job_id = create_job(tc)
+    job = IterativeReduce(listed, FailOnce(str(tmp_path)), ratio=4, retries=0)
+    with pytest.raises(RuntimeError, match="injected"):
+        job.run(range(4), client=dask, addr=addr, job_id=job_id)
+    res = job.run(range(4), client=dask, addr=addr, job_id=job_id)
+    assert res.value == [0, 1, 2, 3]
+    assert (res.resumed, res.map_tasks, res.reduce_tasks) == (4, 0, 1)
+    assert [t.worker for t in res.timeline] == ["local"]
+
+
 def test_resume_refuses_other_inputs(dask: Any, addr: str) -> None:
     res = IterativeReduce(listed, concat, ratio=2).run(range(3), client=dask, addr=addr)
     with pytest.raises(ValueError, match="different inputs"):

@@ -355,12 +355,14 @@ class _Driver:
         # driver does not pay one more blocking round trip into that loop per task (7 ms
         # each on a busy machine, a fifth of a small job's time).
         self.ac = as_completed(loop=self.s.dask.loop, with_results=True, raise_errors=False)
-        if final is None:
-            for i, item in enumerate(self.items):
-                if i not in self.covered:
-                    self._submit_map(i, item)
-            self._schedule_reduces()
         try:
+            # Inside the try: a resumed job with every map done starts with its last merge,
+            # which the driver may run itself (and which may raise); the logs still close.
+            if final is None:
+                for i, item in enumerate(self.items):
+                    if i not in self.covered:
+                        self._submit_map(i, item)
+                self._schedule_reduces()
             while final is None:
                 if self.ran_here:
                     out, record = self.ran_here.popleft()
