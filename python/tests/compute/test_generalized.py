@@ -45,6 +45,19 @@ def test_tasks_alternate_between_objects(tc: tomus.Client) -> None:
         Dataset.open(tc, blob.id)
 
 
+def test_tasks_take_small_objects_whole_and_cut_big_ones_evenly(tc: tomus.Client) -> None:
+    # 8 objects of 2 chunks each, 5 chunks per task: two whole objects per task.
+    ds = Dataset.write(tc, np.zeros((160, 2), np.float32), objects=8, chunk_records=10)
+    tasks = ds.tasks(chunks_per_task=5)
+    assert [sorted({c.object for c in t.chunks}) for t in tasks] == [
+        [0, 1], [2, 3], [4, 5], [6, 7]
+    ]  # fmt: skip
+    assert sorted(c.first for t in tasks for c in t.chunks) == [c.first for c in ds.chunks]
+    # One object of 10 chunks, 8 per task: 5 and 5, not 8 and 2.
+    big = Dataset.write(tc, np.zeros((100, 2), np.float32), objects=1, chunk_records=10)
+    assert [len(t.chunks) for t in big.tasks(chunks_per_task=8)] == [5, 5]
+
+
 def test_task_sizes_learn_from_the_input_of_cached_tasks_too(tc: tomus.Client) -> None:
     """A pass whose tasks read nothing from tomus (their chunks were cached by the workers)
     still measures its throughput from the bytes the tasks took."""

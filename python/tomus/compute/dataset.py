@@ -10,6 +10,7 @@ client fetches the underlying storage chunks in parallel, with the GIL released)
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -53,7 +54,8 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Task:
-    """Consecutive chunks of one object, processed by one task (MATE's job)."""
+    """The chunks one task processes (MATE's job): consecutive chunks of one object, or
+    several whole small objects (``Dataset.tasks``)."""
 
     chunks: tuple[Chunk, ...]
 
@@ -70,6 +72,7 @@ class Task:
 
     @property
     def object(self) -> int:
+        """The (first) object the task reads."""
         return self.chunks[0].object
 
 
@@ -206,18 +209,29 @@ class Dataset:
         return np.concatenate([c.read(client) for c in self.chunks])
 
     def tasks(self, chunks_per_task: int = 1) -> list[Task]:
-        """Tasks of consecutive chunks of one object, ordered round-robin over the objects, so
+        """Tasks of at most ``chunks_per_task`` chunks, ordered round-robin over the objects so
         the tasks running at any moment read different objects (MATE's selective assignment:
-        fewer readers per object)."""
-        per_object: dict[int, list[Task]] = {}
+        fewer readers per object). An object with more chunks than a task takes is cut into
+        tasks of consecutive chunks, as equal as they come (10 chunks at 8 per task: 5 and 5,
+        not 8 and 2); smaller objects go whole, several to a task in object order, so the
+        number of objects does not set the size of the tasks."""
+        per = max(1, chunks_per_task)
+        queues: list[list[Task]] = []
+        packed: list[Chunk] = []
         for o in sorted({c.object for c in self.chunks}):
             mine = [c for c in self.chunks if c.object == o]
-            per_object[o] = [
-                Task(tuple(mine[i : i + chunks_per_task]))
-                for i in range(0, len(mine), chunks_per_task)
-            ]
+            if len(mine) >= per:
+                cuts = -(-len(mine) // per)
+                bounds = [i * len(mine) // cuts for i in range(cuts + 1)]
+                queues.append([Task(tuple(mine[a:b])) for a, b in itertools.pairwise(bounds)])
+                continue
+            if packed and len(packed) + len(mine) > per:
+                queues.append([Task(tuple(packed))])
+                packed = []
+            packed.extend(mine)
+        if packed:
+            queues.append([Task(tuple(packed))])
         out: list[Task] = []
-        queues = list(per_object.values())
         for i in range(max((len(q) for q in queues), default=0)):
             out.extend(q[i] for q in queues if i < len(q))
         return out

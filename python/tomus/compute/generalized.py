@@ -4,8 +4,9 @@ Instead of emitting (key, value) pairs that are then sorted, grouped and shuffle
 each chunk straight into a *reduction object* (``local``), and the objects of all tasks are
 combined with ``merge``: no intermediate pairs, no shuffle. Here:
 
-- tasks are MATE's jobs: consecutive chunks of one data object, ordered round-robin over the
-  objects so concurrent tasks read different objects (``Dataset.tasks``), and placed by Dask
+- tasks are MATE's jobs: consecutive chunks of one data object (or several whole objects
+  smaller than a task), ordered round-robin over the objects so concurrent tasks read
+  different objects (``Dataset.tasks``), and placed by Dask
   next to their chunks. How many chunks a task takes is adaptive: enough that a task runs about
   ``task_seconds`` at the throughput earlier passes of the same reduction measured (tens of MB
   before any was measured), so numpy kernels, not per-task costs, dominate, and each task
@@ -161,12 +162,8 @@ def _adaptive_chunks(kind: str, dataset: Dataset, workers: int, task_seconds: fl
     rate = _throughput.get(kind)
     want = FIRST_TASK_BYTES if rate is None else max(MIN_TASK_BYTES, rate * task_seconds)
     per_task = max(1, int(want // chunk_bytes))
-    # Dataset.tasks never mixes objects: the largest object bounds the tasks' size.
-    per_object = max(
-        sum(1 for c in dataset.chunks if c.object == o) for o in {c.object for c in dataset.chunks}
-    )
     balanced = max(1, -(-len(dataset.chunks) // (2 * max(1, workers))))
-    return max(1, min(per_task, balanced, per_object))
+    return max(1, min(per_task, balanced))
 
 
 def _merge_ratio(ratio: int, tasks: int, workers: int) -> int:
