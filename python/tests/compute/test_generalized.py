@@ -56,6 +56,8 @@ def test_tasks_take_small_objects_whole_and_cut_big_ones_evenly(tc: tomus.Client
     # One object of 10 chunks, 8 per task: 5 and 5, not 8 and 2.
     big = Dataset.write(tc, np.zeros((100, 2), np.float32), objects=1, chunk_records=10)
     assert [len(t.chunks) for t in big.tasks(chunks_per_task=8)] == [5, 5]
+    with pytest.raises(ValueError, match="chunks_per_task must be at least 1"):
+        big.tasks(chunks_per_task=0)
 
 
 def test_task_sizes_learn_from_the_input_of_cached_tasks_too(tc: tomus.Client) -> None:

@@ -215,7 +215,9 @@ class Dataset:
         tasks of consecutive chunks, as equal as they come (10 chunks at 8 per task: 5 and 5,
         not 8 and 2); smaller objects go whole, several to a task in object order, so the
         number of objects does not set the size of the tasks."""
-        per = max(1, chunks_per_task)
+        if chunks_per_task < 1:
+            raise ValueError(f"chunks_per_task must be at least 1, got {chunks_per_task}")
+        per = chunks_per_task
         queues: list[list[Task]] = []
         packed: list[Chunk] = []
         for o in sorted({c.object for c in self.chunks}):
