@@ -112,16 +112,22 @@ pub(super) fn timeline(id: u64, records: &[Value]) -> String {
     } else {
         "running or stopped"
     };
+    let dask_workers = workers.keys().filter(|w| w.as_str() != DRIVER).count();
     let _ = write!(
         b,
         "<p id=\"job-summary\">job {id} · {state} · {tasks} tasks ({maps} map, {reduces} \
-         reduce{}) on {} workers",
+         reduce{}) on {dask_workers} worker{}{}",
         if others > 0 {
             format!(", {others} other")
         } else {
             String::new()
         },
-        workers.len()
+        if dask_workers == 1 { "" } else { "s" },
+        if workers.contains_key(DRIVER) {
+            " and the driver"
+        } else {
+            ""
+        },
     );
     if let Some(h) = header {
         let _ = write!(
@@ -175,8 +181,9 @@ pub(super) fn timeline(id: u64, records: &[Value]) -> String {
         let _ = write!(
             b,
             "<g class=\"worker\" data-worker=\"{w}\"><text x=\"4\" y=\"{ty:.1}\" font-size=\"11\">\
-             {w}</text>",
+             {label}</text>",
             w = esc(worker),
+            label = esc(row_label(worker)),
             ty = y + ROW * 0.65
         );
         for t in tasks {
@@ -219,13 +226,25 @@ pub(super) fn timeline(id: u64, records: &[Value]) -> String {
             b,
             "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{busy:.2} s</td></tr>",
-            esc(worker),
+            esc(row_label(worker)),
             tasks.iter().filter(|t| t.kind == "map").count(),
             tasks.iter().filter(|t| t.kind == "reduce").count(),
         );
     }
     b.push_str("</table>");
     b
+}
+
+/// The worker name of tasks run outside Dask: by the job's driver (an IterativeReduce job's
+/// last merge of small results, or of big ones when its workers are threads of the driver).
+const DRIVER: &str = "local";
+
+fn row_label(worker: &str) -> &str {
+    if worker == DRIVER {
+        "driver"
+    } else {
+        worker
+    }
 }
 
 #[cfg(test)]
@@ -251,6 +270,21 @@ mod tests {
         assert!(html.contains("3 tasks (2 map, 1 reduce) on 2 workers"));
         assert!(html.contains("running or stopped"));
         assert!(html.contains("iterative · 2 inputs, reduce ratio 2"));
+    }
+
+    #[test]
+    fn a_merge_run_by_the_driver_is_drawn_in_a_driver_row() {
+        let records = vec![
+            json!({"type": "task", "kind": "map", "task": "m0", "start": 1.0, "end": 2.0,
+                   "worker": "tcp://h:1"}),
+            json!({"type": "task", "kind": "reduce", "task": "r0", "start": 2.0, "end": 2.1,
+                   "worker": "local", "inputs": ["m0"]}),
+        ];
+        let html = super::timeline(3, &records);
+        assert!(html.contains("on 1 worker and the driver"), "{html}");
+        assert!(html.contains("data-worker=\"local\""));
+        assert!(html.contains(">driver</text>"));
+        assert!(html.contains("<tr><td>driver</td>"));
     }
 
     #[test]
