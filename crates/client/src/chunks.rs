@@ -64,7 +64,7 @@ pub async fn put_chunk_as(
     // Replicas on this host last: a direct write blocks this task while it copies, so the
     // requests to the others go out first.
     let mut order: Vec<&ProviderInfo> = replicas.iter().collect();
-    order.sort_by_key(|p| cluster.local.is_local(p.id));
+    order.sort_by_key(|p| cluster.local.on_this_host(p.id) == Some(true));
     let puts = order.iter().map(|p| async move {
         if let Some(header) = header {
             if cluster.healthy(p.id).await

@@ -162,7 +162,7 @@ impl Cluster {
             _ => vec![true; ids.len()],
         };
         let healthy = |i: usize| up[i] && !suspects.contains(&ids[i]);
-        let local = |i: usize| !self.local.is_remote(ids[i]);
+        let local = |i: usize| self.local.on_this_host(ids[i]) != Some(false);
         let first = (0..ids.len()).filter(|&i| healthy(i) && local(i));
         let then = (0..ids.len()).filter(|&i| healthy(i) && !local(i));
         let last = (0..ids.len()).filter(|&i| !healthy(i));

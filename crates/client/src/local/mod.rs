@@ -91,22 +91,15 @@ impl LocalProviders {
         self.written_bytes.load(Ordering::Relaxed)
     }
 
-    /// Whether provider `id` is known to be on this host (without asking it).
-    pub fn is_local(&self, id: ProviderId) -> bool {
+    /// Whether provider `id` is on this host, as far as known without asking it: `Some(true)`
+    /// (its chunk files are readable here), `Some(false)` (on another host, or no direct
+    /// access), `None` (not asked yet).
+    pub fn on_this_host(&self, id: ProviderId) -> Option<bool> {
         self.dirs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&id)
-            .is_some_and(|(_, dir)| dir.is_some())
-    }
-
-    /// Whether provider `id` is known to be on another host (or to offer no direct access).
-    pub fn is_remote(&self, id: ProviderId) -> bool {
-        self.dirs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .is_some_and(|(_, dir)| dir.is_none())
+            .map(|(_, dir)| dir.is_some())
     }
 
     /// Whether `piece` is one to read directly where its provider is on this host: large
