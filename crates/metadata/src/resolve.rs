@@ -8,18 +8,43 @@ use crate::types::*;
 use crate::{MetaError, NodeSource};
 
 /// What a leaf's bytes resolve to after its own pieces: its layers, inherited pieces and base.
-struct LeafTail {
-    layers: Vec<NodeRef>,
-    inherited: Vec<ChunkPiece>,
+/// Borrowed from the leaf itself (shared with the node cache), never copied: a leaf of small
+/// appends inherits up to a slot's worth of pieces, and a 4 KiB read must not clone them.
+struct LeafTail<'a> {
+    layers: &'a [NodeRef],
+    inherited: &'a [ChunkPiece],
     base: Option<NodeRef>,
 }
 
+impl LeafTail<'_> {
+    /// The tail of `leaf`, which the caller checked is a leaf.
+    fn of(leaf: &Node) -> LeafTail<'_> {
+        match leaf {
+            Node::Leaf {
+                layers,
+                inherited,
+                base,
+                ..
+            } => LeafTail {
+                layers,
+                inherited,
+                base: *base,
+            },
+            Node::Inner { .. } => LeafTail {
+                layers: &[],
+                inherited: &[],
+                base: None,
+            },
+        }
+    }
+}
+
 /// A pending lookup: a node whose bytes in `want` are needed, either resolved fully or (for a
-/// layer of a leaf) only its own pieces, the rest continuing down the leaf's tail.
+/// layer of a leaf) only its own pieces, the rest continuing down the tail of `leaf`.
 enum Work {
     Node(NodeRef, Span),
     Layer {
-        tail: Arc<LeafTail>,
+        leaf: Arc<Node>,
         index: usize,
         want: Span,
     },
@@ -29,7 +54,7 @@ impl Work {
     fn node(&self) -> NodeRef {
         match self {
             Work::Node(n, _) => *n,
-            Work::Layer { tail, index, .. } => tail.layers[*index],
+            Work::Layer { leaf, index, .. } => LeafTail::of(leaf).layers[*index],
         }
     }
 }
@@ -93,28 +118,14 @@ pub async fn resolve_range<S: NodeSource>(
                         }
                     }
                 }
-                (
-                    Work::Node(_, want),
-                    Node::Leaf {
-                        pieces,
-                        layers,
-                        inherited,
-                        base,
-                        ..
-                    },
-                ) => {
-                    let tail = Arc::new(LeafTail {
-                        layers: layers.clone(),
-                        inherited: inherited.clone(),
-                        base: *base,
-                    });
+                (Work::Node(_, want), Node::Leaf { pieces, .. }) => {
                     for gap in take_pieces(pieces, want, &mut out) {
-                        continue_tail(&tail, 0, gap, &mut out, &mut next);
+                        continue_tail(&node, 0, gap, &mut out, &mut next);
                     }
                 }
-                (Work::Layer { tail, index, want }, Node::Leaf { pieces, .. }) => {
+                (Work::Layer { leaf, index, want }, Node::Leaf { pieces, .. }) => {
                     for gap in take_pieces(pieces, want, &mut out) {
-                        continue_tail(&tail, index + 1, gap, &mut out, &mut next);
+                        continue_tail(&leaf, index + 1, gap, &mut out, &mut next);
                     }
                 }
                 (w, Node::Inner { .. }) => {
@@ -141,24 +152,25 @@ fn take_pieces(pieces: &[ChunkPiece], want: Span, out: &mut Vec<Segment>) -> Vec
     left
 }
 
-/// Resolves `gap` of a leaf from layer `index` on: the next layer's own pieces, else the
+/// Resolves `gap` of `leaf` from layer `index` on: the next layer's own pieces, else the
 /// inherited pieces and then the base, else zeros.
 fn continue_tail(
-    tail: &Arc<LeafTail>,
+    leaf: &Arc<Node>,
     index: usize,
     gap: Span,
     out: &mut Vec<Segment>,
     next: &mut Vec<Work>,
 ) {
+    let tail = LeafTail::of(leaf);
     if index < tail.layers.len() {
         next.push(Work::Layer {
-            tail: tail.clone(),
+            leaf: leaf.clone(),
             index,
             want: gap,
         });
         return;
     }
-    for rest in take_pieces(&tail.inherited, gap, out) {
+    for rest in take_pieces(tail.inherited, gap, out) {
         match tail.base {
             Some(b) => next.push(Work::Node(b, rest)),
             None => out.push(Segment::Zeros(rest)),
