@@ -8,6 +8,14 @@
 //!
 //! The writer is a plain thread rather than a tokio task: committing blocks on disk I/O, and a
 //! dedicated thread avoids a hand-off to the blocking pool for every group.
+//!
+//! Logs keep written zeros ahead of their end ([`ZeroedAhead`]), refilled between groups:
+//! a group appended inside them changes neither the file's size nor its block map, so its
+//! fdatasync writes the data alone. Appended past the end of the file, every fdatasync also
+//! writes the inode (the new size), a second synchronous I/O: on a 2-core VM's virtio disk
+//! (ext4) a 4 KiB write and fdatasync took a median 256 µs at the end of a file and 116–131
+//! µs inside written zeros. Startup cuts the zeros off with whatever a crash tore
+//! ([`drop_torn_tail`]), quietly when they are nothing else.
 
 use std::fs::File;
 use std::io;
@@ -27,23 +35,59 @@ struct Pending<T> {
     done: oneshot::Sender<Result<()>>,
 }
 
-/// The submitting side of a group-committed log. The writer thread ends once this is dropped
-/// and the queue is drained.
+/// A log the writer thread commits groups to.
+pub(crate) trait GroupLog<T>: Send + 'static {
+    /// Makes all of `group` durable (or none of it visible) before returning; its result is
+    /// what every caller in the group gets.
+    fn commit(&mut self, group: Vec<T>) -> Result<()>;
+
+    /// Upkeep done after a group is acknowledged and before the next is taken, so its cost
+    /// stays off the latency of the group it follows.
+    fn after_group(&mut self) {}
+}
+
+impl<T, F: FnMut(Vec<T>) -> Result<()> + Send + 'static> GroupLog<T> for F {
+    fn commit(&mut self, group: Vec<T>) -> Result<()> {
+        self(group)
+    }
+}
+
+/// The submitting side of a group-committed log. Dropping it lets the writer thread drain
+/// the queue and end, and waits (boundedly) for that: a closed log writes nothing more.
 pub(crate) struct GroupCommit<T> {
     name: &'static str,
-    tx: mpsc::Sender<Pending<T>>,
+    /// `None` once dropped.
+    tx: Option<mpsc::Sender<Pending<T>>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How long dropping a log waits for its writer thread (a hung disk must not hang shutdown).
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl<T> Drop for GroupCommit<T> {
+    fn drop(&mut self) {
+        self.tx = None;
+        let Some(writer) = self.writer.take() else {
+            return;
+        };
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        while !writer.is_finished() {
+            if std::time::Instant::now() > deadline {
+                tracing::warn!("the {} writer did not stop in {CLOSE_WAIT:?}", self.name);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let _ = writer.join();
+    }
 }
 
 impl<T: Send + 'static> GroupCommit<T> {
-    /// Starts the writer thread. `commit` receives each group in submission order and must
-    /// make all of it durable (or none of it visible) before returning; its result is what
-    /// every caller in the group gets. `name` names the log in errors and the thread.
-    pub(crate) fn start<F>(name: &'static str, mut commit: F) -> Result<Self>
-    where
-        F: FnMut(Vec<T>) -> Result<()> + Send + 'static,
-    {
+    /// Starts the writer thread. `log` receives each group in submission order (see
+    /// [`GroupLog`]). `name` names the log in errors and the thread.
+    pub(crate) fn start(name: &'static str, mut log: impl GroupLog<T>) -> Result<Self> {
         let (tx, mut rx) = mpsc::channel::<Pending<T>>(QUEUE_DEPTH);
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name(format!("tomus-{name}"))
             .spawn(move || {
                 while let Some(first) = rx.blocking_recv() {
@@ -61,24 +105,29 @@ impl<T: Send + 'static> GroupCommit<T> {
                     let (items, acks): (Vec<T>, Vec<_>) =
                         group.into_iter().map(|p| (p.item, p.done)).unzip();
                     let metrics = tomus_metrics::provider();
-                    let log = tomus_metrics::families::label("log", name);
+                    let label = tomus_metrics::families::label("log", name);
                     metrics
                         .group_commit_batch
-                        .get_or_create(&log)
+                        .get_or_create(&label)
                         .observe(items.len() as f64);
                     let started = std::time::Instant::now();
-                    let result = commit(items);
+                    let result = log.commit(items);
                     metrics
                         .group_commit_duration
-                        .get_or_create(&log)
+                        .get_or_create(&label)
                         .observe(started.elapsed().as_secs_f64());
                     for done in acks {
                         let _ = done.send(result.clone());
                     }
+                    log.after_group();
                 }
             })
             .map_err(|e| Error::internal(format!("cannot start the {name} writer: {e}")))?;
-        Ok(GroupCommit { name, tx })
+        Ok(GroupCommit {
+            name,
+            tx: Some(tx),
+            writer: Some(writer),
+        })
     }
 
     /// Queues `item` (`size` bytes, for bounding groups) and waits until its group is
@@ -87,6 +136,8 @@ impl<T: Send + 'static> GroupCommit<T> {
         let stopped = || Error::internal(format!("{} writer has stopped", self.name));
         let (done, ack) = oneshot::channel();
         self.tx
+            .as_ref()
+            .ok_or_else(stopped)?
             .send(Pending { item, size, done })
             .await
             .map_err(|_| stopped())?;
@@ -110,6 +161,50 @@ pub(crate) fn append(file: &File, pos: u64, buf: &[u8], fsync: bool) -> io::Resu
     result
 }
 
+/// Bytes of zeros a log keeps written ahead of its end; refilled once less than half is
+/// left, so a refill (one write and one fdatasync) comes once per half of this appended.
+pub(crate) const ZEROED_AHEAD: u64 = 1 << 20;
+
+/// How far a log file holds zeros written ahead of its records (see the module comment).
+/// Only a hint: where it is wrong (the file was cut or replaced), appends just extend the
+/// file as they would without it.
+#[derive(Debug, Default)]
+pub(crate) struct ZeroedAhead {
+    /// The end of the written zeros (0: none known).
+    end: u64,
+}
+
+impl ZeroedAhead {
+    /// Writes and syncs zeros from the end of the valid records (`len`) to `len +
+    /// ZEROED_AHEAD` once less than half of that is left. Nothing without `fsync`: appends
+    /// that are not synced gain nothing from it. Best effort: a failure (a full disk) is
+    /// logged and forgotten, and appends go on past the end of the file.
+    pub(crate) fn refill(&mut self, file: &File, len: u64, fsync: bool) {
+        if !fsync || self.end >= len + ZEROED_AHEAD / 2 {
+            return;
+        }
+        let from = self.end.max(len);
+        let to = len + ZEROED_AHEAD;
+        let zeros = vec![0u8; (to - from) as usize];
+        let written = file
+            .write_all_at(&zeros, from)
+            .and_then(|()| timed_sync(file, "log"));
+        match written {
+            Ok(()) => self.end = to,
+            Err(e) => {
+                tracing::debug!("cannot write zeros ahead of a log: {e}");
+                // Zeros half written past `len` are harmless: startup cuts them off.
+                self.end = 0;
+            }
+        }
+    }
+
+    /// Forgets the zeros: the file was cut back or replaced.
+    pub(crate) fn forget(&mut self) {
+        self.end = 0;
+    }
+}
+
 /// `file.sync_data()`, its time recorded in `tomus_provider_fsync_duration_seconds{file}`.
 pub(crate) fn timed_sync(file: &File, kind: &'static str) -> io::Result<()> {
     let started = std::time::Instant::now();
@@ -122,7 +217,8 @@ pub(crate) fn timed_sync(file: &File, kind: &'static str) -> io::Result<()> {
 }
 
 /// Cuts a log after its last intact record (`valid` bytes) when replay found `damage` after
-/// it: a write torn by a crash must not sit in front of the records appended later.
+/// it: a write torn by a crash must not sit in front of the records appended later. Zeros
+/// alone after the records are the space written ahead ([`ZeroedAhead`]): cut quietly.
 pub(crate) fn drop_torn_tail(
     file: &File,
     path: &std::path::Path,
@@ -132,17 +228,41 @@ pub(crate) fn drop_torn_tail(
     fsync: bool,
 ) -> io::Result<()> {
     let file_len = file.metadata()?.len();
-    tracing::warn!(
-        "{what} {}: {damage} at offset {valid}; dropping the last {} bytes \
-         (torn write after a crash?)",
-        path.display(),
-        file_len - valid
-    );
+    if zero_tail(file, valid)? {
+        tracing::debug!(
+            "{what} {}: cutting {} bytes of zeros written ahead at offset {valid}",
+            path.display(),
+            file_len - valid
+        );
+    } else {
+        tracing::warn!(
+            "{what} {}: {damage} at offset {valid}; dropping the last {} bytes \
+             (torn write after a crash?)",
+            path.display(),
+            file_len - valid
+        );
+    }
     file.set_len(valid)?;
     if fsync {
         file.sync_all()?;
     }
     Ok(())
+}
+
+/// Whether every byte of `file` from `from` to its end is zero.
+pub(crate) fn zero_tail(file: &File, from: u64) -> io::Result<bool> {
+    let end = file.metadata()?.len();
+    let mut buf = vec![0u8; (end.saturating_sub(from)).min(1 << 20) as usize];
+    let mut at = from;
+    while at < end {
+        let n = ((end - at) as usize).min(buf.len());
+        file.read_exact_at(&mut buf[..n], at)?;
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use tomus_metadata::{BlobId, Node, NodeKey, NodeRef, Span, Version};
 use tomus_wire::Result;
 
 use crate::blocking;
-use crate::group_commit::GroupCommit;
+use crate::group_commit::{GroupCommit, ZeroedAhead};
 use record::{encode_record, encode_tombstone};
 use replay::replay;
 use writer::Log;
@@ -88,7 +88,7 @@ impl MetaStore {
         let log_path = path.clone();
         let replayed = blocking(move || replay(&log_path, fsync)).await?;
         let nodes: NodeMap = Arc::new(RwLock::new(replayed.nodes));
-        let mut log = Log {
+        let log = Log {
             path,
             file: replayed.file,
             len: replayed.len,
@@ -97,8 +97,9 @@ impl MetaStore {
             nodes: nodes.clone(),
             compact_min_dead,
             compact_at: compact_min_dead,
+            zeroed: ZeroedAhead::default(),
         };
-        let writer = GroupCommit::start("metadata log", move |group| log.commit(group))?;
+        let writer = GroupCommit::start("metadata log", log)?;
         Ok(MetaStore { nodes, writer })
     }
 

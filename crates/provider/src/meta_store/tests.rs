@@ -41,6 +41,22 @@ fn leaf(seed: u64) -> Node {
     }
 }
 
+/// Where the log's records end: after them the file holds only the zeros written ahead.
+fn records_end(path: &Path) -> u64 {
+    let file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len();
+    let mut reader = std::io::BufReader::new(&file);
+    let mut pos = 0;
+    while pos < len {
+        match read_record(&mut reader, len - pos).unwrap() {
+            Ok((_, size)) => pos += size,
+            Err(_) => break,
+        }
+    }
+    assert!(crate::group_commit::zero_tail(&file, pos).unwrap());
+    pos
+}
+
 fn log(dir: &TempDir) -> PathBuf {
     dir.path().join("meta.log")
 }
@@ -139,12 +155,12 @@ async fn torn_tail_is_dropped() {
     let store = MetaStore::open(log(&dir), true).await.unwrap();
     store.put_nodes(vec![(key(1, 1), leaf(1))]).await.unwrap();
     store.put_nodes(vec![(key(1, 2), leaf(2))]).await.unwrap();
-    let good_len = std::fs::metadata(log(&dir)).unwrap().len();
+    let good_len = records_end(&log(&dir));
     store.put_nodes(vec![(key(1, 3), leaf(3))]).await.unwrap();
     drop(store);
 
     // Cut the last record in the middle.
-    let full = std::fs::metadata(log(&dir)).unwrap().len();
+    let full = records_end(&log(&dir));
     let file = OpenOptions::new().write(true).open(log(&dir)).unwrap();
     file.set_len((good_len + full) / 2).unwrap();
     drop(file);
@@ -303,7 +319,7 @@ async fn compaction_keeps_exactly_the_live_nodes() {
     let store = open().await.unwrap();
     let nodes: Vec<_> = (0..20).map(|i| (key(1, i), leaf(i))).collect();
     store.put_nodes(nodes.clone()).await.unwrap();
-    let full = std::fs::metadata(log(&dir)).unwrap().len();
+    let full = records_end(&log(&dir));
     // The header counts as live: every log has it.
     let live_size = |keys: &[u64]| -> u64 {
         LOG_HEADER_LEN
@@ -319,17 +335,14 @@ async fn compaction_keeps_exactly_the_live_nodes() {
         .delete_nodes((0..4).map(|i| key(1, i)).collect())
         .await
         .unwrap();
-    assert!(std::fs::metadata(log(&dir)).unwrap().len() > full);
+    assert!(records_end(&log(&dir)) > full);
     // 15 of 20: the log is rewritten with the 5 left.
     store
         .delete_nodes((4..15).map(|i| key(1, i)).collect())
         .await
         .unwrap();
     let left: Vec<u64> = (15..20).collect();
-    assert_eq!(
-        std::fs::metadata(log(&dir)).unwrap().len(),
-        live_size(&left)
-    );
+    assert_eq!(records_end(&log(&dir)), live_size(&left));
     assert!(!compact_path(&log(&dir)).exists());
 
     // Appends go to the new log; a deleted node comes back; all of it survives a reopen.
@@ -395,7 +408,7 @@ async fn a_new_log_starts_with_its_header() {
     let raw = std::fs::read(log(&dir)).unwrap();
     assert_eq!(&raw[..header.len()], &header[..]);
     assert_eq!(
-        raw.len() as u64,
+        records_end(&log(&dir)),
         LOG_HEADER_LEN + record_size(&key(1, 1), &leaf(1))
     );
 
@@ -450,9 +463,11 @@ async fn a_headerless_log_is_read_and_upgraded() {
     store.put_nodes(vec![(key(1, 10), leaf(10))]).await.unwrap();
     store.delete_nodes(vec![key(1, 10)]).await.unwrap();
     drop(store);
-    let before = std::fs::read(log(&dir)).unwrap();
+    let mut before = std::fs::read(log(&dir)).unwrap();
+    before.truncate(records_end(&log(&dir)) as usize);
     let store = MetaStore::open(log(&dir), true).await.unwrap();
     expect(&store);
+    // Only the zeros written ahead of the records are cut.
     assert_eq!(std::fs::read(log(&dir)).unwrap(), before);
 
     // An upgrade interrupted before its rename leaves the old log and a temporary file:
@@ -512,4 +527,30 @@ async fn a_log_of_a_newer_format_is_refused_and_left_alone() {
     assert_eq!(err.kind, tomus_wire::ErrorKind::Internal, "{err}");
     assert!(err.message.contains("header is damaged"), "{err}");
     assert_eq!(std::fs::read(log(&dir)).unwrap(), raw);
+}
+
+#[tokio::test]
+async fn zeros_written_ahead_of_the_records_are_cut_quietly_at_reopen() {
+    let dir = TempDir::new("meta-zeros");
+    let store = MetaStore::open(log(&dir), true).await.unwrap();
+    for i in 0..5 {
+        store.put_nodes(vec![(key(1, i), leaf(i))]).await.unwrap();
+    }
+    drop(store);
+    let end = records_end(&log(&dir));
+    assert!(
+        std::fs::metadata(log(&dir)).unwrap().len() >= end + crate::group_commit::ZEROED_AHEAD / 2
+    );
+
+    let store = MetaStore::open(log(&dir), true).await.unwrap();
+    assert_eq!(std::fs::metadata(log(&dir)).unwrap().len(), end);
+    assert_eq!(store.list_keys(None, 10).len(), 5);
+    // Appends go on from the records' end, into new zeros.
+    store.put_nodes(vec![(key(1, 5), leaf(5))]).await.unwrap();
+    drop(store);
+    let store = MetaStore::open(log(&dir), true).await.unwrap();
+    assert_eq!(
+        store.get_nodes(&[key(1, 0), key(1, 5)]),
+        vec![Some(leaf(0)), Some(leaf(5))]
+    );
 }

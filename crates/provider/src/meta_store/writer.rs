@@ -18,7 +18,7 @@ use tomus_wire::Result;
 use super::record::record_size;
 use super::snapshot::{parent_dir, rewrite};
 use super::{Commit, NodeMap};
-use crate::group_commit::append;
+use crate::group_commit::{append, GroupLog, ZeroedAhead};
 use crate::{io_error, sync_dir};
 
 /// The writer's side of the log, owned by the group-commit thread.
@@ -34,6 +34,18 @@ pub(super) struct Log {
     pub(super) compact_min_dead: u64,
     /// Dead bytes from which compaction is tried (raised after a failed attempt).
     pub(super) compact_at: u64,
+    /// Zeros written ahead of `len`.
+    pub(super) zeroed: ZeroedAhead,
+}
+
+impl GroupLog<Commit> for Log {
+    fn commit(&mut self, group: Vec<Commit>) -> Result<()> {
+        Log::commit(self, group)
+    }
+
+    fn after_group(&mut self) {
+        self.zeroed.refill(&self.file, self.len, self.fsync);
+    }
 }
 
 impl Log {
@@ -45,8 +57,11 @@ impl Log {
         for commit in &group {
             buf.extend_from_slice(commit.records());
         }
-        append(&self.file, self.len, &buf, self.fsync)
-            .map_err(|e| io_error("appending to the metadata log", e))?;
+        append(&self.file, self.len, &buf, self.fsync).map_err(|e| {
+            // The file was cut back to `len`.
+            self.zeroed.forget();
+            io_error("appending to the metadata log", e)
+        })?;
         self.len += size as u64;
         // Nodes replaced or deleted, sized after the lock is released.
         let mut gone = Vec::new();
@@ -114,6 +129,7 @@ impl Log {
         self.file = file;
         self.len = len;
         self.live = len;
+        self.zeroed.forget();
         sync_dir(parent_dir(&self.path))
     }
 }

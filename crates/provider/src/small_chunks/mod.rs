@@ -45,7 +45,7 @@ use tomus_metadata::ChunkId;
 use tomus_wire::{ChunkEntry, Error, Result};
 
 use crate::chunk_store::check_range;
-use crate::group_commit::GroupCommit;
+use crate::group_commit::{GroupCommit, ZeroedAhead};
 use crate::io_error;
 use format::{record_crc, segment_path, RECORD_HEADER, RECORD_MAGIC};
 use index::{Index, Loc, SharedIndex};
@@ -92,12 +92,13 @@ impl SmallChunks {
             current,
             next_segment,
             index: index.clone(),
+            zeroed: ZeroedAhead::default(),
             #[cfg(test)]
             hooks: hooks.clone(),
         };
         // Removals a crash interrupted.
         writer.remove_dead_segments();
-        let writer = GroupCommit::start("small-chunk log", move |group| writer.commit(group))?;
+        let writer = GroupCommit::start("small-chunk log", writer)?;
         Ok(SmallChunks {
             dir: dir.to_path_buf(),
             index,

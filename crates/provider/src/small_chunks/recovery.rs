@@ -30,7 +30,7 @@ use super::index::{Index, Loc, SegmentState};
 use super::writer::Segment;
 use super::SMALL_CHUNK_MAX;
 use crate::chunk_store::mtime_ms;
-use crate::group_commit::drop_torn_tail;
+use crate::group_commit::{drop_torn_tail, zero_tail};
 use crate::io_error;
 
 /// Loads the index from every segment in `dir`; returns it, the segment to append to (the
@@ -71,6 +71,11 @@ pub(super) fn scan(dir: &Path, fsync: bool) -> Result<(Index, Option<Segment>, u
         let start = if headed { SEGMENT_HEADER_LEN } else { 0 };
         let (valid, damage) =
             scan_segment(&file, &path, number, start, &mut index).map_err(fail)?;
+        // Zeros alone after the records: space written ahead of them, not damage.
+        let damage = match damage {
+            Some(_) if !newest && zero_tail(&file, valid).map_err(fail)? => None,
+            damage => damage,
+        };
         if let Some(damage) = damage {
             if newest {
                 drop_torn_tail(&file, &path, "small-chunk log", valid, &damage, fsync)

@@ -23,7 +23,7 @@ use super::index::{Loc, SegmentState, SharedIndex};
 #[cfg(test)]
 use super::TestHooks;
 use super::FORMAT_VERSION;
-use crate::group_commit::append;
+use crate::group_commit::{append, GroupLog, ZeroedAhead};
 use crate::{io_error, sync_dir};
 
 /// A chunk on its way to the log, its header already encoded.
@@ -77,8 +77,22 @@ pub(super) struct Writer {
     pub(super) current: Option<Segment>,
     pub(super) next_segment: u32,
     pub(super) index: SharedIndex,
+    /// Zeros written ahead of the current segment's records.
+    pub(super) zeroed: ZeroedAhead,
     #[cfg(test)]
     pub(super) hooks: Arc<TestHooks>,
+}
+
+impl GroupLog<Op> for Writer {
+    fn commit(&mut self, group: Vec<Op>) -> Result<()> {
+        Writer::commit(self, group)
+    }
+
+    fn after_group(&mut self) {
+        if let Some(segment) = &self.current {
+            self.zeroed.refill(&segment.file, segment.len, self.fsync);
+        }
+    }
 }
 
 impl Writer {
@@ -216,6 +230,8 @@ impl Writer {
             return Err(Error::internal("small-chunk log has no segment"));
         };
         append(&segment.file, segment.len, buf, self.fsync).map_err(|e| {
+            // The file was cut back to `segment.len`.
+            self.zeroed.forget();
             io_error(
                 format_args!(
                     "appending to {}",
@@ -247,6 +263,14 @@ impl Writer {
 
     /// Starts a new segment and makes its creation durable.
     fn roll(&mut self) -> Result<()> {
+        if let Some(full) = &self.current {
+            // Best effort: the zeros written ahead of its records are not needed any more
+            // (startup passes over them where they are left).
+            if let Err(e) = full.file.set_len(full.len) {
+                tracing::debug!("cannot cut the zeros off a full small-chunk segment: {e}");
+            }
+        }
+        self.zeroed.forget();
         let number = self.next_segment;
         // Moves on even if this attempt fails, so a retry does not trip over a leftover file.
         self.next_segment = number

@@ -51,7 +51,7 @@ async fn small_chunks_round_trip_with_ranges() {
     assert_eq!(store.stats().chunks, 4);
     assert_eq!(store.stats().bytes, log_bytes);
     assert_eq!(
-        fs::metadata(&segments(&dir)[0]).unwrap().len(),
+        records_end(&segments(&dir)[0]),
         SEGMENT_HEADER_LEN + log_bytes
     );
 
@@ -141,7 +141,7 @@ async fn segments_roll_over() {
     // Three 3028-byte records fit in a segment after its 28-byte header.
     assert_eq!(files.len(), 8, "{files:?}");
     for (i, file) in files.iter().enumerate() {
-        let len = fs::metadata(file).unwrap().len() - SEGMENT_HEADER_LEN;
+        let len = records_end(file) - SEGMENT_HEADER_LEN;
         let expected = if i == 7 { 20_028 } else { 9084 };
         if i < 6 || i == 7 {
             assert_eq!(len, expected, "{}", file.display());

@@ -7,6 +7,7 @@ mod log;
 mod recovery;
 
 use std::fs::{self, OpenOptions};
+use std::io::{BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +42,26 @@ fn segments(dir: &TempDir) -> Vec<PathBuf> {
         .collect();
     out.sort();
     out
+}
+
+/// Where the records of a (new-format) segment end: after them the file holds only the
+/// zeros written ahead.
+fn records_end(path: &Path) -> u64 {
+    let file = File::open(path).unwrap();
+    let len = file.metadata().unwrap().len();
+    let mut reader = BufReader::new(&file);
+    reader.seek(SeekFrom::Start(SEGMENT_HEADER_LEN)).unwrap();
+    let mut data = Vec::new();
+    let mut pos = SEGMENT_HEADER_LEN;
+    while pos < len {
+        pos += match scan_record(&mut reader, len - pos, &mut data).unwrap() {
+            Scanned::Chunk { len, .. } => (RECORD_HEADER as u32 + len) as u64,
+            Scanned::Tombstone(_) => RECORD_HEADER as u64,
+            Scanned::BadChecksum { .. } | Scanned::Damage(_) => break,
+        };
+    }
+    assert!(crate::group_commit::zero_tail(&file, pos).unwrap());
+    pos
 }
 
 fn loc(store: &ChunkStore, id: ChunkId) -> Loc {

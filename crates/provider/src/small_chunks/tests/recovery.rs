@@ -43,7 +43,7 @@ async fn reopen_rebuilds_the_index_and_drops_a_torn_tail() {
         store.put(id, Bytes::from(data)).await.unwrap();
     }
     let segment = segments(&dir)[0].clone();
-    let good_len = fs::metadata(&segment).unwrap().len();
+    let good_len = records_end(&segment);
     let (id3, data3) = chunk(3);
     store.put(id3, Bytes::from(data3.clone())).await.unwrap();
     let before = store.stats();
@@ -149,7 +149,7 @@ async fn a_flipped_data_byte_skips_only_its_record() {
     assert_eq!((at4.segment, at6.segment, at7.segment), (1, 2, 2));
     drop(store);
     let files = segments(&dir);
-    let newest_len = fs::metadata(&files[2]).unwrap().len();
+    let newest_len = records_end(&files[2]);
     flip(&files[1], at4.offset + 10);
     flip(&files[2], at6.offset + 2999);
 
@@ -348,4 +348,49 @@ async fn a_segment_torn_while_it_was_created_is_removed() {
         assert_reads(&store, b, &data_b).await;
         assert_reads(&store, a, &data_a).await;
     }
+}
+
+#[tokio::test]
+async fn zeros_written_ahead_are_cut_from_the_newest_segment_and_passed_over_in_older_ones() {
+    let dir = TempDir::new("small-zeros");
+    const SEGMENT: u64 = 10_000;
+    let store = open(&dir, SEGMENT).await;
+    let chunk = |n: u64| (ChunkId(900 + u128::from(n)), pattern(3000, n));
+    for n in 0..7 {
+        let (id, data) = chunk(n);
+        store.put(id, Bytes::from(data)).await.unwrap();
+    }
+    drop(store);
+    // Segments: [0 1 2] [3 4 5] [6]. The newest has zeros after its record; full ones were
+    // cut back to their records when the next one started.
+    let files = segments(&dir);
+    assert_eq!(files.len(), 3);
+    let newest_end = records_end(&files[2]);
+    assert!(
+        fs::metadata(&files[2]).unwrap().len()
+            >= newest_end + crate::group_commit::ZEROED_AHEAD / 2
+    );
+    for file in &files[..2] {
+        assert_eq!(fs::metadata(file).unwrap().len(), records_end(file));
+    }
+    // A crash between a segment filling up and its cut leaves zeros after an older
+    // segment's records.
+    let mut older = fs::read(&files[1]).unwrap();
+    older.extend_from_slice(&[0u8; 4096]);
+    fs::write(&files[1], &older).unwrap();
+
+    let store = open(&dir, SEGMENT).await;
+    for n in 0..7 {
+        let (id, data) = chunk(n);
+        assert_reads(&store, id, &data).await;
+    }
+    assert_eq!(fs::metadata(&files[2]).unwrap().len(), newest_end);
+    // Segment 1 is not taken for damaged: once its chunks are deleted, it is removed.
+    assert!(!store.small().read_index().segments[&1].damaged);
+    store
+        .delete(&[chunk(3).0, chunk(4).0, chunk(5).0])
+        .await
+        .unwrap();
+    assert!(!files[1].exists());
+    assert_eq!(store.stats().chunks, 4);
 }
