@@ -17,7 +17,7 @@ struct LeafTail<'a> {
 }
 
 impl LeafTail<'_> {
-    /// The tail of `leaf`, which the caller checked is a leaf.
+    /// The tail of `leaf`; an inner node has an empty one (so no layer of it is ever queued).
     fn of(leaf: &Node) -> LeafTail<'_> {
         match leaf {
             Node::Leaf {
