@@ -130,15 +130,24 @@ async fn provider_restart_keeps_chunks_and_metadata() {
     let blob = client.create_blob(16 << 10, 1).await.unwrap();
     let data = pattern::generate(7, 300_000);
     blob.write(0, &data).await.unwrap();
-    for i in 0..2 {
+    let blob = sigkill_providers_and_reopen(&mut tc, 2, blob.id()).await;
+    assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
+}
+
+/// SIGKILLs and restarts the cluster's `providers`, then opens `blob` with a new client.
+async fn sigkill_providers_and_reopen(
+    tc: &mut TestCluster,
+    providers: usize,
+    blob: u64,
+) -> tomus_client::Blob {
+    for i in 0..providers {
         tc.cluster.kill_provider(i);
         tc.cluster.start_provider(i).unwrap();
     }
     let fresh = Client::connect(&tc.addr(), ClientOptions::default())
         .await
         .unwrap();
-    let blob = fresh.open_blob(blob.id()).await.unwrap();
-    assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
+    fresh.open_blob(blob).await.unwrap()
 }
 
 /// Small durable appends go to the providers' logs, which keep zeros written ahead of their
@@ -174,14 +183,7 @@ async fn small_appends_survive_provider_sigkills() {
             landed.extend(task.await.unwrap());
         }
         seed += 10_000;
-        for i in 0..2 {
-            tc.cluster.kill_provider(i);
-            tc.cluster.start_provider(i).unwrap();
-        }
-        let fresh = Client::connect(&tc.addr(), ClientOptions::default())
-            .await
-            .unwrap();
-        let reopened = fresh.open_blob(blob.id()).await.unwrap();
+        let reopened = sigkill_providers_and_reopen(&mut tc, 2, blob.id()).await;
         let size = 4096 * landed.len() as u64;
         let all = reopened.read(0, size, None).await.unwrap();
         assert_eq!(all.len() as u64, size, "round {round}");
