@@ -199,6 +199,22 @@ impl ZeroedAhead {
         }
     }
 
+    /// [`append`]s `buf` at `pos`, the end of the valid records. A failed append cut the
+    /// file back to `pos`, so the zeros are forgotten with it.
+    pub(crate) fn append(
+        &mut self,
+        file: &File,
+        pos: u64,
+        buf: &[u8],
+        fsync: bool,
+    ) -> io::Result<()> {
+        let result = append(file, pos, buf, fsync);
+        if result.is_err() {
+            self.forget();
+        }
+        result
+    }
+
     /// Forgets the zeros: the file was cut back or replaced.
     pub(crate) fn forget(&mut self) {
         self.end = 0;

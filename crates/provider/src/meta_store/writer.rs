@@ -18,7 +18,7 @@ use tomus_wire::Result;
 use super::record::record_size;
 use super::snapshot::{parent_dir, rewrite};
 use super::{Commit, NodeMap};
-use crate::group_commit::{append, GroupLog, ZeroedAhead};
+use crate::group_commit::{GroupLog, ZeroedAhead};
 use crate::{io_error, sync_dir};
 
 /// The writer's side of the log, owned by the group-commit thread.
@@ -57,11 +57,9 @@ impl Log {
         for commit in &group {
             buf.extend_from_slice(commit.records());
         }
-        append(&self.file, self.len, &buf, self.fsync).map_err(|e| {
-            // The file was cut back to `len`.
-            self.zeroed.forget();
-            io_error("appending to the metadata log", e)
-        })?;
+        self.zeroed
+            .append(&self.file, self.len, &buf, self.fsync)
+            .map_err(|e| io_error("appending to the metadata log", e))?;
         self.len += size as u64;
         // Nodes replaced or deleted, sized after the lock is released.
         let mut gone = Vec::new();

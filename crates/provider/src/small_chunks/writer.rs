@@ -229,17 +229,17 @@ impl Writer {
         let Some(segment) = &mut self.current else {
             return Err(Error::internal("small-chunk log has no segment"));
         };
-        append(&segment.file, segment.len, buf, self.fsync).map_err(|e| {
-            // The file was cut back to `segment.len`.
-            self.zeroed.forget();
-            io_error(
-                format_args!(
-                    "appending to {}",
-                    segment_path(&self.dir, segment.number).display()
-                ),
-                e,
-            )
-        })?;
+        self.zeroed
+            .append(&segment.file, segment.len, buf, self.fsync)
+            .map_err(|e| {
+                io_error(
+                    format_args!(
+                        "appending to {}",
+                        segment_path(&self.dir, segment.number).display()
+                    ),
+                    e,
+                )
+            })?;
         #[cfg(test)]
         if self.fsync {
             use std::sync::atomic::Ordering::Relaxed;
