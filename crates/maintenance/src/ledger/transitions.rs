@@ -3,6 +3,7 @@
 //! deleted blobs and laying down a rebuild's baseline, all on the tables of one write
 //! transaction.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use redb::{ReadableTable, Table, WriteTransaction};
@@ -30,6 +31,21 @@ pub(super) struct Tables<'t> {
     /// leaf inherits the pieces of the one before), so a row changes many times per page of
     /// changes, and redb's copy-on-write insert is most of what counting a version costs.
     changed_chunks: HashMap<ChunkId, ChunkTrack>,
+    /// Leaf rows read or changed in this transaction (`None`: removed), written back once by
+    /// [`Tables::finish`] for the same reason: every leaf of a small append names the
+    /// leaves of the versions in flight beside it and its base, so a row's `dependents`
+    /// changes many times per page of changes, and a flattened leaf's row lists a whole
+    /// slot's chunks.
+    changed_leaves: HashMap<(BlobId, NodeRef), LeafRow>,
+}
+
+/// A leaf row as this transaction sees it.
+#[derive(Default)]
+struct LeafRow {
+    /// `None`: no such leaf (never was, or removed in this transaction).
+    track: Option<LeafTrack>,
+    /// Differs from the table: written back (or removed) by [`Tables::finish`].
+    dirty: bool,
 }
 
 impl<'t> Tables<'t> {
@@ -44,11 +60,14 @@ impl<'t> Tables<'t> {
             doomed: txn.open_table(DOOMED).map_err(db_err)?,
             by_provider: txn.open_table(BY_PROVIDER).map_err(db_err)?,
             changed_chunks: HashMap::new(),
+            changed_leaves: HashMap::new(),
         })
     }
 
-    /// Records `cursor` as the last change applied and writes back the changed chunk rows.
+    /// Records `cursor` as the last change applied and writes back the changed chunk and
+    /// leaf rows.
     pub(super) fn finish(mut self, cursor: u64) -> Result<()> {
+        self.write_back_leaves()?;
         let mut changed: Vec<(ChunkId, ChunkTrack)> = self.changed_chunks.drain().collect();
         changed.sort_unstable_by_key(|(id, _)| *id);
         for (id, track) in changed {
@@ -131,18 +150,73 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    fn leaf(&self, blob: BlobId, r: NodeRef) -> Result<Option<LeafTrack>> {
-        self.leaves
-            .get(leaf_key(blob, r))
-            .map_err(db_err)?
-            .map(|v| decode(v.value()))
-            .transpose()
+    /// Leaf `r`'s row, read from the table once per transaction.
+    fn leaf_row(&mut self, blob: BlobId, r: NodeRef) -> Result<&mut LeafRow> {
+        Ok(match self.changed_leaves.entry((blob, r)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let track = self
+                    .leaves
+                    .get(leaf_key(blob, r))
+                    .map_err(db_err)?
+                    .map(|v| decode(v.value()))
+                    .transpose()?;
+                e.insert(LeafRow {
+                    track,
+                    dirty: false,
+                })
+            }
+        })
     }
 
-    fn put_leaf(&mut self, blob: BlobId, r: NodeRef, leaf: &LeafTrack) -> Result<()> {
-        self.leaves
-            .insert(leaf_key(blob, r), encode(leaf)?.as_slice())
-            .map_err(db_err)?;
+    fn leaf(&mut self, blob: BlobId, r: NodeRef) -> Result<Option<&LeafTrack>> {
+        Ok(self.leaf_row(blob, r)?.track.as_ref())
+    }
+
+    /// Leaf `r`'s row, to change: it is written back by [`Tables::finish`].
+    fn leaf_mut(&mut self, blob: BlobId, r: NodeRef) -> Result<Option<&mut LeafTrack>> {
+        let row = self.leaf_row(blob, r)?;
+        row.dirty |= row.track.is_some();
+        Ok(row.track.as_mut())
+    }
+
+    fn put_leaf(&mut self, blob: BlobId, r: NodeRef, leaf: LeafTrack) {
+        let row = LeafRow {
+            track: Some(leaf),
+            dirty: true,
+        };
+        self.changed_leaves.insert((blob, r), row);
+    }
+
+    /// Takes leaf `r`'s row out: it is removed from the table by [`Tables::finish`].
+    fn remove_leaf(&mut self, blob: BlobId, r: NodeRef) -> Result<Option<LeafTrack>> {
+        let row = self.leaf_row(blob, r)?;
+        let track = row.track.take();
+        row.dirty |= track.is_some();
+        Ok(track)
+    }
+
+    /// Writes the leaf rows changed so far to their table, in key order.
+    fn write_back_leaves(&mut self) -> Result<()> {
+        let mut changed: Vec<_> = self
+            .changed_leaves
+            .drain()
+            .filter(|(_, row)| row.dirty)
+            .collect();
+        changed.sort_unstable_by_key(|((blob, r), _)| leaf_key(*blob, *r));
+        for ((blob, r), row) in changed {
+            let key = leaf_key(blob, r);
+            match row.track {
+                Some(leaf) => {
+                    self.leaves
+                        .insert(key, encode(&leaf)?.as_slice())
+                        .map_err(db_err)?;
+                }
+                None => {
+                    self.leaves.remove(key).map_err(db_err)?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -234,11 +308,8 @@ impl<'t> Tables<'t> {
         }
         self.reference(&refs.chunks, replication)?;
         for named in &refs.refs {
-            match self.leaf(blob, *named)? {
-                Some(mut l) => {
-                    l.dependents += 1;
-                    self.put_leaf(blob, *named, &l)?;
-                }
+            match self.leaf_mut(blob, *named)? {
+                Some(l) => l.dependents += 1,
                 None => applied.inconsistencies.push(format!(
                     "leaf {r:?} of blob {blob} names leaf {named:?}, which is not tracked"
                 )),
@@ -253,7 +324,8 @@ impl<'t> Tables<'t> {
             dependents: 0,
             superseded_at,
         };
-        self.put_leaf(blob, r, &track)
+        self.put_leaf(blob, r, track);
+        Ok(())
     }
 
     fn count(
@@ -270,9 +342,8 @@ impl<'t> Tables<'t> {
         }
         for r in &delta.superseded {
             if r.size == track.chunk_size {
-                if let Some(mut l) = self.leaf(blob, *r)? {
+                if let Some(l) = self.leaf_mut(blob, *r)? {
                     l.superseded_at = Some(version);
-                    self.put_leaf(blob, *r, &l)?;
                 }
             }
         }
@@ -349,13 +420,14 @@ impl<'t> Tables<'t> {
             if !removed || leaf.dependents > 0 {
                 continue;
             }
-            self.leaves.remove(leaf_key(blob, r)).map_err(db_err)?;
+            let Some(leaf) = self.remove_leaf(blob, r)? else {
+                continue;
+            };
             dead.push(NodeKey { blob, node: r });
             self.release(&leaf.chunks, now_ms, applied)?;
             for named in leaf.refs {
-                if let Some(mut l) = self.leaf(blob, named)? {
+                if let Some(l) = self.leaf_mut(blob, named)? {
                     l.dependents = l.dependents.saturating_sub(1);
-                    self.put_leaf(blob, named, &l)?;
                     if l.dependents == 0 {
                         stack.push(named);
                     }
@@ -370,6 +442,8 @@ impl<'t> Tables<'t> {
 
     /// Drops everything tracked of `blob`; its chunks lose its references.
     fn forget_blob(&mut self, blob: BlobId, now_ms: u64) -> Result<()> {
+        // The table must hold this transaction's changes before it is scanned.
+        self.write_back_leaves()?;
         let rows: Vec<LeafTrack> = {
             let mut out = Vec::new();
             let range = (blob, 0, 0, 0)..=(blob, u64::MAX, u64::MAX, u64::MAX);
