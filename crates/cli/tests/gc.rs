@@ -314,3 +314,100 @@ async fn a_lost_provider_is_repaired_from_the_ledger_without_a_scan() {
     assert!(again.read(0, data.len() as u64, Some(v)).await.unwrap() == data);
     assert_eq!(status(&client).await.maintenance.audits, 1);
 }
+
+/// Clears the immutable attribute of a chunk file when dropped, so the test's scratch
+/// directory can go even when the test failed halfway.
+struct Immutable(std::path::PathBuf);
+
+impl Immutable {
+    /// Makes `path` immutable: unlinking it fails, for root too, as on a failing disk.
+    fn set(path: std::path::PathBuf) -> Self {
+        chattr("+i", &path);
+        Immutable(path)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+fn chattr(flag: &str, path: &std::path::Path) {
+    let out = std::process::Command::new("chattr")
+        .arg(flag)
+        .arg(path)
+        .output()
+        .expect("chattr (e2fsprogs) runs");
+    assert!(
+        out.status.success(),
+        "chattr {flag} {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A chunk one provider cannot delete holds back only itself: the other unreferenced chunks,
+/// on that provider and the other, are collected, it stays counted as unreferenced, and it
+/// goes once it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_a_provider_cannot_delete_holds_back_only_itself() {
+    // Above the small-chunk log's limit: every chunk is a file of its own.
+    const FILE_CHUNK: u64 = 128 << 10;
+    let tc = TestCluster::start_with(2, without_audits);
+    let client = tc.client().await;
+    wait_for("the startup audit", || async {
+        status(&client).await.maintenance.audits == 1
+    })
+    .await;
+    let blob = client.create_blob(FILE_CHUNK, 1).await.unwrap();
+    let mut versions = Vec::new();
+    let mut last = Vec::new();
+    for i in 0..4u64 {
+        last = pattern::generate(60 + i, 3 * FILE_CHUNK as usize);
+        versions.push(blob.write(0, &last).await.unwrap());
+    }
+    wait_for("every chunk stored", || async {
+        stored_chunks(&client).await == 12
+    })
+    .await;
+    let first = blob.stat(Some(versions[0])).await.unwrap();
+    let stuck = match &blob.segments_of(&first).await.unwrap()[0] {
+        tomus_metadata::Segment::Data(piece) => piece.chunk.to_string(),
+        other => panic!("version 1 starts with {other:?}"),
+    };
+    let file = (0..2)
+        .flat_map(|i| common::chunk_files(&tc.cluster.provider_dir(i)))
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == stuck))
+        .unwrap_or_else(|| panic!("no provider holds chunk {stuck} as a file"));
+    let guard = Immutable::set(file.clone());
+
+    client
+        .manager_call(tomus_wire::manager::SetRetention {
+            blob: blob.id(),
+            retention: tomus_wire::Retention::KeepLast(1),
+        })
+        .await
+        .unwrap();
+    // Nine chunks of the three expired versions: all but the stuck one go.
+    wait_for("the other expired chunks to go", || async {
+        let m = status(&client).await.maintenance;
+        m.gc_chunks == 8 && m.unreferenced_chunks == 1
+    })
+    .await;
+    assert_eq!(stored_chunks(&client).await, 4);
+    assert!(file.exists(), "the immutable chunk file went");
+
+    drop(guard);
+    wait_for("the stuck chunk to go once it can", || async {
+        let m = status(&client).await.maintenance;
+        m.gc_chunks == 9 && m.unreferenced_chunks == 0
+    })
+    .await;
+    assert_eq!(stored_chunks(&client).await, 3);
+    assert!(!file.exists(), "chunk {stuck} is still stored");
+    assert_eq!(blob.read(0, last.len() as u64, None).await.unwrap(), last);
+}

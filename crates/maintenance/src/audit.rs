@@ -13,7 +13,7 @@
 //! It runs rarely (`--audit-interval-ms`) and on request; garbage collection and repair run
 //! from the ledger in between.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use tomus_client::cluster::Cluster;
@@ -256,10 +256,13 @@ async fn delete(cluster: &Cluster, addr: &str, g: Garbage, progress: &Progress) 
         let req = DeleteChunks {
             ids: batch.iter().map(|(id, _)| *id).collect(),
         };
-        cluster.pool.call(addr, req).await?;
+        // What could not be deleted stays for the next audit.
+        let failed: HashSet<ChunkId> = cluster.pool.call(addr, req).await?.into_iter().collect();
+        let deleted = batch.iter().filter(|(id, _)| !failed.contains(id));
+        let (count, bytes) = deleted.fold((0, 0), |(n, b), (_, len)| (n + 1, b + len));
         update(progress, |s| {
-            s.gc_chunks += batch.len() as u64;
-            s.gc_bytes += batch.iter().map(|(_, len)| len).sum::<u64>();
+            s.gc_chunks += count;
+            s.gc_bytes += bytes;
         });
     }
     for batch in g.nodes.chunks(DELETE_BATCH) {

@@ -6,7 +6,7 @@
 //! every live provider carried it out (nodes may sit on any provider after the ring
 //! changed); a provider that is down keeps its copies, which the audit deletes later.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use tomus_client::cluster::Cluster;
@@ -137,7 +137,9 @@ async fn broadcast<T: Clone, R: Rpc>(
 }
 
 /// Deletes the chunks no live leaf has referred to since before `cutoff_ms` from the
-/// providers that hold them, then forgets them.
+/// providers that hold them, then forgets them. A chunk whose deletion failed on a live
+/// provider is kept for the next round, and the chunks behind it still go: one provider
+/// that cannot delete (a disk error) holds back its own chunks, not the cluster's.
 pub async fn chunks(
     cluster: &Cluster,
     ledger: &Arc<Ledger>,
@@ -150,14 +152,18 @@ pub async fn chunks(
         .map(|p| (p.id, p.addr.as_str()))
         .collect();
     let mut done = Collected::default();
+    let mut after = None;
+    let mut kept = 0usize;
+    let mut last_error = None;
     loop {
         let batch = on_ledger(ledger, move |l| {
-            l.unreferenced_before(cutoff_ms, DELETE_BATCH)
+            l.unreferenced_before(cutoff_ms, after, DELETE_BATCH)
         })
         .await?;
-        if batch.is_empty() {
+        let Some((last_id, last_track)) = batch.last() else {
             break;
-        }
+        };
+        after = Some((last_track.zero_since, *last_id));
         let mut per_provider: HashMap<ProviderId, Vec<ChunkId>> = HashMap::new();
         for (id, track) in &batch {
             for p in &track.replicas {
@@ -165,21 +171,42 @@ pub async fn chunks(
             }
         }
         // A provider that is down keeps its copies until the audit finds them.
-        let sends = per_provider.into_iter().filter_map(|(p, ids)| {
-            let a = addr.get(&p)?;
-            Some(cluster.pool.call(a, DeleteChunks { ids }))
+        let sends = per_provider.iter().filter_map(|(p, ids)| {
+            let a = addr.get(p)?;
+            let sent = cluster.pool.call(a, DeleteChunks { ids: ids.clone() });
+            Some(async move { (*p, ids, sent.await) })
         });
-        for r in futures::future::join_all(sends).await {
-            r?;
+        // Chunks still stored on some live provider: kept in the ledger for the next round.
+        let mut left: HashSet<ChunkId> = HashSet::new();
+        for (p, sent, outcome) in futures::future::join_all(sends).await {
+            match outcome {
+                Ok(failed) if failed.is_empty() => {}
+                Ok(failed) => {
+                    last_error = Some(format!(
+                        "provider {p} could not delete {} of them (a disk error?)",
+                        failed.len()
+                    ));
+                    left.extend(failed);
+                }
+                Err(e) => {
+                    last_error = Some(format!("provider {p}: {e}"));
+                    left.extend(sent.iter().copied());
+                }
+            }
         }
-        let ids: Vec<ChunkId> = batch.iter().map(|(id, _)| *id).collect();
+        let ids: Vec<ChunkId> = batch
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !left.contains(id))
+            .collect();
+        kept += batch.len() - ids.len();
         let lens: HashMap<ChunkId, u64> = batch.iter().map(|(id, t)| (*id, t.len)).collect();
         let forgotten = on_ledger(ledger, move |l| l.forget_chunks(&ids)).await?;
         done.chunks += forgotten.len() as u64;
         done.bytes += forgotten.iter().filter_map(|id| lens.get(id)).sum::<u64>();
-        if forgotten.is_empty() {
-            break;
-        }
+    }
+    if let Some(e) = last_error {
+        tracing::warn!("{kept} unreferenced chunks kept for the next round: {e}");
     }
     Ok(done)
 }

@@ -170,7 +170,10 @@ impl Sim {
             .values()
             .filter_map(|(a, _)| a.reused.as_ref().map(|_| a.tag))
             .fold(self.now, u64::min);
-        let dead = self.ledger.unreferenced_before(cutoff, usize::MAX).unwrap();
+        let dead = self
+            .ledger
+            .unreferenced_before(cutoff, None, usize::MAX)
+            .unwrap();
         let ids: Vec<ChunkId> = dead.iter().map(|(id, _)| *id).collect();
         for id in self.ledger.forget_chunks(&ids).unwrap() {
             self.writers.chunks.remove(&id);

@@ -36,8 +36,9 @@ service! {
         // ---- repair, scrub, garbage collection
         /// The chunks it holds, in id order after `start_after`, at most `limit`.
         ListChunks { start_after: Option<ChunkId>, limit: u32 } -> ChunkListing;
-        /// Removes chunks (ids it does not hold are ignored).
-        DeleteChunks { ids: Vec<ChunkId> } -> ();
+        /// Removes chunks (ids it does not hold are ignored). Answers the ids whose files
+        /// could not be removed (a disk error); the others are gone.
+        DeleteChunks { ids: Vec<ChunkId> } -> Vec<ChunkId>;
         /// Fetches chunk `id` whole from the first of `from` (provider addresses) that serves
         /// it intact and stores it (a repair copy, provider to provider).
         CopyChunk { id: ChunkId, len: u64, from: Vec<String> } -> ();

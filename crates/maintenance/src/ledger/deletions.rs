@@ -1,6 +1,8 @@
 //! The deletions the ledger owes: nodes and version ranges to delete from the providers, and
 //! chunks unreferenced long enough to go; each is forgotten once carried out.
 
+use std::ops::Bound;
+
 use tomus_metadata::ChunkId;
 use tomus_wire::Result;
 
@@ -37,17 +39,27 @@ impl Ledger {
         txn.commit().map_err(db_err)
     }
 
-    /// Chunks unreferenced since before `cutoff_ms`, at most `limit`.
+    /// Chunks unreferenced since before `cutoff_ms`, at most `limit`, oldest first: those
+    /// after `after` (the `zero_since` and id of one returned before), so chunks that
+    /// cannot be deleted yet do not hide the ones behind them.
     pub fn unreferenced_before(
         &self,
         cutoff_ms: u64,
+        after: Option<(u64, ChunkId)>,
         limit: usize,
     ) -> Result<Vec<(ChunkId, ChunkTrack)>> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let zeros = txn.open_table(ZEROS).map_err(db_err)?;
         let chunks = txn.open_table(CHUNKS).map_err(db_err)?;
         let mut out = Vec::new();
-        for row in zeros.range(..(cutoff_ms, 0)).map_err(db_err)?.take(limit) {
+        let lower = match after {
+            Some((since, id)) => Bound::Excluded((since, id.0)),
+            None => Bound::Unbounded,
+        };
+        let range = zeros
+            .range::<(u64, u128)>((lower, Bound::Excluded((cutoff_ms, 0))))
+            .map_err(db_err)?;
+        for row in range.take(limit) {
             let (k, _) = row.map_err(db_err)?;
             let id = k.value().1;
             if let Some(v) = chunks.get(id).map_err(db_err)? {

@@ -316,15 +316,22 @@ impl Inner {
         Ok(found)
     }
 
-    pub(super) fn delete_files(&self, ids: &[ChunkId]) -> Result<()> {
+    /// Deletes every file of `ids` it can and returns those it could not (a disk error):
+    /// one that cannot go does not keep the others.
+    pub(super) fn delete_files(&self, ids: &[ChunkId]) -> Result<Vec<ChunkId>> {
         let mut dirs = Vec::new();
+        let mut failed = Vec::new();
         for &id in ids {
             let path = self.path_of(id);
-            let removed = self
-                .remove_counted(&path, |p| fs::remove_file(p))
-                .map_err(|e| io_error(format_args!("deleting chunk {id}"), e))?;
-            if removed {
-                dirs.push(self.dir.join(&id.to_string()[..2]));
+            match self.remove_counted(&path, |p| fs::remove_file(p)) {
+                Ok(true) => dirs.push(self.dir.join(&id.to_string()[..2])),
+                Ok(false) => {}
+                Err(e) => {
+                    if failed.is_empty() {
+                        tracing::error!("deleting chunk {id}: {e}");
+                    }
+                    failed.push(id);
+                }
             }
         }
         if self.fsync {
@@ -334,7 +341,14 @@ impl Inner {
                 sync_dir(&dir).map_err(|e| io_error("deleting chunks", e))?;
             }
         }
-        Ok(())
+        if failed.len() > 1 {
+            tracing::error!(
+                "{} of {} chunk files could not be deleted",
+                failed.len(),
+                ids.len()
+            );
+        }
+        Ok(failed)
     }
 
     /// Moves chunk file `id` into the quarantine directory (replacing an earlier copy there).

@@ -309,15 +309,19 @@ impl ChunkStore {
     }
 
     /// Removes chunks; ids not held are ignored. Durable when it returns (with fsync on).
-    pub async fn delete(&self, ids: &[ChunkId]) -> Result<()> {
+    /// Deletes `ids` (those not held are ignored); returns the ids whose files could not be
+    /// removed.
+    pub async fn delete(&self, ids: &[ChunkId]) -> Result<Vec<ChunkId>> {
         self.memory.delete(ids);
         self.inner.small.delete(ids).await?;
         let inner = self.inner.clone();
         let ids = ids.to_vec();
-        let n = ids.len() as u64;
-        blocking(move || inner.delete_files(&ids)).await?;
-        tomus_metrics::provider().deleted_chunks.inc_by(n);
-        Ok(())
+        let n = ids.len();
+        let failed = blocking(move || inner.delete_files(&ids)).await?;
+        tomus_metrics::provider()
+            .deleted_chunks
+            .inc_by((n - failed.len()) as u64);
+        Ok(failed)
     }
 
     /// Verifies every checksum of chunk `id` and returns its data length.

@@ -10,7 +10,7 @@ use tomus_wire::{checksum, Error, ErrorKind, Result, ScrubReport, MAX_CHUNK_SIZE
 use super::{ProviderService, MAX_LIST};
 
 impl ProviderService {
-    pub(super) async fn delete_chunks(&self, ids: &[ChunkId]) -> Result<()> {
+    pub(super) async fn delete_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkId>> {
         self.forget_cached(ids);
         self.chunks.delete(ids).await
     }
