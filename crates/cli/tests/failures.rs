@@ -476,16 +476,16 @@ async fn a_version_aborted_by_its_writer_releases_the_writers_behind_it_at_once(
     );
 }
 
-/// Small writes whose cached placement names a provider that died meanwhile still succeed:
-/// the chunk stored alongside the version's metadata fails, the version is aborted, and the
-/// write goes to a live provider; every acknowledged write reads back.
+/// A small write's chunk lives with its version's metadata, on the version's ring owner; when
+/// that owner dies, the small writes of the next versions (same owner: a run of versions
+/// shares it) still succeed: the combined store fails, the version is aborted, and the write
+/// is done the long way on live providers; every acknowledged write reads back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn small_writes_survive_a_provider_dying_under_their_cached_placement() {
+async fn small_writes_survive_their_metadata_owner_dying() {
     let mut tc = TestCluster::start(3);
     let client = tc.client().await;
     let blob = client.create_blob(1 << 20, 1).await.unwrap();
     let mut expect = Vec::new();
-    // Fills the placement cache: the next runs of small writes have their providers chosen.
     for seq in 0..4 {
         let data = pattern::generate(pattern::seed(9, seq), 4096);
         blob.append(&data).await.unwrap();
@@ -499,7 +499,24 @@ async fn small_writes_survive_a_provider_dying_under_their_cached_placement() {
                 .iter()
                 .any(|a| a == tc.cluster.provider_addr(i))
         })
-        .expect("the provider of the current run");
+        .expect("the provider of the first append's chunk");
+    // The chunk's provider holds the version's nodes too.
+    let pool = Pool::new(RpcConfig::default());
+    let keys = pool
+        .call(
+            tc.cluster.provider_addr(victim),
+            tomus_wire::provider::ListNodes {
+                start_after: None,
+                limit: 10_000,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        keys.iter()
+            .any(|k| k.blob == blob.id() && k.node.version == 1),
+        "the first version's nodes are not beside its chunk"
+    );
     tc.cluster.kill_provider(victim);
     for seq in 4..40 {
         let data = pattern::generate(pattern::seed(9, seq), 1000 + seq as usize * 50);

@@ -15,13 +15,16 @@ use rand::{Rng, SeedableRng};
 use tomus_cli::embedded::ClusterSpec;
 use tomus_cli::pattern;
 use tomus_client::Client;
-use tomus_metadata::{ChunkId, NodeKey, NodeRef};
+use tomus_metadata::{ChunkId, Node, NodeKey, NodeRef};
 use tomus_wire::maintenance::{Fates, RecordReplicas, ReportMaintenance};
 use tomus_wire::manager::{Allocate, ChunkReplicas, FsList, Register};
-use tomus_wire::provider::{CopyChunk, DeleteChunks, GetNodes, GetPath, PutChunk};
+use tomus_wire::provider::{
+    CopyChunk, DeleteChunks, GetNodes, GetPath, ListChunks, PutChunk, PutSmallWrite,
+};
 use tomus_wire::rpc::encode;
 use tomus_wire::{
-    Envelope, ErrorKind, MaintenanceStatus, Placement, Pool, ProviderReport, Rpc, RpcConfig,
+    checksum, Envelope, ErrorKind, MaintenanceStatus, Placement, Pool, ProviderReport, Rpc,
+    RpcConfig,
 };
 
 use common::TestCluster;
@@ -510,6 +513,66 @@ async fn absurd_counts_get_typed_errors() {
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+    // A small write whole: refused when empty, larger than a small chunk, of the reserved
+    // id, with too many nodes, or damaged on the way; nothing of it is stored.
+    let small = |id: u128, crc: u32, nodes: usize| PutSmallWrite {
+        nodes: vec![
+            (
+                key,
+                Node::Inner {
+                    left: None,
+                    right: None
+                }
+            );
+            nodes
+        ],
+        id: ChunkId(id),
+        crc,
+    };
+    let data = vec![7u8; 4096];
+    for (req, body, what) in [
+        (small(8, 0, 1), &data[..0], "an empty small write"),
+        (
+            small(8, 0, 1),
+            &vec![7u8; (64 << 10) + 1][..],
+            "a small write over 64 KiB",
+        ),
+        (
+            small(0, checksum::crc32c(&data), 1),
+            &data[..],
+            "chunk id 0",
+        ),
+        (
+            small(8, checksum::crc32c(&data), 1_000_000),
+            &data[..],
+            "1M nodes",
+        ),
+    ] {
+        let e = pool.call_with_body(&provider, req, body).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{what}: {e}");
+    }
+    let damaged = small(9, checksum::crc32c(&data) ^ 1, 1);
+    let e = pool
+        .call_with_body(&provider, damaged, &data)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    let held = pool
+        .call(
+            &provider,
+            ListChunks {
+                start_after: None,
+                limit: 1000,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        held.entries
+            .iter()
+            .all(|c| c.id != ChunkId(8) && c.id != ChunkId(9)),
+        "a refused small write stored its chunk"
+    );
 
     let grown = (
         rss(tc.cluster.manager_pid().unwrap()).saturating_sub(before.0),

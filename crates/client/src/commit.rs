@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use tomus_metadata::{
-    build_version, ChunkId, InFlight, PublishedTree, StoredChunk, Version, WritePlan,
+    build_version, ChunkId, InFlight, Node, NodeRef, PublishedTree, StoredChunk, Version, WritePlan,
 };
 use tomus_wire::manager::{AbortVersion, Assign, Complete};
 use tomus_wire::{Assignment, Attrs, DataAge, ErrorKind, Result, VersionInfo, WriteOp};
@@ -97,26 +97,9 @@ impl Blob {
     /// metadata fails to store is aborted, so the writers behind it need not wait for its
     /// lease.
     pub(crate) async fn assign_and_store(&self, c: &Commit<'_>) -> Result<Assignment> {
-        let req = Assign {
-            blob: self.id,
-            op: c.op,
-            attrs: c.options.map(|o| o.attrs.clone()).unwrap_or_default(),
-            expect_size: c.options.and_then(|o| o.expect_size),
-            data: c.data_age(),
-        };
-        let (assignment, assign_took) = timed(self.cluster().manager(req)).await;
+        let (assignment, assign_took) = timed(self.assign(c)).await;
         let assignment = assignment?;
-        // A replacement spans the previous content too: what its data does not cover is cleared.
-        let mut chunks = c.chunks.clone();
-        let data = len(&chunks);
-        if assignment.span.size > data {
-            chunks.push(StoredChunk {
-                chunk: ChunkId::ZEROS,
-                len: assignment.span.size - data,
-                replicas: Vec::new(),
-                chunk_offset: 0,
-            });
-        }
+        let chunks = spanning(&assignment, c.chunks.clone());
         let replaces = matches!(c.op, WriteOp::Replace { .. });
         let (stored, metadata_took) =
             timed(self.store_metadata(&assignment, &chunks, replaces)).await;
@@ -132,6 +115,18 @@ impl Blob {
             "version assigned and its metadata stored"
         );
         Ok(assignment)
+    }
+
+    /// A version for `c` (its chunks not yet part of it).
+    pub(crate) async fn assign(&self, c: &Commit<'_>) -> Result<Assignment> {
+        let req = Assign {
+            blob: self.id,
+            op: c.op,
+            attrs: c.options.map(|o| o.attrs.clone()).unwrap_or_default(),
+            expect_size: c.options.and_then(|o| o.expect_size),
+            data: c.data_age(),
+        };
+        self.cluster().manager(req).await
     }
 
     /// Waits until `version`, whose chunks and metadata are stored, is published.
@@ -163,6 +158,17 @@ impl Blob {
         chunks: &[StoredChunk],
         replaces: bool,
     ) -> Result<()> {
+        let nodes = self.build_metadata(a, chunks, replaces).await?;
+        dht::put_nodes(self.cluster(), self.id, self.replication, nodes).await
+    }
+
+    /// The nodes of version `a` holding `chunks` (which span the whole assigned range).
+    pub(crate) async fn build_metadata(
+        &self,
+        a: &Assignment,
+        chunks: &[StoredChunk],
+        replaces: bool,
+    ) -> Result<Vec<(NodeRef, Node)>> {
         let in_flight: Vec<InFlight> = a
             .in_flight
             .iter()
@@ -188,7 +194,21 @@ impl Blob {
             cluster: self.cluster(),
             blob: self.id,
         };
-        let nodes = build_version(&plan, &source).await?;
-        dht::put_nodes(self.cluster(), self.id, self.replication, nodes).await
+        build_version(&plan, &source).await
     }
+}
+
+/// `chunks` and, when the assigned range is longer (a replacement spans the previous content
+/// too), zeros clearing the rest.
+pub(crate) fn spanning(a: &Assignment, mut chunks: Vec<StoredChunk>) -> Vec<StoredChunk> {
+    let data = len(&chunks);
+    if a.span.size > data {
+        chunks.push(StoredChunk {
+            chunk: ChunkId::ZEROS,
+            len: a.span.size - data,
+            replicas: Vec::new(),
+            chunk_offset: 0,
+        });
+    }
+    chunks
 }

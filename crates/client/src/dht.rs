@@ -6,9 +6,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
-use tomus_metadata::{BlobId, Node, NodeKey, NodeRef, NodeSource, ProviderId, Span};
-use tomus_wire::provider::{GetNodes, GetPath, PutNodes};
-use tomus_wire::{Error, ErrorKind, Result};
+use tomus_metadata::{
+    BlobId, ChunkId, Node, NodeKey, NodeRef, NodeSource, ProviderId, Span, Version,
+};
+use tomus_wire::provider::{GetNodes, GetPath, PutNodes, PutSmallWrite};
+use tomus_wire::{checksum, Error, ErrorKind, Result};
 
 use crate::cluster::Cluster;
 pub use crate::ring::{key_hash, Ring};
@@ -126,6 +128,75 @@ pub async fn put_nodes(
             i += 1;
             entry.3 > 0
         });
+    }
+    Ok(())
+}
+
+/// The providers (id and address) that store the nodes of `version` of `blob` first: every
+/// node of a version has the same ring position, so the same `replication` owners.
+pub async fn version_owners(
+    cluster: &Cluster,
+    blob: BlobId,
+    version: Version,
+    replication: u32,
+) -> Result<Vec<(ProviderId, String)>> {
+    let key = NodeKey {
+        blob,
+        node: NodeRef {
+            version,
+            offset: 0,
+            size: 0,
+        },
+    };
+    let ring = cluster.ring().await?;
+    let writable = cluster.writable(&ring.walk(&key)).await?;
+    if writable.len() < replication as usize {
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "metadata replication {replication} needs {replication} live providers, {} available",
+                writable.len()
+            ),
+        ));
+    }
+    let mut owners = Vec::with_capacity(replication as usize);
+    for id in writable.into_iter().take(replication as usize) {
+        owners.push((id, cluster.addr_of(id).await?));
+    }
+    Ok(owners)
+}
+
+/// Stores a small write whole on each of `owners`, its version's metadata owners: `data` as
+/// chunk `id` and the version's `nodes`, in one request each. All must acknowledge.
+pub async fn put_small_write(
+    cluster: &Cluster,
+    blob: BlobId,
+    owners: &[(ProviderId, String)],
+    nodes: Vec<(NodeRef, Node)>,
+    id: ChunkId,
+    data: &[u8],
+) -> Result<()> {
+    let crc = checksum::crc32c(data);
+    let keyed: Vec<(NodeKey, Node)> = nodes
+        .into_iter()
+        .map(|(node, n)| (NodeKey { blob, node }, n))
+        .collect();
+    for (key, node) in &keyed {
+        cluster.cache.insert(*key, Arc::new(node.clone()));
+    }
+    let puts = owners.iter().map(|(p, addr)| {
+        let req = PutSmallWrite {
+            nodes: keyed.clone(),
+            id,
+            crc,
+        };
+        async move { (*p, cluster.pool.call_with_body(addr, req, data).await) }
+    });
+    for (p, outcome) in join_all(puts).await {
+        if let Err(e) = outcome {
+            cluster.suspect(p, &e);
+            return Err(e);
+        }
     }
     Ok(())
 }

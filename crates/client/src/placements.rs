@@ -1,4 +1,6 @@
-//! Placements fetched ahead for small writes: one manager request serves many small writes.
+//! Placements fetched ahead for small writes that go where placement says (memory-class
+//! blobs; disk-class small writes go to their version's metadata owners, see
+//! `Blob::commit_small`): one manager request serves many small writes.
 //!
 //! A replica set serves a run of consecutive small writes rather than one: writers appending
 //! at the same moment then reach the same providers, whose group commit makes their chunks

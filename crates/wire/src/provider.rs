@@ -21,6 +21,10 @@ service! {
 
         // ---- metadata DHT shard
         PutNodes { nodes: Vec<(NodeKey, Node)> } -> ();
+        /// A small write whole: the frame's body stored as chunk `id` (as [`PutChunk`], `crc`
+        /// checked first) and its version's `nodes` (as [`PutNodes`]), both durable before
+        /// the answer. One request instead of two, to the version's metadata owner.
+        PutSmallWrite { nodes: Vec<(NodeKey, Node)>, id: ChunkId, crc: u32 } -> ();
         /// The nodes of `keys`, in order (`None`: not held here).
         GetNodes { keys: Vec<NodeKey> } -> Vec<Option<Node>>;
         /// The nodes this provider holds on the way from `start` down to any of `targets`

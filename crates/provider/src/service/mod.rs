@@ -21,8 +21,8 @@ use tokio::sync::Semaphore;
 use tomus_metadata::ChunkId;
 use tomus_wire::provider::*;
 use tomus_wire::{
-    check_count, wrong_service, ChunkListing, Envelope, Error, ErrorKind, Handler, LocalChunks,
-    Pool, Reply, Result, MAX_ITEMS,
+    check_count, checksum, wrong_service, ChunkListing, Envelope, Error, ErrorKind, Handler,
+    LocalChunks, Pool, Reply, Result, MAX_ITEMS,
 };
 
 use tomus_steward::probe::Agent;
@@ -31,6 +31,7 @@ use crate::chunk_store::ChunkStore;
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
 use crate::registered::RegisteredFiles;
+use crate::small_chunks::SMALL_CHUNK_MAX;
 
 /// Most nodes one path request returns.
 const MAX_PATH: u32 = 256;
@@ -117,6 +118,22 @@ impl ProviderService {
                 Err(e) => Reply::error(e),
             },
             P::PutNodes(r) => Reply::of::<PutNodes>(self.meta.put_nodes(r.nodes).await),
+            P::PutSmallWrite(r) if r.id == ChunkId::ZEROS => {
+                Reply::error(Error::invalid("chunk id 0 is reserved for zero pieces"))
+            }
+            P::PutSmallWrite(r) => {
+                // A body damaged on the way stores nothing, its nodes included; then both logs
+                // sync at once.
+                let arrived = checksum::check_arrived(&body, r.crc, || format!("chunk {}", r.id));
+                if let Err(e) = arrived {
+                    return Reply::error(e);
+                }
+                let (chunk, nodes) = tokio::join!(
+                    self.put_chunk(r.id, body, r.crc),
+                    self.meta.put_nodes(r.nodes)
+                );
+                Reply::of::<PutSmallWrite>(chunk.and(nodes))
+            }
             P::GetNodes(r) => Reply::of::<GetNodes>(Ok(self.meta.get_nodes(&r.keys))),
             P::GetPath(r) => Reply::of::<GetPath>(Ok(self.meta.path(
                 r.blob,
@@ -190,7 +207,14 @@ impl ProviderService {
 fn check_request(req: &ProviderRequest, body: &Bytes) -> Result<()> {
     use ProviderRequest as P;
     match req {
-        P::PutChunk(_) if body.is_empty() => Err(Error::invalid("an empty chunk")),
+        P::PutChunk(_) | P::PutSmallWrite(_) if body.is_empty() => {
+            Err(Error::invalid("an empty chunk"))
+        }
+        P::PutSmallWrite(_) if body.len() > SMALL_CHUNK_MAX => Err(Error::invalid(format!(
+            "a small write of {} bytes: at most {SMALL_CHUNK_MAX}",
+            body.len()
+        ))),
+        P::PutSmallWrite(r) => check_count("nodes", r.nodes.len(), MAX_ITEMS),
         P::PutNodes(r) => check_count("nodes", r.nodes.len(), MAX_ITEMS),
         P::GetNodes(r) => check_count("node keys", r.keys.len(), MAX_ITEMS),
         P::GetPath(r) => check_count("path targets", r.targets.len(), MAX_PATH_TARGETS),
