@@ -28,6 +28,8 @@ pub mod read;
 pub mod registered;
 /// The consistent-hash ring of the metadata DHT.
 pub mod ring;
+/// Small writes: stored with their version's metadata, or where placement says.
+pub mod small_write;
 /// Storing a write's chunks: placement, parallel puts, failover.
 pub mod upload;
 /// Published version records, cached.

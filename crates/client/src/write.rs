@@ -1,17 +1,17 @@
 //! Writes, appends, replacements and composed versions of a blob. Large writes store their
 //! data first and then commit; small ones (one chunk of at most [`placements::SMALL_WRITE`])
-//! store their chunk while their version is assigned.
+//! store their chunk once their version is assigned (`crate::small_write`).
 
 use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tomus_metadata::{Segment, StoredChunk, Version};
-use tomus_wire::{Assignment, Error, ErrorKind, Result, VersionInfo, WriteOp};
+use tomus_wire::{Error, Result, VersionInfo, WriteOp};
 
 use crate::blob::{Blob, Extent};
-use crate::commit::{len, spanning, Commit, CommitOptions};
+use crate::commit::{len, Commit, CommitOptions};
+use crate::placements;
 use crate::writer::BlobWriter;
-use crate::{chunks, dht, placements};
 
 impl Blob {
     /// Writes `data` at `offset` (any offset, any size > 0; past the end leaves a hole of zeros)
@@ -63,174 +63,6 @@ impl Blob {
     /// Whether `data` is a small write: one chunk, stored with its version's metadata.
     pub(crate) fn is_small(&self, data: &[u8]) -> bool {
         !data.is_empty() && data.len() as u64 <= placements::SMALL_WRITE.min(self.chunk_size)
-    }
-
-    /// A small write: its chunk is stored once its version is assigned, not before, which
-    /// takes a round trip and a disk sync off its latency. (Large writes store their data
-    /// first, so their version is not held in flight, delaying the publication of every later
-    /// version, for the whole transfer.) When the chunk fails to store, the version is
-    /// aborted and the write done the long way, with failover to other providers. `options`
-    /// are published with the version, as for any commit.
-    pub(crate) async fn commit_small(
-        &self,
-        op: WriteOp,
-        data: &[u8],
-        options: Option<&CommitOptions>,
-    ) -> Result<VersionInfo> {
-        if self.client.is_memory_class(self.id).await? {
-            return self.commit_small_placed(op, data, options).await;
-        }
-        self.commit_small_beside_metadata(op, data, options).await
-    }
-
-    /// A small write stored with its version's metadata: once the version is assigned, one
-    /// request to each metadata owner of the version carries the chunk and the nodes, so an
-    /// append costs the providers one request and the client one fewer.
-    async fn commit_small_beside_metadata(
-        &self,
-        op: WriteOp,
-        data: &[u8],
-        options: Option<&CommitOptions>,
-    ) -> Result<VersionInfo> {
-        let started = Instant::now();
-        let commit = |chunks: Vec<StoredChunk>| Commit {
-            op,
-            chunks,
-            options,
-            stored_at: Some(started),
-            reused_at: None,
-        };
-        let (assigned, assign_took) = timed(self.assign(&commit(Vec::new()))).await;
-        let a = assigned?;
-        let (stored, store_took) = timed(self.store_small_write(&a, op, data)).await;
-        let chunk = match stored {
-            Ok(chunk) => chunk,
-            Err(e) => {
-                // The owner that failed (down, its disk full) is the version's only: the write
-                // is done again the long way, its chunk where placement says and its metadata
-                // with failover along the ring.
-                self.abort(a.version).await;
-                tracing::info!(
-                    "blob {}: {e}; storing the small write the long way",
-                    self.id
-                );
-                let stored = self.store_chunks(data).await?;
-                return self.commit(commit(stored)).await;
-            }
-        };
-        let (completed, complete_took) = timed(self.complete(a.version)).await;
-        // Where a small write's latency goes (`TOMUS_LOG=tomus_client=debug`).
-        tracing::debug!(
-            blob = %self.id,
-            version = a.version,
-            assign_us = assign_took.as_micros() as u64,
-            store_us = store_took.as_micros() as u64,
-            complete_us = complete_took.as_micros() as u64,
-            total_us = started.elapsed().as_micros() as u64,
-            "small write"
-        );
-        match completed {
-            // Given up behind a dead writer's version: the chunk is stored, commit again.
-            Err(e) if e.kind == ErrorKind::Retry => self.commit(commit(vec![chunk])).await,
-            other => {
-                if let Ok(v) = &other {
-                    self.log_committed(v);
-                }
-                other
-            }
-        }
-    }
-
-    /// Stores a small write's chunk and version `a`'s metadata on the version's metadata
-    /// owners; returns the chunk.
-    async fn store_small_write(
-        &self,
-        a: &Assignment,
-        op: WriteOp,
-        data: &[u8],
-    ) -> Result<StoredChunk> {
-        let owners =
-            dht::version_owners(self.cluster(), self.id, a.version, self.replication).await?;
-        let chunk = StoredChunk {
-            chunk: chunks::new_chunk_id(false),
-            len: data.len() as u64,
-            replicas: owners.iter().map(|(id, _)| *id).collect(),
-            chunk_offset: 0,
-        };
-        let all = spanning(a, vec![chunk.clone()]);
-        let replaces = matches!(op, WriteOp::Replace { .. });
-        let nodes = self.build_metadata(a, &all, replaces).await?;
-        dht::put_small_write(self.cluster(), self.id, &owners, nodes, chunk.chunk, data).await?;
-        Ok(chunk)
-    }
-
-    /// A small write of a memory-class blob: its chunk goes where the manager's placement
-    /// says (providers with room in memory), stored while the version is assigned and its
-    /// metadata stored.
-    async fn commit_small_placed(
-        &self,
-        op: WriteOp,
-        data: &[u8],
-        options: Option<&CommitOptions>,
-    ) -> Result<VersionInfo> {
-        let started = Instant::now();
-        let replicas = self.small_placement().await?;
-        let chunk = chunks::whole_chunk(chunks::new_chunk_id(true), data.len() as u64, &replicas);
-        let commit = |chunks: Vec<StoredChunk>| Commit {
-            op,
-            chunks,
-            options,
-            stored_at: Some(started),
-            reused_at: None,
-        };
-        let first = commit(vec![chunk.clone()]);
-        let (assigned, (stored, chunk_took)) = futures::join!(
-            self.assign_and_store(&first),
-            timed(chunks::put_chunk_as(
-                self.cluster(),
-                chunk.chunk,
-                data,
-                &replicas
-            )),
-        );
-        match (assigned, stored) {
-            (Ok(a), Ok(())) => {
-                let (completed, complete_took) = timed(self.complete(a.version)).await;
-                // Where a small write's latency goes (`TOMUS_LOG=tomus_client=debug`): its
-                // chunk's store ran beside the assignment and the metadata's.
-                tracing::debug!(
-                    blob = %self.id,
-                    version = a.version,
-                    chunk_us = chunk_took.as_micros() as u64,
-                    complete_us = complete_took.as_micros() as u64,
-                    total_us = started.elapsed().as_micros() as u64,
-                    "small write"
-                );
-                match completed {
-                    // Given up behind a dead writer's version: the chunk is stored, commit
-                    // again.
-                    Err(e) if e.kind == ErrorKind::Retry => self.commit(first).await,
-                    other => {
-                        if let Ok(v) = &other {
-                            self.log_committed(v);
-                        }
-                        other
-                    }
-                }
-            }
-            (Ok(a), Err(e)) => {
-                self.abort(a.version).await;
-                if e.kind != ErrorKind::Unavailable {
-                    return Err(e);
-                }
-                // The provider that failed is suspected now: the next placement avoids it.
-                tracing::info!("blob {}: {e}; storing the chunk elsewhere", self.id);
-                let stored = self.store_chunks(data).await?;
-                self.commit(commit(stored)).await
-            }
-            // A chunk stored without a version is collected as garbage after the grace period.
-            (Err(e), _) => Err(e),
-        }
     }
 
     /// Makes `data` (possibly empty) the whole content: the new version has `data.len()`
