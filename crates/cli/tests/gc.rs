@@ -181,6 +181,17 @@ async fn stored_chunks(client: &tomus_client::Client) -> usize {
     n
 }
 
+/// Sets `blob`'s retention to its latest version only: the others expire.
+async fn keep_last_one(client: &tomus_client::Client, blob: &tomus_client::Blob) {
+    client
+        .manager_call(tomus_wire::manager::SetRetention {
+            blob: blob.id(),
+            retention: tomus_wire::Retention::KeepLast(1),
+        })
+        .await
+        .unwrap();
+}
+
 async fn wait_for<F, Fut>(what: &str, mut cond: F)
 where
     F: FnMut() -> Fut,
@@ -222,13 +233,7 @@ async fn space_comes_back_from_the_ledger_without_a_scan() {
     })
     .await;
 
-    client
-        .manager_call(tomus_wire::manager::SetRetention {
-            blob: blob.id(),
-            retention: tomus_wire::Retention::KeepLast(1),
-        })
-        .await
-        .unwrap();
+    keep_last_one(&client, &blob).await;
     // Four expired versions' chunks go; the latest's stay (the copy shares them).
     wait_for("the expired versions' chunks to go", || async {
         stored_chunks(&client).await == 3
@@ -385,13 +390,7 @@ async fn a_chunk_a_provider_cannot_delete_holds_back_only_itself() {
         .unwrap_or_else(|| panic!("no provider holds chunk {stuck} as a file"));
     let guard = Immutable::set(file.clone());
 
-    client
-        .manager_call(tomus_wire::manager::SetRetention {
-            blob: blob.id(),
-            retention: tomus_wire::Retention::KeepLast(1),
-        })
-        .await
-        .unwrap();
+    keep_last_one(&client, &blob).await;
     // Nine chunks of the three expired versions: all but the stuck one go.
     wait_for("the other expired chunks to go", || async {
         let m = status(&client).await.maintenance;
