@@ -68,13 +68,7 @@ pub async fn put_nodes(
         };
         let candidates: VecDeque<ProviderId> = cluster.writable(&ring.walk(&key)).await?.into();
         if candidates.len() < r {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "metadata replication {replication} needs {replication} live providers, {} available",
-                    candidates.len()
-                ),
-            ));
+            return Err(too_few_providers(replication, candidates.len()));
         }
         let node = Arc::new(node);
         cluster.cache.insert(key, node.clone());
@@ -151,19 +145,23 @@ pub async fn version_owners(
     let ring = cluster.ring().await?;
     let writable = cluster.writable(&ring.walk(&key)).await?;
     if writable.len() < replication as usize {
-        return Err(Error::new(
-            ErrorKind::Unavailable,
-            format!(
-                "metadata replication {replication} needs {replication} live providers, {} available",
-                writable.len()
-            ),
-        ));
+        return Err(too_few_providers(replication, writable.len()));
     }
     let mut owners = Vec::with_capacity(replication as usize);
     for id in writable.into_iter().take(replication as usize) {
         owners.push((id, cluster.addr_of(id).await?));
     }
     Ok(owners)
+}
+
+/// Metadata replication `replication` cannot be met with `available` providers.
+fn too_few_providers(replication: u32, available: usize) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "metadata replication {replication} needs {replication} live providers, {available} available"
+        ),
+    )
 }
 
 /// Stores a small write whole on each of `owners`, its version's metadata owners: `data` as

@@ -309,8 +309,7 @@ impl ChunkStore {
     }
 
     /// Removes chunks; ids not held are ignored. Durable when it returns (with fsync on).
-    /// Deletes `ids` (those not held are ignored); returns the ids whose files could not be
-    /// removed.
+    /// Returns the ids whose files could not be removed (a disk error).
     pub async fn delete(&self, ids: &[ChunkId]) -> Result<Vec<ChunkId>> {
         self.memory.delete(ids);
         self.inner.small.delete(ids).await?;
