@@ -1,13 +1,14 @@
-//! Small writes (one chunk of at most [`crate::placements::SMALL_WRITE`]): their chunk is stored once
-//! their version is assigned, not before, which takes a round trip and a disk sync off their
-//! latency. (Large writes store their data first, so their version is not held in flight,
-//! delaying the publication of every later version, for the whole transfer.)
+//! Small writes (one chunk of at most [`crate::placements::SMALL_WRITE`]): their chunk is
+//! stored once their version is assigned, not before, which takes a round trip and a disk
+//! sync off their latency. (Large writes store their data first, so their version is not held
+//! in flight, delaying the publication of every later version, for the whole transfer.)
 //!
 //! A disk-class small write goes to its version's metadata owners: one request to each
 //! carries the chunk and the version's nodes. A memory-class one goes where the manager's
-//! placement says (providers with room in memory), stored beside the assignment. Either way,
-//! a chunk that fails to store aborts the version and the write is done the long way, with
-//! failover to other providers.
+//! placement says (providers with room in memory), stored beside the assignment. A chunk that
+//! fails to store aborts the version, and the write is done the long way, with failover to
+//! other providers (a memory-class one only when a provider was unreachable: the others'
+//! failures, such as no room left in memory, are the caller's).
 
 use std::time::Instant;
 
