@@ -192,11 +192,12 @@ def test_one_request_id_follows_a_write_and_a_read_through_client_manager_and_pr
         assert len(ids) == 1
         rid = ids.pop()
         assert len(rid) == 16 and int(rid, 16) > 0
+        # A small file: its chunk and its metadata go to the providers in one request.
         served = served_under(
-            data, rid, lambda s: "PutChunk" in by_providers(s) and "Assign" in s["manager"]
+            data, rid, lambda s: "PutSmallWrite" in by_providers(s) and "Assign" in s["manager"]
         )
         assert "Assign" in served["manager"] and "FsCreateRetained" in served["manager"], served
-        assert "PutChunk" in by_providers(served), served
+        assert "PutSmallWrite" in by_providers(served), served
 
         # A read is followed the same way: the client's line of the read, the manager's
         # lookups and the providers' GetChunk all carry one id, another than the write's.
@@ -213,7 +214,7 @@ def test_one_request_id_follows_a_write_and_a_read_through_client_manager_and_pr
         served = served_under(data, read_id, lambda s: "GetChunk" in by_providers(s))
         assert "GetChunk" in by_providers(served), served
         assert "FsStat" in served["manager"], served
-        assert "PutChunk" not in by_providers(served), served
+        assert not {"PutChunk", "PutSmallWrite"} & by_providers(served), served
 
         # A read from Python gets an id of its own without the caller setting one: the
         # manager's GetVersion and the providers' GetChunk of that read share it.
