@@ -325,7 +325,8 @@ async fn a_lost_provider_is_repaired_from_the_ledger_without_a_scan() {
 struct Immutable(std::path::PathBuf);
 
 impl Immutable {
-    /// Makes `path` immutable: unlinking it fails, for root too, as on a failing disk.
+    /// Makes `path` immutable: unlinking it fails, for root too, as on a failing disk. Needs
+    /// root (as the network-namespace tests do) and a file system with the attribute (ext4).
     fn set(path: std::path::PathBuf) -> Self {
         chattr("+i", &path);
         Immutable(path)
@@ -341,6 +342,7 @@ impl Drop for Immutable {
     }
 }
 
+/// Runs `chattr FLAG PATH`; the test fails if it cannot.
 fn chattr(flag: &str, path: &std::path::Path) {
     let out = std::process::Command::new("chattr")
         .arg(flag)

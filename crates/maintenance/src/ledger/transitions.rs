@@ -31,8 +31,8 @@ pub(super) struct Tables<'t> {
     /// leaf inherits the pieces of the one before), so a row changes many times per page of
     /// changes, and redb's copy-on-write insert is most of what counting a version costs.
     changed_chunks: HashMap<ChunkId, ChunkTrack>,
-    /// Leaf rows read or changed in this transaction (`None`: removed), written back once by
-    /// [`Tables::finish`] for the same reason: every leaf of a small append names the
+    /// Leaf rows read or changed in this transaction, the changed ones written back once by
+    /// [`Tables::finish`], for the same reason: every leaf of a small append names the
     /// leaves of the versions in flight beside it and its base, so a row's `dependents`
     /// changes many times per page of changes, and a flattened leaf's row lists a whole
     /// slot's chunks.
@@ -40,7 +40,6 @@ pub(super) struct Tables<'t> {
 }
 
 /// A leaf row as this transaction sees it.
-#[derive(Default)]
 struct LeafRow {
     /// `None`: no such leaf (never was, or removed in this transaction).
     track: Option<LeafTrack>,
