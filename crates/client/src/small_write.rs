@@ -50,8 +50,8 @@ impl Blob {
         let (stored, store_took) = timed(self.store_small_write(&a, w)).await;
         let chunk = match stored {
             Ok(chunk) => chunk,
-            // An owner failed (down, its disk full): it is the version's only one, so the
-            // write goes the long way, its metadata with failover along the ring.
+            // An owner failed (down, its disk full), and a version's ring position fixes its
+            // owners: the write goes the long way, its metadata with failover along the ring.
             Err(e) => return self.small_write_the_long_way(w, a.version, &e).await,
         };
         let (completed, complete_took) = timed(self.complete(a.version)).await;
