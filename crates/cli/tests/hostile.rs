@@ -551,12 +551,21 @@ async fn absurd_counts_get_typed_errors() {
         let e = pool.call_with_body(&provider, req, body).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgument, "{what}: {e}");
     }
+    // A damaged body stores none of the nodes it carries either: the node it names keeps
+    // what it held.
+    let node_at = || pool.call(&provider, GetNodes { keys: vec![key] });
+    let held_before = node_at().await.unwrap();
     let damaged = small(9, checksum::crc32c(&data) ^ 1, 1);
     let e = pool
         .call_with_body(&provider, damaged, &data)
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert_eq!(
+        node_at().await.unwrap(),
+        held_before,
+        "a damaged small write stored its nodes"
+    );
     let held = pool
         .call(
             &provider,
