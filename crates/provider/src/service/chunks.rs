@@ -3,8 +3,8 @@
 //! quarantined.
 
 use bytes::Bytes;
-use tomus_metadata::ChunkId;
-use tomus_wire::{Error, ErrorKind, Payload, Result};
+use tomus_metadata::{ChunkId, Node, NodeKey};
+use tomus_wire::{checksum, Error, ErrorKind, Payload, Result};
 
 use super::ProviderService;
 use crate::chunk_store::{slice_in_memory, ChunkRange};
@@ -14,11 +14,36 @@ impl ProviderService {
     /// before it is cached or acknowledged.
     pub(super) async fn put_chunk(&self, id: ChunkId, data: Bytes, crc: u32) -> Result<()> {
         self.chunks.put_checked(id, data.clone(), crc).await?;
-        // A memory-class chunk is in RAM already: caching it would hold it twice.
+        self.cache_written(id, data, crc);
+        Ok(())
+    }
+
+    /// A small write whole: its chunk is checked against its sender's checksum first, so a
+    /// body damaged on the way stores nothing, its nodes included; then the chunk and the
+    /// nodes are stored side by side (both logs sync at once).
+    pub(super) async fn put_small_write(
+        &self,
+        id: ChunkId,
+        data: Bytes,
+        crc: u32,
+        nodes: Vec<(NodeKey, Node)>,
+    ) -> Result<()> {
+        checksum::check_arrived(&data, crc, || format!("chunk {id}"))?;
+        let (chunk, nodes) = tokio::join!(
+            self.chunks.put(id, data.clone()),
+            self.meta.put_nodes(nodes)
+        );
+        chunk.and(nodes)?;
+        self.cache_written(id, data, crc);
+        Ok(())
+    }
+
+    /// Caches a chunk just written (a memory-class chunk is in RAM already: caching it would
+    /// hold it twice).
+    fn cache_written(&self, id: ChunkId, data: Bytes, crc: u32) {
         if let Some(tier) = self.tier.as_ref().filter(|_| !id.is_memory()) {
             tier.insert(id, data, crc);
         }
-        Ok(())
     }
 
     /// A corrupt chunk on disk is quarantined, so it is no longer listed and repair

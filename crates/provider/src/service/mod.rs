@@ -21,8 +21,8 @@ use tokio::sync::Semaphore;
 use tomus_metadata::ChunkId;
 use tomus_wire::provider::*;
 use tomus_wire::{
-    check_count, checksum, wrong_service, ChunkListing, Envelope, Error, ErrorKind, Handler,
-    LocalChunks, Pool, Reply, Result, MAX_ITEMS,
+    check_count, wrong_service, ChunkListing, Envelope, Error, ErrorKind, Handler, LocalChunks,
+    Pool, Reply, Result, MAX_ITEMS,
 };
 
 use tomus_steward::probe::Agent;
@@ -122,17 +122,8 @@ impl ProviderService {
                 Reply::error(Error::invalid("chunk id 0 is reserved for zero pieces"))
             }
             P::PutSmallWrite(r) => {
-                // A body damaged on the way stores nothing, its nodes included; then both logs
-                // sync at once.
-                let arrived = checksum::check_arrived(&body, r.crc, || format!("chunk {}", r.id));
-                if let Err(e) = arrived {
-                    return Reply::error(e);
-                }
-                let (chunk, nodes) = tokio::join!(
-                    self.put_chunk(r.id, body, r.crc),
-                    self.meta.put_nodes(r.nodes)
-                );
-                Reply::of::<PutSmallWrite>(chunk.and(nodes))
+                let stored = self.put_small_write(r.id, body, r.crc, r.nodes).await;
+                Reply::of::<PutSmallWrite>(stored)
             }
             P::GetNodes(r) => Reply::of::<GetNodes>(Ok(self.meta.get_nodes(&r.keys))),
             P::GetPath(r) => Reply::of::<GetPath>(Ok(self.meta.path(
