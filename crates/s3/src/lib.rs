@@ -18,6 +18,8 @@ mod deletes;
 mod errors;
 mod hidden;
 mod listing;
+/// The MD5 of concurrent uploads, hashed side by side in SIMD lanes.
+mod md5_lanes;
 mod meta;
 mod multipart;
 mod objects;

@@ -1,7 +1,7 @@
 //! Object metadata as version attributes: what a PUT records with its version and a GET,
 //! HEAD or listing reads back.
 
-use md5::{Digest, Md5};
+use md5_many::{Digest, Md5};
 use s3s::dto::{ETag, Metadata, Timestamp};
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::Attrs;

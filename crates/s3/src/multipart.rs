@@ -3,7 +3,7 @@
 //! like any PUT); the upload's key and metadata are the attributes of its `upload` file.
 //! Completing composes the object's new version from the parts' chunks, so no data is copied.
 
-use md5::{Digest, Md5};
+use md5_many::{Digest, Md5};
 use rand::Rng;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders};

@@ -3,7 +3,7 @@
 //! the MD5 of its bytes, as S3 gives it: the source's own ETag when the whole of a
 //! single-part object is copied, otherwise computed by reading the range once.
 
-use md5::{Digest, Md5};
+use md5_many::{Digest, Md5};
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use tomus_client::{CommitOptions, Extent};

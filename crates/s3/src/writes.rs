@@ -3,7 +3,6 @@
 //! as a metadata-only composition.
 
 use futures::StreamExt;
-use md5::{Digest, Md5};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders};
 use tomus_client::{Append, Blob, BlobWriter, CommitOptions, CreateOptions, Extent, Replace};
@@ -12,6 +11,7 @@ use tomus_wire::{ErrorKind, FsEntry, Retention, StorageClass as Class, VersionIn
 use crate::checksums::{declared_checksums, Verifier};
 use crate::conditional::Expect;
 use crate::errors::{custom, from_store, object_err, path_conflict, s3_err, Missing};
+use crate::md5_lanes::{BodyMd5, LanesGone};
 use crate::meta::{self, ObjectMeta};
 use crate::objects::{Conditions, Found, EMPTY_MD5};
 use crate::paths::{self, Target};
@@ -90,7 +90,7 @@ pub(crate) async fn drain(
     content_md5: Option<&str>,
     sums: &mut Verifier,
 ) -> S3Result<([u8; 16], u64)> {
-    let mut md5 = Md5::new();
+    let mut md5 = BodyMd5::default();
     let mut n = 0u64;
     if let Some(mut body) = body {
         while let Some(part) = body.next().await {
@@ -100,13 +100,13 @@ pub(crate) async fn drain(
                     format!("reading the request body failed: {e}"),
                 )
             })?;
-            md5.update(&part);
+            md5.update(&part).await.map_err(md5_lost)?;
             sums.update(&part);
             n += part.len() as u64;
             writer.write(&part).await.map_err(object_err)?;
         }
     }
-    let md5: [u8; 16] = md5.finalize().into();
+    let md5 = md5.finish().await.map_err(md5_lost)?;
     if let Some(expected) = content_md5 {
         if base64_simd::STANDARD.encode_to_string(md5) != expected.trim() {
             return Err(s3_err(
@@ -116,6 +116,13 @@ pub(crate) async fn drain(
         }
     }
     Ok((md5, n))
+}
+
+fn md5_lost(_: LanesGone) -> S3Error {
+    s3_err(
+        S3ErrorCode::InternalError,
+        "the gateway's MD5 hashing thread is gone; see its log",
+    )
 }
 
 fn header_is_true(headers: &http::HeaderMap, name: &str) -> bool {
