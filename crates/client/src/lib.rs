@@ -6,6 +6,8 @@
 //! it returns once the version is published. Reads walk the tree of a published version and
 //! fetch chunk pieces in parallel, failing over between replicas.
 
+/// Batch buffers of streaming writers, recycled.
+mod batch_buffers;
 /// Handles on blobs and their version records.
 pub mod blob;
 /// Chunk transfers: replicated stores, ranged reads with failover.

@@ -7,6 +7,7 @@ use std::time::Instant;
 use tomus_metadata::StoredChunk;
 use tomus_wire::{trace, Error, Result, VersionInfo, WriteOp};
 
+use crate::batch_buffers;
 use crate::blob::Blob;
 use crate::commit::{len, Commit, CommitOptions};
 
@@ -87,9 +88,11 @@ impl BlobWriter {
             if self.buffer.len() + take > self.buffer.capacity()
                 && self.buffer.len() + take > RESERVE_WHOLE_BATCH
             {
-                // One allocation for the whole batch rather than copying it again at
-                // every doubling of the buffer.
-                self.buffer.reserve_exact(batch - self.buffer.len());
+                // One buffer for the whole batch (recycled, see `batch_buffers`) rather
+                // than copying it again at every doubling of the buffer.
+                let mut whole = batch_buffers::take(batch);
+                whole.extend_from_slice(&self.buffer);
+                self.buffer = whole;
             }
             self.buffer.extend_from_slice(&data[..take]);
             data = &data[take..];
@@ -111,7 +114,9 @@ impl BlobWriter {
         let blob = self.blob.clone();
         let size = data.len() as u64;
         let task = tokio::spawn(trace::scope(self.request, async move {
-            blob.store_chunks(&data).await
+            let stored = blob.store_chunks(&data).await;
+            batch_buffers::give_back(data);
+            stored
         }));
         self.in_flight.push_back((size, task));
         while self.in_flight.len() > WRITER_IN_FLIGHT {
