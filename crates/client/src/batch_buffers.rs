@@ -41,7 +41,9 @@ impl Pool {
 
     fn idle(&self) -> MutexGuard<'_, Vec<Vec<u8>>> {
         // The list is changed by single pushes and removals, so a poisoned lock is still good.
-        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn take(&self, capacity: usize) -> Vec<u8> {
