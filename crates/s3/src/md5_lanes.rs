@@ -22,7 +22,8 @@
 //! The bytes are copied into the batch (about 0.1 ms per MiB) so that every lane gets one
 //! contiguous run of the same length, and the body's own buffers go back to hyper at once.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 use md5_many::{Md5Many, Md5State};
@@ -53,6 +54,8 @@ struct Lanes {
     /// waits for.
     streams: AtomicUsize,
     next_stream: AtomicU64,
+    /// The thread started (if not, every body is hashed on its own task).
+    running: AtomicBool,
     engine: Md5Many,
 }
 
@@ -71,22 +74,26 @@ fn lock(queue: &Mutex<Vec<Job>>) -> MutexGuard<'_, Vec<Job>> {
 }
 
 impl Lanes {
-    /// A hashing thread and its queue, kept for the life of the process.
-    fn start() -> &'static Lanes {
-        let lanes: &'static Lanes = Box::leak(Box::new(Lanes {
+    fn new() -> Lanes {
+        Lanes {
             queue: Mutex::new(Vec::new()),
             changed: Condvar::new(),
             streams: AtomicUsize::new(0),
             next_stream: AtomicU64::new(0),
+            running: AtomicBool::new(true),
             engine: Md5Many::new(),
-        }));
+        }
+    }
+
+    /// A hashing thread and its queue, kept for the life of the process.
+    fn start() -> &'static Lanes {
+        let lanes: &'static Lanes = Box::leak(Box::new(Lanes::new()));
         let started = std::thread::Builder::new()
             .name("tomus-md5".into())
             .spawn(move || lanes.run());
         if let Err(e) = started {
-            // Without the thread every batch's state is dropped and its request fails
-            // with an internal error; say why once.
-            tracing::error!("cannot start the MD5 hashing thread: {e}");
+            tracing::error!("cannot start the MD5 hashing thread, uploads hash alone: {e}");
+            lanes.running.store(false, Ordering::Release);
         }
         lanes
     }
@@ -94,8 +101,16 @@ impl Lanes {
     fn run(&self) {
         loop {
             let mut jobs = self.gather();
-            for group in jobs.chunks_mut(LANES) {
-                self.hash(group);
+            let hashed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                for group in jobs.chunks_mut(LANES) {
+                    self.hash(group);
+                }
+            }));
+            if hashed.is_err() {
+                // Dropping the jobs fails their requests (`LanesGone`); the thread goes on
+                // for the others.
+                tracing::error!("hashing {} uploads' MD5 panicked", jobs.len());
+                continue;
             }
             for job in jobs {
                 // The request may have given up (its client went away): nothing to do.
@@ -183,7 +198,7 @@ impl Default for BodyMd5 {
     }
 }
 
-/// The hashing thread dropped a batch: only if it could not start, or panicked.
+/// The hashing thread dropped a batch: it panicked hashing it.
 #[derive(Debug)]
 pub struct LanesGone;
 
@@ -205,8 +220,15 @@ impl BodyMd5 {
             let take = part.len().min(BATCH - self.batch.len());
             self.batch.extend_from_slice(&part[..take]);
             part = &part[take..];
-            if self.batch.len() == BATCH {
-                self.submit().await?;
+            if self.batch.len() < BATCH {
+                continue;
+            }
+            match &mut self.state {
+                Some(alone) if !self.lanes.running.load(Ordering::Acquire) => {
+                    alone.update(&self.batch);
+                    self.batch.clear();
+                }
+                _ => self.submit().await?,
             }
         }
         Ok(())
@@ -364,6 +386,15 @@ mod tests {
             }
             proptest::prop_assert_eq!(lanes.streams.load(Ordering::Acquire), 0);
         }
+    }
+
+    #[tokio::test]
+    async fn without_the_thread_bodies_are_hashed_on_their_task() {
+        let lanes: &'static Lanes = Box::leak(Box::new(Lanes::new()));
+        lanes.running.store(false, Ordering::Release);
+        let data = body(3 * BATCH + 100, 3);
+        assert_eq!(hashed(lanes, &data, &[300_000]).await, md5(&data));
+        assert_eq!(lanes.streams.load(Ordering::Acquire), 0);
     }
 
     #[tokio::test]

@@ -121,7 +121,7 @@ pub(crate) async fn drain(
 fn md5_lost(_: LanesGone) -> S3Error {
     s3_err(
         S3ErrorCode::InternalError,
-        "the gateway's MD5 hashing thread is gone; see its log",
+        "computing this upload's MD5 failed in the gateway; its log says why",
     )
 }
 
