@@ -316,6 +316,29 @@ mod tests {
         h.finish().await.expect("lanes")
     }
 
+    /// Hashes a body of each length, fed in parts of its sizes, all at once: what each got,
+    /// its MD5, and its length.
+    async fn side_by_side(
+        lanes: &'static Lanes,
+        bodies: Vec<(usize, Vec<usize>)>,
+    ) -> Vec<([u8; 16], [u8; 16], usize)> {
+        let tasks: Vec<_> = bodies
+            .into_iter()
+            .enumerate()
+            .map(|(seed, (len, sizes))| {
+                tokio::spawn(async move {
+                    let data = body(len, seed as u8);
+                    (hashed(lanes, &data, &sizes).await, md5(&data), len)
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.expect("task"));
+        }
+        results
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_bodies_of_uneven_parts_hash_as_md5_does() {
         let lanes = Lanes::start();
@@ -330,18 +353,7 @@ mod tests {
             (5 * BATCH / 2, vec![BATCH + 64]),
             (4 * BATCH + 7, vec![131_072]),
         ];
-        let tasks: Vec<_> = cases
-            .into_iter()
-            .enumerate()
-            .map(|(seed, (len, sizes))| {
-                tokio::spawn(async move {
-                    let data = body(len, seed as u8);
-                    (hashed(lanes, &data, &sizes).await, md5(&data), len)
-                })
-            })
-            .collect();
-        for t in tasks {
-            let (got, want, len) = t.await.expect("task");
+        for (got, want, len) in side_by_side(lanes, cases).await {
             assert_eq!(got, want, "body of {len} bytes");
         }
         assert_eq!(lanes.streams.load(Ordering::Acquire), 0);
@@ -364,24 +376,8 @@ mod tests {
                 .worker_threads(2)
                 .build()
                 .expect("runtime");
-            let results = runtime.block_on(async move {
-                let tasks: Vec<_> = bodies
-                    .into_iter()
-                    .enumerate()
-                    .map(|(seed, (len, sizes))| {
-                        tokio::spawn(async move {
-                            let data = body(len, seed as u8);
-                            (hashed(lanes, &data, &sizes).await, md5(&data))
-                        })
-                    })
-                    .collect();
-                let mut results = Vec::new();
-                for t in tasks {
-                    results.push(t.await.expect("task"));
-                }
-                results
-            });
-            for (got, want) in results {
+            let results = runtime.block_on(side_by_side(lanes, bodies));
+            for (got, want, _) in results {
                 proptest::prop_assert_eq!(got, want);
             }
             proptest::prop_assert_eq!(lanes.streams.load(Ordering::Acquire), 0);
