@@ -477,6 +477,40 @@ async fn keep_newer_than_expires_by_age_and_keeps_the_latest() {
     );
 }
 
+/// A time-based policy is looked at again when its cutoff passes a version it keeps, not
+/// later (nor every round, which would read the store for every such blob every second).
+#[tokio::test]
+async fn keep_newer_than_removes_a_version_in_the_first_round_after_it_ages_out() {
+    const DAY: u64 = 86_400_000;
+    let dir = TempDir::new("keep-newer-due");
+    let m = open(dir.path(), TIMEOUT);
+    let blob = create_blob(&m, 1).await.unwrap().id;
+    for _ in 0..3 {
+        publish(&m, blob).await;
+        // Distinct publication times, so each version ages out on its own.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    set_retention(&m, blob, Retention::KeepNewerThan(DAY))
+        .await
+        .unwrap();
+    assert_eq!(listed(&m, blob).await, [1, 2, 3]);
+    let p1 = version(&m, blob, Some(1)).await.unwrap().published_ms;
+    let p2 = version(&m, blob, Some(2)).await.unwrap().published_ms;
+
+    let enforce = |now: u64| m.versions.enforce_retention(now);
+    assert_eq!(enforce(p1 + DAY), 0, "version 1 is exactly a day old");
+    assert_eq!(listed(&m, blob).await, [1, 2, 3]);
+    assert_eq!(enforce(p1 + DAY + 1), 1);
+    assert_eq!(listed(&m, blob).await, [2, 3]);
+    assert_eq!(enforce(p2 + DAY), 0);
+    assert_eq!(enforce(p2 + DAY + 1), 1);
+    assert_eq!(listed(&m, blob).await, [3]);
+    // The latest stays however old it gets.
+    assert_eq!(enforce(p2 + 1000 * DAY), 0);
+    assert_eq!(listed(&m, blob).await, [3]);
+    close(m).await;
+}
+
 async fn fs_delete(m: &ManagerService, path: &str, recursive: bool) -> Result<()> {
     let req = FsDelete {
         path: path.into(),

@@ -24,6 +24,7 @@ use tomus_wire::{Change, Error, Result, Retention};
 
 pub(crate) use blobs::{delete_blob_in, remove_blobs_in};
 use change_log::log_change;
+pub use retention::ExpiryPlan;
 pub use versions::{Dropped, Publication};
 
 const BLOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("blobs");

@@ -11,43 +11,68 @@ use super::{
     db_err, decode, encode, log_change, RetentionRecord, Store, ATTRS, RETENTION, VERSIONS,
 };
 
-/// The first version `policy` retains among the published versions of `blob` still stored
-/// (read through `versions`), if that removes at least one of them. The latest published
-/// version is always retained.
+/// Where `policy` stands for `blob` at a given time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpiryPlan {
+    /// The first version `policy` retains, if that removes at least one stored version.
+    pub keep_from: Option<Version>,
+    /// When time alone next moves a time-based policy past a version it keeps now (`None`:
+    /// only a new publication can: the policy counts versions, or it keeps only the latest).
+    pub recheck_at_ms: Option<u64>,
+}
+
+impl ExpiryPlan {
+    const NOTHING: ExpiryPlan = ExpiryPlan {
+        keep_from: None,
+        recheck_at_ms: None,
+    };
+}
+
+/// What `policy` removes among the published versions of `blob` still stored (read through
+/// `versions`) at `now_ms`. The latest published version is always retained.
 fn plan_expiry(
     versions: &impl ReadableTable<(u64, u64), &'static [u8]>,
     blob: BlobId,
     policy: Retention,
     now_ms: u64,
-) -> Result<Option<Version>> {
+) -> Result<ExpiryPlan> {
     let rows = || versions.range((blob, 0)..=(blob, u64::MAX)).map_err(db_err);
     let first_stored = match rows()?.next() {
         Some(row) => row.map_err(db_err)?.0.value().1,
-        None => return Ok(None),
+        None => return Ok(ExpiryPlan::NOTHING),
     };
-    let keep_from = match policy {
-        Retention::KeepAll => return Ok(None),
+    let (keep_from, recheck_at_ms) = match policy {
+        Retention::KeepAll => return Ok(ExpiryPlan::NOTHING),
         // The n-th newest; fewer than n stored: nothing to remove.
         Retention::KeepLast(n) => match rows()?.rev().nth(n.max(1) as usize - 1) {
-            Some(row) => row.map_err(db_err)?.0.value().1,
-            None => return Ok(None),
+            Some(row) => (row.map_err(db_err)?.0.value().1, None),
+            None => return Ok(ExpiryPlan::NOTHING),
         },
-        // The oldest published at or after the cutoff, else the latest.
+        // The oldest published at or after the cutoff, else the latest. The cutoff passes
+        // that version 1 ms after it is `ms` old; the latest it never passes.
         Retention::KeepNewerThan(ms) => {
             let cutoff = now_ms.saturating_sub(ms);
             let mut keep = first_stored;
-            for row in rows()? {
+            let mut recheck = None;
+            let mut rows = rows()?.peekable();
+            while let Some(row) = rows.next() {
                 let (k, v) = row.map_err(db_err)?;
                 keep = k.value().1;
                 let info: VersionInfo = decode(v.value())?;
                 if info.published_ms >= cutoff {
+                    if rows.peek().is_some() {
+                        recheck = Some(info.published_ms.saturating_add(ms).saturating_add(1));
+                    }
                     break;
                 }
             }
-            keep
+            (keep, recheck)
         }
     };
-    Ok((keep_from > first_stored).then_some(keep_from))
+    Ok(ExpiryPlan {
+        keep_from: (keep_from > first_stored).then_some(keep_from),
+        recheck_at_ms,
+    })
 }
 
 impl Store {
@@ -82,14 +107,9 @@ impl Store {
         Ok(record)
     }
 
-    /// Where the policy of `blob` would move its first retained version at `now_ms`
-    /// (`None`: nothing to remove). A read transaction: cheap enough to ask every second.
-    pub fn plan_expiry(
-        &self,
-        blob: BlobId,
-        policy: Retention,
-        now_ms: u64,
-    ) -> Result<Option<Version>> {
+    /// Where the policy of `blob` would move its first retained version at `now_ms`, and
+    /// when time alone would move it next. A read transaction.
+    pub fn plan_expiry(&self, blob: BlobId, policy: Retention, now_ms: u64) -> Result<ExpiryPlan> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let t = txn.open_table(VERSIONS).map_err(db_err)?;
         plan_expiry(&t, blob, policy, now_ms)

@@ -84,8 +84,11 @@ struct BlobState {
     /// Raised before their rows are deleted, so reads never see them half-removed.
     retained_from: Version,
     /// Whether the policy may remove versions that were not looked at yet (set by
-    /// publications and policy changes; time-based policies are looked at every round).
+    /// publications and policy changes).
     expiry_due: bool,
+    /// When a time-based policy's cutoff next passes a version it keeps (from the last
+    /// look at the store): the blob is looked at again then.
+    expiry_at_ms: Option<u64>,
     /// Its file was deleted: waiting writers are told so.
     deleted: bool,
     /// Why it is gone when that is not a plain delete (its new file could not take its
@@ -120,6 +123,7 @@ impl BlobState {
             retention: r.policy,
             retained_from: r.retained_from,
             expiry_due: true,
+            expiry_at_ms: None,
             deleted: false,
             gone: None,
             naming: None,

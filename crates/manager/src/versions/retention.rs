@@ -64,8 +64,11 @@ impl VersionManager {
                 match s.retention {
                     Retention::KeepAll => false,
                     Retention::KeepLast(_) => s.expiry_due,
-                    // Time alone moves its cutoff.
-                    Retention::KeepNewerThan(_) => true,
+                    // Time alone moves its cutoff: looked at again once it passes a version
+                    // kept now, not every round (each look reads the store).
+                    Retention::KeepNewerThan(_) => {
+                        s.expiry_due || s.expiry_at_ms.is_some_and(|at| now_ms >= at)
+                    }
                 }
             })
             .collect();
@@ -125,10 +128,12 @@ impl VersionManager {
         };
         // Planned on the durable rows (not the in-memory mark), so a failed removal is
         // planned again next time.
-        let Some(keep_from) = self.store.plan_expiry(blob, policy, now_ms)? else {
+        let plan = self.store.plan_expiry(blob, policy, now_ms)?;
+        let mut s = slot.lock();
+        s.expiry_at_ms = plan.recheck_at_ms;
+        let Some(keep_from) = plan.keep_from else {
             return Ok(None);
         };
-        let mut s = slot.lock();
         // A pending writer's metadata may refer to any node of the tree it builds on:
         // that version stays until the writer is done (garbage collection relies on it).
         let held = s.pending.values().map(|p| p.base.max(1)).min();
