@@ -65,10 +65,19 @@ impl Up {
 
     /// What `tomus status --json` says of the providers: (address, state).
     fn provider_states(&self) -> Vec<(String, String)> {
+        self.try_provider_states()
+            .unwrap_or_else(|err| panic!("tomus status: {err}"))
+    }
+
+    /// The same, or what `tomus status` said when it failed: a manager that was just restarted
+    /// runs before it listens, so a status right then is refused.
+    fn try_provider_states(&self) -> Result<Vec<(String, String)>, String> {
         let out = self.tomus(&["status", "--json"]);
-        assert!(out.status.success(), "{}", stderr(&out));
+        if !out.status.success() {
+            return Err(stderr(&out));
+        }
         let status: Value = serde_json::from_slice(&out.stdout).unwrap();
-        status["providers"]
+        let states = status["providers"]
             .as_array()
             .unwrap()
             .iter()
@@ -78,7 +87,8 @@ impl Up {
                     p["state"].as_str().unwrap().to_string(),
                 )
             })
-            .collect()
+            .collect();
+        Ok(states)
     }
 
     /// Ctrl-C as a terminal sends it: SIGINT to the whole foreground process group.
@@ -277,7 +287,9 @@ fn up_restarts_its_manager_and_the_data_stays() {
     });
     // Same address and state: the file written before is there, every provider re-registers.
     eventually("every provider up again", || {
-        let now = up.provider_states();
+        let Ok(now) = up.try_provider_states() else {
+            return false;
+        };
         now.len() == 3 && now.iter().all(|(_, s)| s == "up")
     });
     reads_back(&up, &data);

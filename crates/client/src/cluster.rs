@@ -13,8 +13,9 @@ use tomus_wire::{Error, ErrorKind, Pool, ProviderInfo, Result, Rpc};
 use crate::dht::{NodeCache, Ring};
 use crate::local::{enabled_by_env, LocalProviders};
 
-/// How long a provider list is trusted before the next lookup refreshes it.
-const PROVIDER_LIST_TTL: Duration = Duration::from_secs(5);
+/// How long a provider list is trusted before the next lookup refreshes it (the manager
+/// counts on this bound when it judges a drain complete).
+const PROVIDER_LIST_TTL: Duration = tomus_wire::PROVIDER_VIEW_TTL;
 /// How long a provider that just failed a request is tried last. Shorter than the manager's
 /// failure detection, so a provider that only hiccuped is soon used again.
 const SUSPECT_FOR: Duration = Duration::from_secs(3);

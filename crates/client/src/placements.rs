@@ -28,6 +28,9 @@ pub const BATCH: usize = 4;
 const RUN_WRITES: u32 = 64;
 /// Older placements are dropped: provider load and liveness change.
 const FRESH_FOR: Duration = Duration::from_secs(2);
+// A drain is judged complete on the promise that no client writes by a provider list older
+// than this.
+const _: () = assert!(FRESH_FOR.as_millis() <= tomus_wire::PROVIDER_VIEW_TTL.as_millis());
 
 /// What a placement depends on of a blob: its replication, and whether it is of the memory
 /// storage class.

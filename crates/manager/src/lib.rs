@@ -84,6 +84,8 @@ pub async fn run(
         store.clone(),
         config.provider_timeout,
     )?);
+    // Drains that were under way before a restart.
+    versions.watch_drain(registry.drain_horizon_ms());
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| Error::invalid(format!("cannot listen on {}: {e}", config.listen)))?;

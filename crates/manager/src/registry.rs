@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 use tomus_metadata::{ChunkId, ProviderId};
 use tomus_wire::{
     check_count, host_of, Error, ErrorKind, LostChunks, MaintenanceStatus, ProviderInfo,
-    ProviderReport, Result, MAX_ITEMS,
+    ProviderReport, Result, MAX_ITEMS, PROVIDER_VIEW_TTL,
 };
 
 /// Longest last-error message a maintenance report keeps.
 const MAX_REPORTED_ERROR: usize = 4096;
 
 use crate::store::{ProviderRecord, Store};
-use crate::versions::now_ms;
+use crate::versions::{drain_horizon, now_ms};
 
 struct Entry {
     info: ProviderInfo,
@@ -27,9 +27,8 @@ struct Entry {
     placed_since_report: u64,
     /// Chunks placed on it since its last report.
     placed_chunks_since_report: u64,
-    /// While draining: how many maintenance reports had arrived when the drain started, so
-    /// only later reports (which know about the drain) can show it empty.
-    drain_after_report: u64,
+    /// While draining: when the drain started (Unix ms, durable).
+    drain_started_ms: u64,
     /// Bytes of chunks it stores, from its last report (not durable: heartbeats refresh it).
     stored_bytes: u64,
 }
@@ -40,8 +39,6 @@ struct Maintenance {
     status: MaintenanceStatus,
     /// When it arrived (Unix ms; 0: never).
     received_ms: u64,
-    /// Reports received since the manager started.
-    count: u64,
 }
 
 pub struct Registry {
@@ -90,8 +87,7 @@ impl Registry {
                     reported: false,
                     placed_since_report: 0,
                     placed_chunks_since_report: 0,
-                    // No report arrived yet; every later one follows the drain.
-                    drain_after_report: 0,
+                    drain_started_ms: drains.get(&r.id).copied().unwrap_or(0),
                     stored_bytes: 0,
                 },
             );
@@ -152,9 +148,9 @@ impl Registry {
         })?;
         let mut entries = self.lock();
         // Draining survives re-registration (a provider restarting mid-drain).
-        let (draining, drain_after_report) = entries
+        let (draining, drain_started_ms) = entries
             .get(&id)
-            .map_or((false, 0), |e| (e.info.draining, e.drain_after_report));
+            .map_or((false, 0), |e| (e.info.draining, e.drain_started_ms));
         entries.insert(
             id,
             Entry {
@@ -173,7 +169,7 @@ impl Registry {
                 reported: true,
                 placed_since_report: 0,
                 placed_chunks_since_report: 0,
-                drain_after_report,
+                drain_started_ms,
                 stored_bytes: report.stored_bytes,
             },
         );
@@ -325,13 +321,12 @@ impl Registry {
         if !marks.is_empty() {
             self.store.put_drains(&marks)?;
         }
-        let reports = lock(&self.maintenance).count;
         let now = Instant::now();
         let mut entries = self.lock();
         for id in &fresh {
             if let Some(e) = entries.get_mut(id) {
                 e.info.draining = true;
-                e.drain_after_report = reports;
+                e.drain_started_ms = since;
                 tracing::info!("provider {id} ({addr}) is draining");
             }
         }
@@ -342,8 +337,25 @@ impl Registry {
             .ok_or_else(|| Error::not_found(format!("no provider is registered at {addr}")))
     }
 
-    /// Why the provider of `e` may not be removed yet (`None`: it may).
-    fn keeps(&self, e: &Entry, now: Instant, m: &Maintenance) -> Option<String> {
+    /// The latest drain horizon of the draining providers (0: none drains).
+    pub fn drain_horizon_ms(&self) -> u64 {
+        self.lock()
+            .values()
+            .filter(|e| e.info.draining)
+            .map(|e| drain_horizon(e.drain_started_ms))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Why the provider of `e` may not be removed yet (`None`: it may). `settled`: what
+    /// [`crate::versions::VersionManager::drains_settled_at`] says.
+    fn keeps(
+        &self,
+        e: &Entry,
+        now: Instant,
+        m: &Maintenance,
+        settled: Option<u64>,
+    ) -> Option<String> {
         let who = format!("provider {} ({})", e.info.id, e.info.addr);
         if !self.alive(e, now) {
             return None;
@@ -355,10 +367,18 @@ impl Registry {
                 self.timeout.as_secs_f64()
             ));
         }
-        if m.count <= e.drain_after_report {
+        let Some(settled) = settled else {
             return Some(format!(
-                "{who} is still alive and not drained: the maintenance service has not \
-                 reported since its drain started"
+                "{who} is still alive and not drained: writes that may have put data on it \
+                 are not published yet"
+            ));
+        };
+        if m.status.last_pass_started_ms <= settled {
+            return Some(format!(
+                "{who} is still alive and not drained: no maintenance pass has started since \
+                 the last write that may have put data on it (clients learn of a drain within \
+                 {}s)",
+                PROVIDER_VIEW_TTL.as_secs()
             ));
         }
         // Not listed: the reporting pass planned before the drain began, so it says nothing
@@ -371,7 +391,8 @@ impl Registry {
             .map(|(_, bytes)| *bytes)
         else {
             return Some(format!(
-                "{who} is still alive and not drained: no maintenance pass has planned its                  drain yet"
+                "{who} is still alive and not drained: no maintenance pass has planned its \
+                 drain yet"
             ));
         };
         (left > 0).then(|| {
@@ -383,9 +404,10 @@ impl Registry {
         })
     }
 
-    /// Forgets the provider(s) at `addr`: allowed when down, or when draining and a
-    /// maintenance report received after the drain started shows nothing left on it.
-    pub fn remove(&self, addr: &str) -> Result<Vec<ProviderId>> {
+    /// Forgets the provider(s) at `addr`: allowed when down, or when draining and the report
+    /// of a maintenance pass that started after `settled` (see [`Registry::keeps`]) shows
+    /// nothing left on it.
+    pub fn remove(&self, addr: &str, settled: Option<u64>) -> Result<Vec<ProviderId>> {
         let _changes = lock(&self.changes);
         let ids = {
             let entries = self.lock();
@@ -393,7 +415,9 @@ impl Registry {
             let now = Instant::now();
             let ids = self.at(&entries, addr)?;
             for id in &ids {
-                let why = entries.get(id).and_then(|e| self.keeps(e, now, &m));
+                let why = entries
+                    .get(id)
+                    .and_then(|e| self.keeps(e, now, &m, settled));
                 if let Some(why) = why {
                     return Err(Error::new(ErrorKind::PreconditionFailed, why));
                 }
@@ -425,7 +449,6 @@ impl Registry {
         let mut m = lock(&self.maintenance);
         m.status = status;
         m.received_ms = now_ms();
-        m.count += 1;
         Ok(())
     }
 

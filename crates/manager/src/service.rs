@@ -75,7 +75,19 @@ impl ManagerService {
     }
 
     fn status(&self) -> ClusterStatus {
-        let (maintenance, maintenance_reported_ms) = self.registry.maintenance();
+        let (mut maintenance, maintenance_reported_ms) = self.registry.maintenance();
+        // "Nothing left" on a draining provider holds only from a pass that started after
+        // every write that may have put data there was published: until then it is not shown.
+        if !maintenance.draining.is_empty() {
+            let started = maintenance.last_pass_started_ms;
+            let settled = self
+                .versions
+                .drains_settled_at()
+                .is_some_and(|t| started > t);
+            maintenance
+                .draining
+                .retain(|(_, left)| *left > 0 || settled);
+        }
         ClusterStatus {
             providers: self.registry.list(),
             blobs: self.versions.blob_count() as u64,
@@ -228,11 +240,15 @@ impl ManagerService {
             ),
             M::DrainProvider(r) => {
                 let registry = self.registry.clone();
-                Reply::of::<DrainProvider>(blocking(move || registry.drain(&r.addr)).await)
+                let drained = blocking(move || registry.drain(&r.addr)).await;
+                self.versions.watch_drain(self.registry.drain_horizon_ms());
+                Reply::of::<DrainProvider>(drained)
             }
             M::RemoveProvider(r) => {
                 let registry = self.registry.clone();
-                let removed = blocking(move || registry.remove(&r.addr)).await;
+                let versions = self.versions.clone();
+                let removed =
+                    blocking(move || registry.remove(&r.addr, versions.drains_settled_at())).await;
                 Reply::of::<RemoveProvider>(removed.map(|_| ()))
             }
             M::GetStatus(_) => Reply::of::<GetStatus>(Ok(self.status())),

@@ -19,6 +19,10 @@ pub const MAX_ITEMS: usize = 100_000;
 pub const MAX_LISTING: u32 = 10_000;
 /// Longest provider address a registration may carry.
 pub const MAX_ADDR_LEN: usize = 256;
+/// Longest a client uses its list of providers (and placements taken from it) before asking
+/// the manager again. Until then it may still write to a provider that started draining, and
+/// the manager counts on this bound when it judges a drain complete.
+pub const PROVIDER_VIEW_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlobInfo {

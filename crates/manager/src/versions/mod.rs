@@ -9,6 +9,7 @@
 //! always kept) and forgets blobs whose files were deleted.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -28,11 +29,14 @@ use crate::store::{BlobRecord, Publication, RetentionRecord, Store};
 mod collection;
 /// Publications committed in batches.
 mod committer;
+/// Writes that may have put data on a draining provider.
+mod drains;
 /// Retention policies and expiry.
 mod retention;
 /// Assignment, completion, publication, leases and aborts.
 mod writes;
 
+pub use drains::drain_horizon;
 pub(crate) use retention::check_retention;
 pub use retention::describe;
 
@@ -199,6 +203,8 @@ pub struct VersionManager {
     /// writer's data and record it pending; a grant writes them once it has seen every
     /// pending writer, so no writer slips between the two.
     cutoffs: RwLock<Cutoffs>,
+    /// Writes that may have put data on draining providers.
+    drains: drains::DrainWatch,
     /// Dropped with the version manager, which stops its committer.
     committer_stop: watch::Sender<bool>,
 }
@@ -313,6 +319,7 @@ impl VersionManager {
             commits,
             expiry: Mutex::new(()),
             cutoffs,
+            drains: Default::default(),
             committer_stop: watch::channel(false).0,
         });
         let committer = committer::Committer {

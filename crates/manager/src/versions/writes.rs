@@ -360,8 +360,11 @@ impl VersionManager {
         }
         let m = tomus_metrics::manager();
         for v in &p.versions {
-            if s.pending.remove(&v.version).is_some() {
+            if let Some(pending) = s.pending.remove(&v.version) {
                 m.versions_in_flight.dec();
+                // Under the blob's lock, so a look for such writes finds it pending or sees
+                // its publication.
+                self.drains.published(pending.stored_since);
             }
         }
         m.versions_published.inc_by(p.versions.len() as u64);
