@@ -14,8 +14,8 @@ use futures::executor::block_on;
 use proptest::prelude::*;
 use tomus_maintenance::delta::{delta, rebuild};
 use tomus_maintenance::ledger::{Doom, Ledger, Step};
-use tomus_metadata::testing::{Assigned, Op, Writers};
 use tomus_metadata::*;
+use tomus_metadata_testing::{Assigned, Op, Writers};
 use tomus_wire::{VersionInfo, VersionState};
 
 const BLOB: BlobId = 7;

@@ -1,5 +1,8 @@
-//! Test support (feature `testing`): a model of concurrent writers of one blob, for tests that
-//! check the segment tree, or what is built on it, against plain byte vectors.
+//! Test support for `tomus-metadata` and what is built on it: a model of concurrent writers of
+//! one blob, for tests that check the segment tree against plain byte vectors. A crate of its
+//! own, not a feature of `tomus-metadata`: a feature turned on by dev-dependencies changes the
+//! library every other build compiles, so the test build and the Python extension's build
+//! (`maturin develop`, which sees no dev-dependency) could not share a single crate.
 //!
 //! [`Writers`] hands out versions as the version manager does (each with the latest published
 //! tree and the lower versions still in flight), records what every version must read as, and
@@ -16,10 +19,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::executor::block_on;
 
-use crate::build::{build_version, InFlight, PublishedTree, WritePlan};
-use crate::resolve::resolve_range;
-use crate::types::*;
-use crate::{MetaError, NodeSource};
+use tomus_metadata::types::*;
+use tomus_metadata::{
+    build_version, resolve_range, InFlight, MetaError, NodeSource, PublishedTree, WritePlan,
+};
 
 /// Tree nodes kept in a map, counting the nodes fetched.
 #[derive(Default)]

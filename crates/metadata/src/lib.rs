@@ -7,8 +7,6 @@
 
 pub mod build;
 pub mod resolve;
-#[cfg(feature = "testing")]
-pub mod testing;
 pub mod types;
 
 use std::future::Future;

@@ -8,8 +8,8 @@
 use std::sync::atomic::Ordering;
 
 use proptest::prelude::*;
-use tomus_metadata::testing::{Op, Writers};
 use tomus_metadata::*;
+use tomus_metadata_testing::{Op, Writers};
 
 /// A minimal version manager + writer simulation.
 type Sim = Writers;
