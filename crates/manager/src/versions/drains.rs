@@ -59,11 +59,7 @@ impl VersionManager {
         if horizon == 0 {
             return Some(0);
         }
-        let slots: Vec<Arc<BlobSlot>> = {
-            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
-            blobs.values().cloned().collect()
-        };
-        for slot in slots {
+        for (_, slot) in self.slots() {
             if slot
                 .lock()
                 .pending

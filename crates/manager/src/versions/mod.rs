@@ -334,6 +334,13 @@ impl VersionManager {
         Ok(vm)
     }
 
+    /// Every blob's slot, taken out from under the map's lock (the callers lock each slot in
+    /// turn, which must not hold up creations and deletions).
+    fn slots(&self) -> Vec<(BlobId, Arc<BlobSlot>)> {
+        let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
+        blobs.iter().map(|(id, s)| (*id, s.clone())).collect()
+    }
+
     fn slot(&self, blob: BlobId) -> Result<Arc<BlobSlot>> {
         let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
         blobs
@@ -411,11 +418,11 @@ impl VersionManager {
     }
 
     pub fn list_blobs(&self) -> Vec<BlobInfo> {
-        let slots: Vec<Arc<BlobSlot>> = {
-            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
-            blobs.values().cloned().collect()
-        };
-        let mut out: Vec<BlobInfo> = slots.iter().map(|s| blob_info(&s.lock())).collect();
+        let mut out: Vec<BlobInfo> = self
+            .slots()
+            .iter()
+            .map(|(_, s)| blob_info(&s.lock()))
+            .collect();
         out.sort_by_key(|b| b.id);
         out
     }
@@ -475,12 +482,8 @@ impl VersionManager {
     /// New files (blob, path) with nothing assigned whose writers showed no sign of life
     /// for `grace`: their writers are gone (a write that old would be refused anyway).
     pub(crate) fn abandoned_files(&self, grace: Duration) -> Vec<(BlobId, String)> {
-        let slots: Vec<Arc<BlobSlot>> = {
-            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
-            blobs.values().cloned().collect()
-        };
         let mut out = Vec::new();
-        for slot in slots {
+        for (_, slot) in self.slots() {
             let s = slot.lock();
             if let Some(n) = &s.naming {
                 if s.unwritten() && n.touched.elapsed() > grace {

@@ -53,11 +53,8 @@ impl VersionManager {
     /// [`EXPIRY_BATCH`] blobs per transaction. Returns how many blobs lost versions; a blob
     /// that fails is logged and retried next time.
     pub fn enforce_retention(&self, now_ms: u64) -> usize {
-        let slots: Vec<(BlobId, Arc<BlobSlot>)> = {
-            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
-            blobs.iter().map(|(id, s)| (*id, s.clone())).collect()
-        };
-        let due: Vec<(BlobId, Arc<BlobSlot>)> = slots
+        let due: Vec<(BlobId, Arc<BlobSlot>)> = self
+            .slots()
             .into_iter()
             .filter(|(_, slot)| {
                 let s = slot.lock();

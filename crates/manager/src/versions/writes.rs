@@ -204,12 +204,8 @@ impl VersionManager {
     /// with the versions assigned after it (their metadata refers to it): later writers are
     /// not blocked by a dead one. Returns how many versions were given up.
     pub fn expire_leases(&self, lease: Duration) -> Result<usize> {
-        let slots: Vec<(BlobId, Arc<BlobSlot>)> = {
-            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
-            blobs.iter().map(|(id, s)| (*id, s.clone())).collect()
-        };
         let mut given_up = 0;
-        for (blob, slot) in slots {
+        for (blob, slot) in self.slots() {
             let mut s = slot.lock();
             let expired = s
                 .pending
