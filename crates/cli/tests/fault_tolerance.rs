@@ -1,7 +1,8 @@
 //! Fault tolerance against real processes on loopback: failure detection and repair of a
 //! killed provider, corruption served from the replica and repaired by scrub, providers
-//! joining and draining under load, retention and garbage collection, and a randomized
-//! nemesis mixing these faults with concurrent clients.
+//! joining and draining under load (and a write that outlives its provider's removal),
+//! retention and garbage collection, and a randomized nemesis mixing these faults with
+//! concurrent clients.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tomus_cli::embedded::ClusterSpec;
 use tomus_cli::pattern;
-use tomus_client::Client;
+use tomus_client::{Client, CommitOptions, Replace};
 use tomus_metadata::ChunkId;
 use tomus_wire::manager::{Allocate, GetStatus, SetRetention};
 use tomus_wire::provider::{ListChunks, ListNodes, PutChunk};
@@ -314,6 +315,66 @@ async fn providers_join_and_drain_under_load_without_a_failed_operation() {
     };
     let nodes = pool.call(&joined_addr, list).await.unwrap();
     assert!(!nodes.is_empty(), "the new provider got no metadata");
+}
+
+/// A writer whose chunks went to a provider before it drained, and who commits only after the
+/// provider was removed, is refused: no repair pass could see those chunks (nothing
+/// referenced them), so publishing them would acknowledge data that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_outlives_a_removal_of_its_provider_is_refused() {
+    // A long GC grace: the refusal must come from the removal, not from the writer's age.
+    let mut tc = TestCluster::start_with(3, |spec| {
+        spec.heartbeat_ms = 200;
+        spec.manager_args = common::fast_maintenance(120_000);
+    });
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 1).await.unwrap();
+    let drained = tc.cluster.provider_addr(0).to_string();
+    let drained_id = provider_at(&client.providers().await.unwrap(), &drained).id;
+
+    // One whole writer batch is stored at once, before any version is asked for.
+    let mut writer = blob.writer();
+    writer.write(&pattern::generate(7, 32 << 20)).await.unwrap();
+    let on_drained = holders(&client)
+        .await
+        .values()
+        .filter(|h| h.contains(&drained_id))
+        .count();
+    assert!(
+        on_drained > 0,
+        "none of the writer's chunks went to {drained}"
+    );
+
+    for args in [
+        ["provider", "drain", &drained, "--wait"].as_slice(),
+        &["provider", "remove", &drained],
+    ] {
+        if args[1] == "remove" {
+            tc.cluster.kill_provider(0);
+        }
+        let out = tomus(&tc.addr(), args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let e = writer
+        .commit(Replace::default(), &CommitOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::WriteExpired, "{e}");
+    assert!(
+        e.message.contains("drained provider was removed"),
+        "{}",
+        e.message
+    );
+    assert_eq!(blob.latest().await.unwrap(), 0);
+    // A write begun now goes to the providers left.
+    let data = pattern::generate(8, 40 * CHUNK as usize);
+    blob.append(&data).await.unwrap();
+    assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -406,23 +406,25 @@ impl Registry {
 
     /// Forgets the provider(s) at `addr`: allowed when down, or when draining and the report
     /// of a maintenance pass that started after `settled` (see [`Registry::keeps`]) shows
-    /// nothing left on it.
-    pub fn remove(&self, addr: &str, settled: Option<u64>) -> Result<Vec<ProviderId>> {
+    /// nothing left on it. Returns their ids and the latest drain horizon of those that were
+    /// draining (0: none), before which writes may have put data on them.
+    pub fn remove(&self, addr: &str, settled: Option<u64>) -> Result<(Vec<ProviderId>, u64)> {
         let _changes = lock(&self.changes);
-        let ids = {
+        let (ids, horizon) = {
             let entries = self.lock();
             let m = lock(&self.maintenance);
             let now = Instant::now();
             let ids = self.at(&entries, addr)?;
-            for id in &ids {
-                let why = entries
-                    .get(id)
-                    .and_then(|e| self.keeps(e, now, &m, settled));
-                if let Some(why) = why {
+            let mut horizon = 0;
+            for e in ids.iter().filter_map(|id| entries.get(id)) {
+                if let Some(why) = self.keeps(e, now, &m, settled) {
                     return Err(Error::new(ErrorKind::PreconditionFailed, why));
                 }
+                if e.info.draining {
+                    horizon = horizon.max(drain_horizon(e.drain_started_ms));
+                }
             }
-            ids
+            (ids, horizon)
         };
         self.store.remove_providers(&ids)?;
         let mut entries = self.lock();
@@ -430,7 +432,7 @@ impl Registry {
             entries.remove(id);
             tracing::info!("provider {id} ({addr}) removed");
         }
-        Ok(ids)
+        Ok((ids, horizon))
     }
 
     /// Keeps the maintenance service's latest report (in memory: it reports again soon).

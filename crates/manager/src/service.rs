@@ -247,8 +247,10 @@ impl ManagerService {
             M::RemoveProvider(r) => {
                 let registry = self.registry.clone();
                 let versions = self.versions.clone();
-                let removed =
-                    blocking(move || registry.remove(&r.addr, versions.drains_settled_at())).await;
+                let removed = blocking(move || {
+                    versions.remove_drained(|settled| registry.remove(&r.addr, settled))
+                })
+                .await;
                 Reply::of::<RemoveProvider>(removed.map(|_| ()))
             }
             M::GetStatus(_) => Reply::of::<GetStatus>(Ok(self.status())),

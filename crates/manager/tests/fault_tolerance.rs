@@ -318,6 +318,24 @@ async fn providers_are_removed_only_when_drained_or_down() {
     let left: Vec<ProviderId> = providers(&m).await.iter().map(|p| p.id).collect();
     assert_eq!(left, [b]);
 
+    // A write whose data began storing before the horizon, assigned only now, may have put
+    // it on the removed provider: refused. One whose data is newer (past the margin for its
+    // request's transit) is not.
+    let since_drain = DataAge {
+        stored_ms: tomus_wire::now_ms() - drained_at + 1,
+        reused_ms: None,
+    };
+    let e = assign_aged(&m, blob, since_drain).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::WriteExpired);
+    assert!(
+        e.message.contains("drained provider was removed"),
+        "{}",
+        e.message
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let v = assign(&m, blob, 100).await.unwrap();
+    assert_eq!(complete(&m, blob, v).await.unwrap().version, v);
+
     // Back again: a new id, not draining.
     let again = register(&m, Some(a), "127.0.0.1:7001").await;
     assert!(again > b, "{again}");

@@ -8,8 +8,14 @@
 //! horizon), and the manager knows when each write's data began storing (its age, sent with
 //! the assignment). A pass that planned before such a write was published did not see its
 //! references, so its "nothing left" says nothing about them.
+//!
+//! A write assigned only after such a provider was removed is refused instead: its data may
+//! have gone to the removed provider, and no pass can move it off any more. Removals hold
+//! assignments off while they decide, so each write is either seen pending (the removal
+//! waits) or refused.
 
 use std::sync::atomic::Ordering;
+use std::sync::RwLockReadGuard;
 
 use tomus_wire::PROVIDER_VIEW_TTL;
 
@@ -23,6 +29,10 @@ pub(super) struct DrainWatch {
     horizon_ms: AtomicU64,
     /// When the last such write was published (manager ms).
     last_published_ms: AtomicU64,
+    /// Writes whose data began storing before this (manager ms) may have data on a provider
+    /// that drained and was removed. Assignments read it while they check a writer's data and
+    /// record it pending; a removal writes it while it looks for pending writes.
+    removed_before_ms: RwLock<u64>,
 }
 
 /// The drain horizon of a drain that started at `started_ms`.
@@ -31,6 +41,13 @@ pub fn drain_horizon(started_ms: u64) -> u64 {
 }
 
 impl DrainWatch {
+    /// What [`check_removals`] compares with, held until the write is recorded pending.
+    pub(super) fn removals_read(&self) -> RwLockReadGuard<'_, u64> {
+        self.removed_before_ms
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Notes the publication of a version whose data began storing at `stored_since`.
     pub(super) fn published(&self, stored_since: u64) {
         let horizon = self.horizon_ms.load(Ordering::Relaxed);
@@ -42,6 +59,26 @@ impl DrainWatch {
 }
 
 impl VersionManager {
+    /// Runs `remove`, which removes drained providers if what
+    /// [`VersionManager::drains_settled_at`] says allows it and returns the latest drain
+    /// horizon of those it removed, with assignments held off; from then on, writes whose
+    /// data began storing before that horizon are refused.
+    pub fn remove_drained<T>(
+        &self,
+        remove: impl FnOnce(Option<u64>) -> Result<(T, u64)>,
+    ) -> Result<T> {
+        let mut before = self
+            .drains
+            .removed_before_ms
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let (removed, horizon) = remove(self.drains_settled_at())?;
+        // A removal comes after the horizon, unless the clock stepped back: data stored since
+        // the removal cannot be on the removed providers either.
+        *before = (*before).max(horizon.min(now_ms()));
+        Ok(removed)
+    }
+
     /// Watches writes that may have put data on a provider whose drain has `horizon_ms`.
     pub fn watch_drain(&self, horizon_ms: u64) {
         self.drains
@@ -71,4 +108,21 @@ impl VersionManager {
         }
         Some(horizon.max(self.drains.last_published_ms.load(Ordering::Relaxed)))
     }
+}
+
+/// Refuses a write whose data began storing at `stored_since`, before `removed_before` (what
+/// [`DrainWatch`] holds): it may have put data on a provider that was removed. With the
+/// margin for the writer's request in transit, as for garbage collection's cutoffs.
+pub(super) fn check_removals(blob: BlobId, stored_since: u64, removed_before: u64) -> Result<()> {
+    if stored_since.saturating_sub(LATENCY_SLACK_MS) >= removed_before {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::WriteExpired,
+        format!(
+            "the chunks this write of blob {blob} stored date from before a drained provider \
+             was removed, and some may have been on it, so nothing was published: write the \
+             data again"
+        ),
+    ))
 }

@@ -64,6 +64,9 @@ impl VersionManager {
         // Held until the version is pending: a grant of cutoffs sees it or it sees the grant.
         let cutoffs = self.cutoffs.read().unwrap_or_else(|p| p.into_inner());
         check_data_age(blob, stored_since, reused_since, &cutoffs)?;
+        // Held likewise: a removal sees it pending or it sees the removal.
+        let removed_before = self.drains.removals_read();
+        drains::check_removals(blob, stored_since, *removed_before)?;
         let mut s = slot.lock();
         if s.deleted {
             return Err(s.gone_error());
