@@ -74,10 +74,12 @@ impl ManagerService {
         Ok(())
     }
 
-    fn status(&self) -> ClusterStatus {
-        let (mut maintenance, maintenance_reported_ms) = self.registry.maintenance();
-        // "Nothing left" on a draining provider holds only from a pass that started after
-        // every write that may have put data there was published: until then it is not shown.
+    /// The maintenance service's latest report and when it came (manager ms), as users see
+    /// it (`tomus status`, the dashboard): "nothing left" on a draining provider holds only
+    /// from a pass that started after every write that may have put data there was
+    /// published, so until then it is not shown.
+    pub(crate) fn maintenance_seen(&self) -> (tomus_wire::MaintenanceStatus, u64) {
+        let (mut maintenance, reported_ms) = self.registry.maintenance();
         if !maintenance.draining.is_empty() {
             let started = maintenance.last_pass_started_ms;
             let settled = self
@@ -88,6 +90,11 @@ impl ManagerService {
                 .draining
                 .retain(|(_, left)| *left > 0 || settled);
         }
+        (maintenance, reported_ms)
+    }
+
+    fn status(&self) -> ClusterStatus {
+        let (maintenance, maintenance_reported_ms) = self.maintenance_seen();
         ClusterStatus {
             providers: self.registry.list(),
             blobs: self.versions.blob_count() as u64,

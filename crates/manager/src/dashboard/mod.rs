@@ -93,7 +93,7 @@ impl Pages for ManagerPages {
         m.cluster_capacity_bytes.set(clamp(capacity));
         m.cluster_free_bytes.set(clamp(free));
 
-        let (s, _) = self.service.registry.maintenance();
+        let (s, _) = self.service.maintenance_seen();
         m.repair_passes.observe(s.passes);
         m.repaired_chunks.observe(s.repaired_chunks);
         m.repaired_bytes.observe(s.repaired_bytes);
@@ -132,7 +132,7 @@ impl Pages for ManagerPages {
             let html = match path.as_str() {
                 "/" => {
                     let providers = service.registry.list_with_stored();
-                    let (maintenance, reported) = service.registry.maintenance();
+                    let (maintenance, reported) = service.maintenance_seen();
                     let backup = reader.backup_status().await.map_err(|e| e.message);
                     let sites = reader.sites_status().await.map_err(|e| e.message);
                     let mut body = pages::overview(&providers, &maintenance, reported);
