@@ -1,18 +1,19 @@
 //! Batch buffers of streaming writers, recycled.
 //!
-//! A [`BlobWriter`](crate::writer::BlobWriter) gathers its data into batches of 32 MiB
-//! before storing them. A fresh buffer that size is above glibc's largest threshold for
-//! mapping allocations, so every batch was mapped, faulted in and cleared page by page as it
-//! filled, then unmapped: profiled under 8 concurrent 128 MiB S3 PUTs, the page faults and
-//! clearing were about a seventh of the gateway's CPU. Stored batches go back to a small free
-//! list shared by every writer of the process instead.
+//! A [`BlobWriter`](crate::writer::BlobWriter) gathers its data into batches of several MiB
+//! before storing them. A fresh buffer that size is mapped, faulted in and cleared page by
+//! page as it fills, then unmapped (it was 32 MiB, above glibc's largest threshold for mapping
+//! allocations): profiled under 8 concurrent 128 MiB S3 PUTs, the page faults and clearing
+//! were about a seventh of the gateway's CPU. Stored batches go back to a small free list
+//! shared by every writer of the process instead.
 
 use std::sync::{Mutex, MutexGuard};
 
-/// Buffers smaller than this are not kept (a small object's buffer is not a batch).
-const POOLED_MIN: usize = 8 << 20;
+/// Buffers smaller than this are not kept (a small object's buffer is not a batch; a batch
+/// rounded down to whole chunks may be a little under 8 MiB).
+const POOLED_MIN: usize = 4 << 20;
 
-/// Idle bytes kept at most (four 32 MiB batches).
+/// Idle bytes kept at most (sixteen 8 MiB batches).
 const MAX_IDLE_BYTES: usize = 128 << 20;
 
 /// The process's free list.
