@@ -145,8 +145,9 @@ class PreconditionFailed(TomusError):
 
 class WriteExpired(TomusError, TimeoutError):
     """A write took longer from storing its data to committing it than the cluster's garbage
-    collection grace: the data may have been reclaimed, so nothing was published. Write it
-    again (or raise the manager's ``--gc-grace-ms``)."""
+    collection grace, or a provider it may have stored data on was drained and removed before
+    it committed: the data may be gone, so nothing was published. Write it again (or raise
+    the manager's ``--gc-grace-ms``)."""
 
     kind = "WriteExpired"
 

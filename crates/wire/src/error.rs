@@ -60,8 +60,9 @@ error_kinds! {
         /// append at a known offset expected).
         PreconditionFailed,
         /// A write took longer from storing (or finding) its data to committing it than garbage
-        /// collection's grace: the data may have been reclaimed, so nothing was published. The
-        /// data must be written again.
+        /// collection's grace, or a provider it may have stored data on was drained and removed
+        /// before it committed: the data may be gone, so nothing was published. The data must
+        /// be written again.
         WriteExpired,
     }
 }
