@@ -15,7 +15,7 @@ use tomus_wire::{
 const MAX_REPORTED_ERROR: usize = 4096;
 
 use crate::store::{ProviderRecord, Store};
-use crate::versions::{drain_horizon, now_ms};
+use crate::versions::{drain_horizon, now_ms, removal_fence};
 
 struct Entry {
     info: ProviderInfo,
@@ -406,8 +406,8 @@ impl Registry {
 
     /// Forgets the provider(s) at `addr`: allowed when down, or when draining and the report
     /// of a maintenance pass that started after `settled` (see [`Registry::keeps`]) shows
-    /// nothing left on it. Returns their ids and the latest drain horizon of those that were
-    /// draining (0: none), before which writes may have put data on them.
+    /// nothing left on it. Returns their ids and the time before which writes may have put
+    /// data on them (see [`removal_fence`]; 0: none was draining), recorded with the removal.
     pub fn remove(&self, addr: &str, settled: Option<u64>) -> Result<(Vec<ProviderId>, u64)> {
         let _changes = lock(&self.changes);
         let (ids, horizon) = {
@@ -426,13 +426,14 @@ impl Registry {
             }
             (ids, horizon)
         };
-        self.store.remove_providers(&ids)?;
+        let fence = removal_fence(horizon);
+        self.store.remove_providers(&ids, fence)?;
         let mut entries = self.lock();
         for id in &ids {
             entries.remove(id);
             tracing::info!("provider {id} ({addr}) removed");
         }
-        Ok((ids, horizon))
+        Ok((ids, fence))
     }
 
     /// Keeps the maintenance service's latest report (in memory: it reports again soon).

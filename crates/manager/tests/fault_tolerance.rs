@@ -368,6 +368,14 @@ async fn providers_are_removed_only_when_drained_or_down() {
     let m = open(dir.path(), timeout);
     let left: Vec<ProviderId> = providers(&m).await.iter().map(|p| p.id).collect();
     assert_eq!(left, [again]);
+    // A restarted manager still refuses a write that may have data on the removed provider.
+    let since_drain = DataAge {
+        stored_ms: tomus_wire::now_ms() - drained_at + 1,
+        reused_ms: None,
+    };
+    let e = assign_aged(&m, blob, since_drain).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::WriteExpired, "{e}");
+    assign(&m, blob, 100).await.unwrap();
 }
 
 #[tokio::test]

@@ -82,7 +82,8 @@ pub struct RetentionRecord {
 }
 
 /// Key: a property of the database; "schema": its format version; "cutoff_fresh" and
-/// "cutoff_reused": the garbage-collection cutoffs granted (see [`Cutoffs`](tomus_wire::Cutoffs)).
+/// "cutoff_reused": the garbage-collection cutoffs granted (see [`Cutoffs`](tomus_wire::Cutoffs));
+/// "removed_before": see [`Store::removed_before`].
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Key: sequence number; value: a [`Change`] (the change log the maintenance service
 /// follows). Written in the transaction that makes the change; at most [`MAX_CHANGES`] kept.

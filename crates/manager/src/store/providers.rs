@@ -5,7 +5,10 @@ use redb::ReadableTable;
 use tomus_metadata::{ChunkId, ProviderId};
 use tomus_wire::Result;
 
-use super::{db_err, decode, encode, ProviderRecord, Store, DRAINING, PROVIDERS, REPLICAS};
+use super::{db_err, decode, encode, ProviderRecord, Store, DRAINING, META, PROVIDERS, REPLICAS};
+
+/// The key in `META` of [`Store::removed_before`].
+const REMOVED_BEFORE: &str = "removed_before";
 
 impl Store {
     pub fn providers(&self) -> Result<Vec<ProviderRecord>> {
@@ -52,8 +55,9 @@ impl Store {
         txn.commit().map_err(db_err)
     }
 
-    /// Forgets providers: their records and drain marks.
-    pub fn remove_providers(&self, ids: &[ProviderId]) -> Result<()> {
+    /// Forgets providers: their records and drain marks. Writes whose data began storing
+    /// before `removed_before` (Unix ms; it only moves forward) may have put data on them.
+    pub fn remove_providers(&self, ids: &[ProviderId], removed_before: u64) -> Result<()> {
         let txn = self.db.begin_write().map_err(db_err)?;
         {
             let mut providers = txn.open_table(PROVIDERS).map_err(db_err)?;
@@ -62,8 +66,25 @@ impl Store {
                 providers.remove(*id).map_err(db_err)?;
                 draining.remove(*id).map_err(db_err)?;
             }
+            let mut meta = txn.open_table(META).map_err(db_err)?;
+            let before = meta
+                .get(REMOVED_BEFORE)
+                .map_err(db_err)?
+                .map_or(0, |v| v.value());
+            if removed_before > before {
+                meta.insert(REMOVED_BEFORE, removed_before)
+                    .map_err(db_err)?;
+            }
         }
         txn.commit().map_err(db_err)
+    }
+
+    /// What [`Store::remove_providers`] recorded last (0: nothing).
+    pub fn removed_before(&self) -> Result<u64> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let meta = txn.open_table(META).map_err(db_err)?;
+        let before = meta.get(REMOVED_BEFORE).map_err(db_err)?;
+        Ok(before.map_or(0, |v| v.value()))
     }
 
     /// Upserts replica sets of chunks in one transaction (an empty set removes the entry).

@@ -30,8 +30,9 @@ pub(super) struct DrainWatch {
     /// When the last such write was published (manager ms).
     last_published_ms: AtomicU64,
     /// Writes whose data began storing before this (manager ms) may have data on a provider
-    /// that drained and was removed. Assignments read it while they check a writer's data and
-    /// record it pending; a removal writes it while it looks for pending writes.
+    /// that drained and was removed (kept in the store with the removal, so a restart keeps
+    /// refusing them). Assignments read it while they check a writer's data and record it
+    /// pending; a removal writes it while it looks for pending writes.
     removed_before_ms: RwLock<u64>,
 }
 
@@ -40,7 +41,24 @@ pub fn drain_horizon(started_ms: u64) -> u64 {
     started_ms + PROVIDER_VIEW_TTL.as_millis() as u64 + LATENCY_SLACK_MS
 }
 
+/// Writes whose data began storing before this may have data on providers removed now whose
+/// latest drain horizon is `horizon` (0: none drained). A removal comes after the horizon,
+/// unless the clock stepped back: data stored since the removal cannot be on the removed
+/// providers either.
+pub fn removal_fence(horizon: u64) -> u64 {
+    horizon.min(now_ms())
+}
+
 impl DrainWatch {
+    /// Watching no drain yet, and refusing writes whose data began storing before
+    /// `removed_before` (what the store recorded of earlier removals).
+    pub(super) fn removed_before(removed_before: u64) -> DrainWatch {
+        DrainWatch {
+            removed_before_ms: RwLock::new(removed_before),
+            ..DrainWatch::default()
+        }
+    }
+
     /// What [`check_removals`] compares with, held until the write is recorded pending.
     pub(super) fn removals_read(&self) -> RwLockReadGuard<'_, u64> {
         self.removed_before_ms
@@ -60,9 +78,9 @@ impl DrainWatch {
 
 impl VersionManager {
     /// Runs `remove`, which removes drained providers if what
-    /// [`VersionManager::drains_settled_at`] says allows it and returns the latest drain
-    /// horizon of those it removed, with assignments held off; from then on, writes whose
-    /// data began storing before that horizon are refused.
+    /// [`VersionManager::drains_settled_at`] says allows it and returns their
+    /// [`removal_fence`], with assignments held off; from then on, writes whose data began
+    /// storing before that fence are refused.
     pub fn remove_drained<T>(
         &self,
         remove: impl FnOnce(Option<u64>) -> Result<(T, u64)>,
@@ -72,10 +90,8 @@ impl VersionManager {
             .removed_before_ms
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        let (removed, horizon) = remove(self.drains_settled_at())?;
-        // A removal comes after the horizon, unless the clock stepped back: data stored since
-        // the removal cannot be on the removed providers either.
-        *before = (*before).max(horizon.min(now_ms()));
+        let (removed, fence) = remove(self.drains_settled_at())?;
+        *before = (*before).max(fence);
         Ok(removed)
     }
 

@@ -36,7 +36,7 @@ mod retention;
 /// Assignment, completion, publication, leases and aborts.
 mod writes;
 
-pub use drains::drain_horizon;
+pub use drains::{drain_horizon, removal_fence};
 pub(crate) use retention::check_retention;
 pub use retention::describe;
 
@@ -313,13 +313,14 @@ impl VersionManager {
         }
         let (commits, rx) = mpsc::unbounded_channel();
         let cutoffs = RwLock::new(store.cutoffs()?);
+        let store_removed_before = store.removed_before()?;
         let vm = Arc::new(VersionManager {
             store,
             blobs: RwLock::new(blobs),
             commits,
             expiry: Mutex::new(()),
             cutoffs,
-            drains: Default::default(),
+            drains: drains::DrainWatch::removed_before(store_removed_before),
             committer_stop: watch::channel(false).0,
         });
         let committer = committer::Committer {
