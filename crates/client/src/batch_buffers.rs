@@ -6,8 +6,15 @@
 //! allocations): profiled under 8 concurrent 128 MiB S3 PUTs, the page faults and clearing
 //! were about a seventh of the gateway's CPU. Stored batches go back to a small free list
 //! shared by every writer of the process instead.
+//!
+//! The batches of all writers of the process, filling or being stored, share one budget of
+//! memory: a writer whose next batch does not fit waits until others' batches are stored.
+//! Without it, a server taking hundreds of concurrent uploads (`s5cmd` runs 256 at once by
+//! default) would hold up to 56 MiB for each of them.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// Buffers smaller than this are not kept (a small object's buffer is not a batch; a batch
 /// rounded down to whole chunks may be a little under 8 MiB).
@@ -19,14 +26,71 @@ const MAX_IDLE_BYTES: usize = 128 << 20;
 /// The process's free list.
 static BATCHES: Pool = Pool::new();
 
-/// An empty buffer with room for `capacity` bytes: an idle one when one is big enough.
-pub(crate) fn take(capacity: usize) -> Vec<u8> {
-    BATCHES.take(capacity)
+/// The process's budget.
+static BUDGET: LazyLock<Budget> = LazyLock::new(|| Budget::new(budget_mib()));
+
+const MIB: usize = 1 << 20;
+
+/// An empty buffer with room for `capacity` bytes (an idle one when one is big enough) and
+/// its share of the process's budget, once there is room for it. Keep the share as long as
+/// the buffer holds data.
+pub(crate) async fn take(capacity: usize) -> (Vec<u8>, Share) {
+    let share = BUDGET.reserve(capacity).await;
+    (BATCHES.take(capacity), share)
 }
 
 /// Keeps `buf` for a later batch, unless it is small or enough are idle already.
 pub(crate) fn give_back(buf: Vec<u8>) {
     BATCHES.give_back(buf)
+}
+
+/// Bytes the writers of this process may hold in batches at once, in MiB:
+/// `TOMUS_WRITE_BUFFER_MIB` if set, else a quarter of the machine's memory, from 256 MiB to
+/// 16 GiB (1 GiB where the memory is not known).
+fn budget_mib() -> u32 {
+    let set = std::env::var("TOMUS_WRITE_BUFFER_MIB").ok();
+    if let Some(mib) = set.and_then(|v| v.trim().parse::<u32>().ok()) {
+        return mib.max(1);
+    }
+    let total_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        });
+    match total_kib {
+        Some(kib) => (kib / 1024 / 4).clamp(256, 16 << 10) as u32,
+        None => 1 << 10,
+    }
+}
+
+/// A budget of memory for batches, in MiB.
+struct Budget {
+    permits: Semaphore,
+    mib: u32,
+}
+
+/// A batch's share of the budget, given back when dropped.
+pub(crate) struct Share {
+    _permit: Option<SemaphorePermit<'static>>,
+}
+
+impl Budget {
+    fn new(mib: u32) -> Budget {
+        Budget {
+            permits: Semaphore::new(mib as usize),
+            mib,
+        }
+    }
+
+    /// Waits for room for `bytes` (all of the budget, for a batch larger than it).
+    async fn reserve(&'static self, bytes: usize) -> Share {
+        let want = (bytes.div_ceil(MIB) as u32).clamp(1, self.mib);
+        // The semaphore is never closed, so this only waits.
+        Share {
+            _permit: self.permits.acquire_many(want).await.ok(),
+        }
+    }
 }
 
 struct Pool {
@@ -86,6 +150,35 @@ mod tests {
         pool.give_back(again);
         assert!(pool.take(64 << 20).capacity() >= 64 << 20);
         assert_eq!(pool.idle().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn batches_wait_for_room_in_the_budget() {
+        let budget: &'static Budget = Box::leak(Box::new(Budget::new(16)));
+        let first = budget.reserve(8 * MIB).await;
+        let second = budget.reserve(8 * MIB - 1).await;
+        let wait = std::time::Duration::from_millis(50);
+        let third = tokio::time::timeout(wait, budget.reserve(1)).await;
+        assert!(third.is_err(), "a batch got room past the budget");
+        drop(first);
+        let third = tokio::time::timeout(wait, budget.reserve(8 * MIB)).await;
+        assert!(third.is_ok(), "a returned share was not reused");
+        // Larger than the whole budget: it waits for all of it, then goes alone.
+        drop(second);
+        let huge = tokio::time::timeout(wait, budget.reserve(64 * MIB)).await;
+        assert!(huge.is_err(), "the huge batch did not wait for the others");
+        drop(third);
+        let huge = tokio::time::timeout(wait, budget.reserve(64 * MIB)).await;
+        assert!(huge.is_ok());
+        assert_eq!(budget.permits.available_permits(), 0);
+    }
+
+    #[test]
+    fn the_budget_follows_the_machine_within_bounds() {
+        if std::env::var_os("TOMUS_WRITE_BUFFER_MIB").is_none() {
+            let mib = budget_mib();
+            assert!((256..=16 << 10).contains(&mib), "{mib} MiB");
+        }
     }
 
     #[test]

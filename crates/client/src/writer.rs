@@ -37,6 +37,8 @@ const WRITER_IN_FLIGHT_BYTES: u64 = 48 << 20;
 pub struct BlobWriter {
     blob: Blob,
     buffer: Vec<u8>,
+    /// The buffer's share of the process's batch budget (none while it is small).
+    share: Option<batch_buffers::Share>,
     /// Stored chunks, in data order.
     chunks: Vec<StoredChunk>,
     /// Batches being stored, oldest first, with their sizes.
@@ -53,6 +55,7 @@ impl BlobWriter {
         BlobWriter {
             blob,
             buffer: Vec::new(),
+            share: None,
             chunks: Vec::new(),
             in_flight: VecDeque::new(),
             started: None,
@@ -96,9 +99,10 @@ impl BlobWriter {
             {
                 // One buffer for the whole batch (recycled, see `batch_buffers`) rather
                 // than copying it again at every doubling of the buffer.
-                let mut whole = batch_buffers::take(batch);
+                let (mut whole, share) = batch_buffers::take(batch).await;
                 whole.extend_from_slice(&self.buffer);
                 self.buffer = whole;
+                self.share = Some(share);
             }
             self.buffer.extend_from_slice(&data[..take]);
             data = &data[take..];
@@ -117,11 +121,13 @@ impl BlobWriter {
         }
         self.started.get_or_insert_with(Instant::now);
         let data = std::mem::take(&mut self.buffer);
+        let share = self.share.take();
         let blob = self.blob.clone();
         let size = data.len() as u64;
         let task = tokio::spawn(trace::scope(self.request, async move {
             let stored = blob.store_chunks(&data).await;
             batch_buffers::give_back(data);
+            drop(share);
             stored
         }));
         self.in_flight.push_back((size, task));

@@ -94,12 +94,15 @@ def _read_lines(stream, out: queue.Queue) -> None:
         out.put(line.decode(errors="replace").strip())
 
 
-def start_gateway(data: Path, *extra: str) -> Iterator[Gateway]:
-    """Runs `tomus up --s3` with its data in `data` (and `extra` arguments) for the life of
-    the generator."""
+def start_gateway(
+    data: Path, *extra: str, env_extra: dict[str, str] | None = None
+) -> Iterator[Gateway]:
+    """Runs `tomus up --s3` with its data in `data` (and `extra` arguments, and `env_extra`
+    in its environment) for the life of the generator."""
     keys = data / "keys"
     keys.write_text(f"# extra users\n{OTHER_KEY[0]} {OTHER_KEY[1]}\n")
     env = {**os.environ, "TOMUS_S3_ACCESS_KEY": ACCESS_KEY, "TOMUS_S3_SECRET_KEY": SECRET_KEY}
+    env.update(env_extra or {})
     cmd = [
         *tomus_command(),
         "up",
