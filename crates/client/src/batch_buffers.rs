@@ -48,9 +48,13 @@ pub(crate) fn give_back(buf: Vec<u8>) {
 /// `TOMUS_WRITE_BUFFER_MIB` if set, else a quarter of the machine's memory, from 256 MiB to
 /// 16 GiB (1 GiB where the memory is not known).
 fn budget_mib() -> u32 {
-    let set = std::env::var("TOMUS_WRITE_BUFFER_MIB").ok();
-    if let Some(mib) = set.and_then(|v| v.trim().parse::<u32>().ok()) {
-        return mib.max(1);
+    if let Ok(set) = std::env::var("TOMUS_WRITE_BUFFER_MIB") {
+        match set.trim().parse::<u32>() {
+            Ok(mib) => return mib.max(1),
+            Err(e) => tracing::warn!(
+                "TOMUS_WRITE_BUFFER_MIB={set:?} is not a number of MiB ({e}); using the default"
+            ),
+        }
     }
     let total_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
