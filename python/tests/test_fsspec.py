@@ -280,6 +280,40 @@ def test_a_failed_write_leaves_no_file_behind(fs: TomusFileSystem, root: str) ->
     ]
 
 
+ROUND_ROBIN_WRITER = """
+import sys
+from tomus.fs import TomusFileSystem
+fs = TomusFileSystem(addr=sys.argv[1])
+files = [fs.open(f"{sys.argv[2]}/part-{i}", "wb") for i in range(6)]
+for round in range(12):
+    for i, f in enumerate(files):
+        f.write(bytes([i + round]) * (1 << 20))
+for f in files:
+    f.close()
+print("closed", flush=True)
+"""
+
+
+def test_one_thread_filling_many_files_in_turn_never_waits_on_itself(
+    cluster: tomus.LocalCluster, fs: TomusFileSystem, root: str
+) -> None:
+    """Writers of one process share a budget for the batches they are storing. One thread
+    writing six 12 MiB files round-robin, with a budget of one batch (8 MiB), must finish:
+    the batches it is filling take no share, so it only ever waits for stores under way."""
+    env = {**os.environ, "TOMUS_WRITE_BUFFER_MIB": "8"}
+    done = subprocess.run(
+        [sys.executable, "-c", ROUND_ROBIN_WRITER, cluster.addr, root],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout.strip() == b"closed"
+    for i in range(6):
+        got = fs.cat_file(f"{root}/part-{i}")
+        assert got == b"".join(bytes([i + r]) * (1 << 20) for r in range(12)), f"part {i}"
+
+
 KILLED_WRITER = """
 import sys, time
 from tomus.fs import TomusFileSystem

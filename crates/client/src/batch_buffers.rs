@@ -7,10 +7,13 @@
 //! were about a seventh of the gateway's CPU. Stored batches go back to a small free list
 //! shared by every writer of the process instead.
 //!
-//! The batches of all writers of the process, filling or being stored, share one budget of
-//! memory: a writer whose next batch does not fit waits until others' batches are stored.
-//! Without it, a server taking hundreds of concurrent uploads (`s5cmd` runs 256 at once by
-//! default) would hold up to 56 MiB for each of them.
+//! The batches being stored by all writers of the process share one budget of memory: a
+//! writer whose full batch does not fit waits until others' batches are stored. Without it, a
+//! server taking hundreds of concurrent uploads (`s5cmd` runs 256 at once by default) would
+//! hold up to 56 MiB for each of them; with it, each holds at most the batch it is filling.
+//! Filling batches take no share: a thread that fills many writers in turn (a program writing
+//! hundreds of partition files round-robin) must never wait for room that only its own other
+//! writers hold.
 
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
@@ -31,12 +34,15 @@ static BUDGET: LazyLock<Budget> = LazyLock::new(|| Budget::new(budget_mib()));
 
 const MIB: usize = 1 << 20;
 
-/// An empty buffer with room for `capacity` bytes (an idle one when one is big enough) and
-/// its share of the process's budget, once there is room for it. Keep the share as long as
-/// the buffer holds data.
-pub(crate) async fn take(capacity: usize) -> (Vec<u8>, Share) {
-    let share = BUDGET.reserve(capacity).await;
-    (BATCHES.take(capacity), share)
+/// An empty buffer with room for `capacity` bytes: an idle one when one is big enough.
+pub(crate) fn take(capacity: usize) -> Vec<u8> {
+    BATCHES.take(capacity)
+}
+
+/// A share of the process's budget for a batch of `bytes` to be stored, once there is room
+/// for it. Keep it until the batch is stored.
+pub(crate) async fn reserve(bytes: usize) -> Share {
+    BUDGET.reserve(bytes).await
 }
 
 /// Keeps `buf` for a later batch, unless it is small or enough are idle already.
@@ -44,7 +50,7 @@ pub(crate) fn give_back(buf: Vec<u8>) {
     BATCHES.give_back(buf)
 }
 
-/// Bytes the writers of this process may hold in batches at once, in MiB:
+/// Bytes the writers of this process may have being stored at once, in MiB:
 /// `TOMUS_WRITE_BUFFER_MIB` if set, else a quarter of the machine's memory, from 256 MiB to
 /// 16 GiB (1 GiB where the memory is not known).
 fn budget_mib() -> u32 {

@@ -37,8 +37,6 @@ const WRITER_IN_FLIGHT_BYTES: u64 = 48 << 20;
 pub struct BlobWriter {
     blob: Blob,
     buffer: Vec<u8>,
-    /// The buffer's share of the process's batch budget (none while it is small).
-    share: Option<batch_buffers::Share>,
     /// Stored chunks, in data order.
     chunks: Vec<StoredChunk>,
     /// Batches being stored, oldest first, with their sizes.
@@ -55,7 +53,6 @@ impl BlobWriter {
         BlobWriter {
             blob,
             buffer: Vec::new(),
-            share: None,
             chunks: Vec::new(),
             in_flight: VecDeque::new(),
             started: None,
@@ -99,10 +96,9 @@ impl BlobWriter {
             {
                 // One buffer for the whole batch (recycled, see `batch_buffers`) rather
                 // than copying it again at every doubling of the buffer.
-                let (mut whole, share) = batch_buffers::take(batch).await;
+                let mut whole = batch_buffers::take(batch);
                 whole.extend_from_slice(&self.buffer);
                 self.buffer = whole;
-                self.share = Some(share);
             }
             self.buffer.extend_from_slice(&data[..take]);
             data = &data[take..];
@@ -113,15 +109,16 @@ impl BlobWriter {
         Ok(())
     }
 
-    /// Starts storing the buffered data in the background, waiting for the oldest batch
-    /// when too many are in flight.
+    /// Starts storing the buffered data in the background, once the process's budget for
+    /// batches being stored has room for it (see `batch_buffers`), waiting for the oldest
+    /// batch when too many are in flight.
     async fn send_buffer(&mut self) -> Result<()> {
         if self.buffer.is_empty() {
             return Ok(());
         }
         self.started.get_or_insert_with(Instant::now);
+        let share = batch_buffers::reserve(self.buffer.len()).await;
         let data = std::mem::take(&mut self.buffer);
-        let share = self.share.take();
         let blob = self.blob.clone();
         let size = data.len() as u64;
         let task = tokio::spawn(trace::scope(self.request, async move {
