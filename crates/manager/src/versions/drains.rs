@@ -59,7 +59,8 @@ impl DrainWatch {
         }
     }
 
-    /// What [`check_removals`] compares with, held until the write is recorded pending.
+    /// What an assignment checks its writer's data against (see `writes::check_data_age`),
+    /// held until the write is recorded pending.
     pub(super) fn removals_read(&self) -> RwLockReadGuard<'_, u64> {
         self.removed_before_ms
             .read()
@@ -124,21 +125,4 @@ impl VersionManager {
         }
         Some(horizon.max(self.drains.last_published_ms.load(Ordering::Relaxed)))
     }
-}
-
-/// Refuses a write whose data began storing at `stored_since`, before `removed_before` (what
-/// [`DrainWatch`] holds): it may have put data on a provider that was removed. With the
-/// margin for the writer's request in transit, as for garbage collection's cutoffs.
-pub(super) fn check_removals(blob: BlobId, stored_since: u64, removed_before: u64) -> Result<()> {
-    if stored_since.saturating_sub(LATENCY_SLACK_MS) >= removed_before {
-        return Ok(());
-    }
-    Err(Error::new(
-        ErrorKind::WriteExpired,
-        format!(
-            "the chunks this write of blob {blob} stored date from before a drained provider \
-             was removed, and some may have been on it, so nothing was published: write the \
-             data again"
-        ),
-    ))
 }

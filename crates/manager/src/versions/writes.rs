@@ -61,12 +61,11 @@ impl VersionManager {
         let now = now_ms();
         let stored_since = now.saturating_sub(data.stored_ms);
         let reused_since = data.reused_ms.map(|age| now.saturating_sub(age));
-        // Held until the version is pending: a grant of cutoffs sees it or it sees the grant.
+        // Both held until the version is pending: a grant of cutoffs, or a removal of drained
+        // providers, sees it pending or it sees the grant or the removal.
         let cutoffs = self.cutoffs.read().unwrap_or_else(|p| p.into_inner());
-        check_data_age(blob, stored_since, reused_since, &cutoffs)?;
-        // Held likewise: a removal sees it pending or it sees the removal.
         let removed_before = self.drains.removals_read();
-        drains::check_removals(blob, stored_since, *removed_before)?;
+        check_data_age(blob, stored_since, reused_since, &cutoffs, *removed_before)?;
         let mut s = slot.lock();
         if s.deleted {
             return Err(s.gone_error());
@@ -379,31 +378,48 @@ impl VersionManager {
     }
 }
 
-/// Refuses a write whose data garbage collection may already have deleted.
+/// Refuses a write whose data may be gone: data garbage collection may already have deleted
+/// (older than its `cutoffs`), or data stored before `removed_before`, which may have gone to
+/// a provider that drained and was removed (see `drains`). Each with the margin for the
+/// writer's request in transit.
 fn check_data_age(
     blob: BlobId,
     stored_since: u64,
     reused_since: Option<u64>,
     cutoffs: &Cutoffs,
+    removed_before: u64,
 ) -> Result<()> {
-    let expired = |since: u64, cutoff: u64, what: &str| {
-        (since.saturating_sub(LATENCY_SLACK_MS) < cutoff).then(|| {
-            Error::new(
-                ErrorKind::WriteExpired,
-                format!(
-                    "the {what} of this write of blob {blob} date from {}s before garbage \
-                     collection's cutoff (longer than its grace); they may have been reclaimed, \
-                     so nothing was published: write the data again",
-                    (cutoff.saturating_sub(since) / 1000).max(1)
-                ),
-            )
-        })
+    let older = |since: u64, cutoff: u64| since.saturating_sub(LATENCY_SLACK_MS) < cutoff;
+    let collected = |since: u64, cutoff: u64, what: &str| {
+        Error::new(
+            ErrorKind::WriteExpired,
+            format!(
+                "the {what} of this write of blob {blob} date from {}s before garbage \
+                 collection's cutoff (longer than its grace); they may have been reclaimed, \
+                 so nothing was published: write the data again",
+                (cutoff.saturating_sub(since) / 1000).max(1)
+            ),
+        )
     };
-    if let Some(e) = expired(stored_since, cutoffs.fresh_ms, "chunks it stored") {
-        return Err(e);
+    if older(stored_since, cutoffs.fresh_ms) {
+        return Err(collected(
+            stored_since,
+            cutoffs.fresh_ms,
+            "chunks it stored",
+        ));
     }
-    if let Some(e) = reused_since.and_then(|s| expired(s, cutoffs.reused_ms, "chunks it reuses")) {
-        return Err(e);
+    if let Some(since) = reused_since.filter(|s| older(*s, cutoffs.reused_ms)) {
+        return Err(collected(since, cutoffs.reused_ms, "chunks it reuses"));
+    }
+    if older(stored_since, removed_before) {
+        return Err(Error::new(
+            ErrorKind::WriteExpired,
+            format!(
+                "the chunks this write of blob {blob} stored date from before a drained \
+                 provider was removed, and some may have been on it, so nothing was \
+                 published: write the data again"
+            ),
+        ));
     }
     Ok(())
 }
