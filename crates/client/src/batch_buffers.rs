@@ -50,11 +50,18 @@ pub(crate) fn give_back(buf: Vec<u8>) {
     BATCHES.give_back(buf)
 }
 
-/// Bytes the writers of this process may have being stored at once, in MiB:
-/// `TOMUS_WRITE_BUFFER_MIB` if set, else a quarter of the machine's memory, from 256 MiB to
-/// 16 GiB (1 GiB where the memory is not known).
+/// Bytes the writers of this process may have being stored at once, in MiB (see
+/// [`budget_from`]).
 fn budget_mib() -> u32 {
-    if let Ok(set) = std::env::var("TOMUS_WRITE_BUFFER_MIB") {
+    let set = std::env::var("TOMUS_WRITE_BUFFER_MIB").ok();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+    budget_from(set.as_deref(), meminfo.as_deref())
+}
+
+/// The budget in MiB: `set` (`TOMUS_WRITE_BUFFER_MIB`) if it is a number, else a quarter of
+/// the `MemTotal` of `meminfo`, from 256 MiB to 16 GiB (1 GiB where it is not known).
+fn budget_from(set: Option<&str>, meminfo: Option<&str>) -> u32 {
+    if let Some(set) = set {
         match set.trim().parse::<u32>() {
             Ok(mib) => return mib.max(1),
             Err(e) => tracing::warn!(
@@ -62,12 +69,10 @@ fn budget_mib() -> u32 {
             ),
         }
     }
-    let total_kib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        });
+    let total_kib = meminfo.and_then(|info| {
+        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok()
+    });
     match total_kib {
         Some(kib) => (kib / 1024 / 4).clamp(256, 16 << 10) as u32,
         None => 1 << 10,
@@ -184,11 +189,16 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_follows_the_machine_within_bounds() {
-        if std::env::var_os("TOMUS_WRITE_BUFFER_MIB").is_none() {
-            let mib = budget_mib();
-            assert!((256..=16 << 10).contains(&mib), "{mib} MiB");
-        }
+    fn the_budget_follows_the_machine_within_bounds_unless_set() {
+        let mem = |kib: u64| format!("MemFree:  1 kB\nMemTotal:  {kib} kB\n");
+        assert_eq!(budget_from(None, Some(&mem(24 << 20))), 6 << 10);
+        assert_eq!(budget_from(None, Some(&mem(512 << 10))), 256);
+        assert_eq!(budget_from(None, Some(&mem(1 << 30))), 16 << 10);
+        assert_eq!(budget_from(None, Some("MemTotal: lots")), 1 << 10);
+        assert_eq!(budget_from(None, None), 1 << 10);
+        assert_eq!(budget_from(Some(" 64 "), Some(&mem(24 << 20))), 64);
+        assert_eq!(budget_from(Some("0"), None), 1);
+        assert_eq!(budget_from(Some("64MiB"), Some(&mem(24 << 20))), 6 << 10);
     }
 
     #[test]
