@@ -345,20 +345,19 @@ async fn a_write_that_outlives_a_removal_of_its_provider_is_refused() {
         "none of the writer's chunks went to {drained}"
     );
 
-    for args in [
-        ["provider", "drain", &drained, "--wait"].as_slice(),
-        &["provider", "remove", &drained],
-    ] {
-        if args[1] == "remove" {
-            tc.cluster.kill_provider(0);
-        }
-        let out = tomus(&tc.addr(), args);
+    let succeeds = |out: std::process::Output| {
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-    }
+    };
+    succeeds(tomus(
+        &tc.addr(),
+        &["provider", "drain", &drained, "--wait"],
+    ));
+    tc.cluster.kill_provider(0);
+    succeeds(tomus(&tc.addr(), &["provider", "remove", &drained]));
 
     let e = writer
         .commit(Replace::default(), &CommitOptions::default())
