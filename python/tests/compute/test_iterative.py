@@ -150,6 +150,33 @@ def test_small_results_travel_inline_and_only_the_final_one_is_stored(
     assert {b.id for b in tc.list_blobs()} - before == {res.job_id, records, final.ref.blob}
 
 
+def test_held_results_stay_in_memory_store_nothing_and_are_not_resumed(
+    dask: Any, addr: str, tc: tomus.Client
+) -> None:
+    """``durable=False``: results of any size come to the driver in the tasks' answers and
+    are merged there; no blob is made for them, not even for the final one; the log records
+    that each task ran, and a run given that log computes everything again."""
+    before = {b.id for b in tc.list_blobs()}
+    job = IterativeReduce(padded, concat, ratio=2, durable=False)
+    res = job.run(range(5), client=dask, addr=addr)
+    want = [(i, bytes(70_000)) for i in range(5)]
+    assert res.value == want
+    assert (res.map_tasks, res.reduce_tasks) == (5, 4)
+    assert all(t.worker.startswith("tcp://") for t in res.timeline if t.kind == "map")
+    assert [t.worker for t in res.timeline if t.kind == "reduce"] == ["local"] * 4
+    assert res.final is not None and not res.final.stored and res.final.ref.size == 0
+    records = tc.namespace().stat(tasklog.path_of(res.job_id))["blob"]
+    assert {b.id for b in tc.list_blobs()} - before == {res.job_id, records}
+    logged = [r for r in JobLog(tc, res.job_id).records() if r["type"] != "job"]
+    assert len(logged) == 5 + 4 and all(r["held"] for r in logged)
+    state = JobLog(tc, res.job_id).replay()
+    assert (state.accepted, state.covered, state.next_reduce) == ({}, set(), 4)
+    again = job.run(range(5), client=dask, addr=addr, job_id=res.job_id)
+    assert again.value == want
+    assert (again.resumed, again.map_tasks) == (0, 5)
+    assert {t.task for t in again.timeline if t.kind == "reduce"} == {"r4", "r5", "r6", "r7"}
+
+
 def test_failed_reducer_is_retried_from_its_stored_inputs(
     dask: Any, addr: str, tmp_path: Path
 ) -> None:
@@ -161,13 +188,15 @@ def test_failed_reducer_is_retried_from_its_stored_inputs(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("victim", ["map", "reduce"])
+@pytest.mark.parametrize("victim", ["map", "held map", "reduce"])
 def test_killing_a_worker_mid_job_still_gives_the_right_answer(
     dask_to_kill: Any, addr: str, tmp_path: Path, victim: str
 ) -> None:
     n = 10
-    if victim == "map":
-        job = IterativeReduce(Slow([0.4] * n, str(tmp_path)), concat, ratio=3)
+    if victim.endswith("map"):
+        # Held or stored, a map killed mid-run ran to no result: it runs again from its input.
+        durable = victim == "map"
+        job = IterativeReduce(Slow([0.4] * n, str(tmp_path)), concat, ratio=3, durable=durable)
         prefix = "map-4-"
     else:
         job = IterativeReduce(Slow([0.05] * n), SlowConcat(0.5, str(tmp_path)), ratio=3)
@@ -180,7 +209,8 @@ def test_killing_a_worker_mid_job_still_gives_the_right_answer(
     task, pid = killer.killed
     assert res.value == list(range(n))
     assert res.reduce_factor == n
-    # The killed task ran again in another process (Dask's retry), from stored inputs.
+    # The killed task ran again in another process (Dask's retry), from what is in tomus: its
+    # input, or the stored results it merges.
     assert attempts(tmp_path, task) - {pid}, f"{task} was not retried"
 
 

@@ -19,6 +19,8 @@ from tomus.compute.apps.pagerank import (
     reference_pagerank,
     top_nodes,
 )
+from tomus.compute.engine import session
+from tomus.compute.joblog import JobLog
 
 
 def _graph(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +86,12 @@ def test_distinct_ids_and_index_of_agree_with_unique(ids: np.ndarray) -> None:
     assert got.tolist() == inverse.tolist()
 
 
-def test_pagerank_equals_numpy_power_iteration(dask: Any, addr: str, tc: tomus.Client) -> None:
+@pytest.mark.parametrize("workers", ["processes", "threads"])
+def test_pagerank_equals_numpy_power_iteration(
+    dask: Any, addr: str, tc: tomus.Client, workers: str
+) -> None:
+    """Worker processes get each iteration's vectors through tomus; workers that are threads
+    of this process by reference (held results). The answer and what stays are the same."""
     src, dst = _graph(2)
     text = _text(src, dst)
     half = text.index(b"\n", len(text) // 2) + 1
@@ -94,19 +101,25 @@ def test_pagerank_equals_numpy_power_iteration(dask: Any, addr: str, tc: tomus.C
         b.write(0, part)
         blobs.append(b.id)
     before = {b.id for b in tc.list_blobs()}
-    res = pagerank(blobs, 25, 0.85, dask, addr, split_size=8192)  # several parse tasks
+    if workers == "processes":
+        res = pagerank(blobs, 25, 0.85, dask, addr, split_size=8192)  # several parse tasks
+    else:
+        with session(None, addr, workers=2, processes=False) as s:
+            res = pagerank(blobs, 25, 0.85, session=s, split_size=8192)
     nodes, ref = reference_pagerank(src, dst, 25, 0.85)
     assert res.iterations == 25 and res.edges == len(src)
     np.testing.assert_array_equal(res.nodes, nodes)
     np.testing.assert_allclose(res.ranks, ref, rtol=0, atol=1e-9)
     assert [n for n, _ in res.top(5)] == [n for n, _ in top_nodes(nodes, ref, 5)]
-    # What the run stored for its own passes (edges, broadcasts, results) was deleted: what
+    # What the run stored for its own passes (broadcasts, results, the ids) was deleted: what
     # stays are its 2 + 25 jobs' logs, each a log blob and a task-record file.
     left = {b.id for b in tc.list_blobs()} - before
     jobs = [e for e in tc.namespace().list(".compute/jobs") if e.get("blob") in left]
     logs = {int(e["name"].rsplit("/", 1)[-1].removesuffix(".jsonl")) for e in jobs}
     assert len(jobs) == 2 + 25
     assert left == {e["blob"] for e in jobs} | logs
+    held = {r.get("held", False) for j in logs for r in JobLog(tc, j).records() if "ref" in r}
+    assert held == {workers == "threads"}
 
 
 def _forget_edges() -> int:

@@ -281,6 +281,11 @@ class Placement:
         ws = self.workers_for(hosts)
         return {} if ws is None else {"workers": ws, "allow_other_workers": True}
 
+    @property
+    def in_process(self) -> bool:
+        """Whether every worker is a thread of this process (``session(processes=False)``)."""
+        return bool(self.workers) and all(w.startswith("inproc://") for w in self.workers)
+
 
 # --- where a job runs ---------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ one smaller reduce once nothing else is in flight, so the number of reduce tasks
 ceil((n - 1) / (R - 1)): 5 maps with R = 3 give 2 reduces and a final factor of 5.
 
 Every map and reduce output is stored in tomus by the task that made it (or, if small and not
-the final result, carried in the task's answer: ``joblog.INLINE_BYTES``), and the driver
+the final result, carried in the task's answer: ``joblog.INLINE_BYTES``; or, in a job made with
+``durable=False``, kept in memory whatever its size, as plain Dask keeps results), and the driver
 appends a record of it to the job log (``joblog``). Reduce tasks get their inputs as references
 to those stored objects (or the small results themselves), not as Dask futures, so when a worker
 dies Dask retries just the lost task, which reads its inputs again from tomus instead of
@@ -20,8 +21,9 @@ recomputing the maps behind them; and a driver that restarts with the same ``job
 the log and carries on from the stored results. Once a reduce's record is in the log, the
 results it consumed are deleted: only results still waiting to be reduced, and the final one,
 stay stored. The last reduce runs on the driver instead of a worker when its inputs are small
-(inline) or when every worker is a thread of the driver's process: then it saves a round trip
-through Dask and moves no more data than a worker would.
+(inline) or held in memory (both already on the driver), or when every worker is a thread of
+the driver's process: then it saves a round trip through Dask and moves no more data than a
+worker would.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from tomus.compute.engine import (
     host_of,
     session,
 )
-from tomus.compute.joblog import JobLog, StoredResult, create_job, keep
+from tomus.compute.joblog import NO_BLOB, Held, JobLog, StoredResult, create_job, keep
 from tomus.compute.storage import Ref
 from tomus.compute.tasklog import TaskLog
 
@@ -100,13 +102,28 @@ def _stored(client: tomus.Client, ref: Ref) -> tuple[str, ...]:
     return tuple(sorted({host_of(p) for _, _, ps in locs for p in ps}))
 
 
+def _kept(
+    client: tomus.Client, value: Any, final: bool, durable: bool
+) -> tuple[Ref, bytes | None, Held | None]:
+    """A task's result as the job keeps it: stored, inline or (``durable=False``) held."""
+    if not durable:
+        return NO_BLOB, None, Held(value)
+    ref, inline = keep(client, value, final=final)
+    return ref, inline, None
+
+
 def _map_body(
-    mapper: Callable[[Any], Any], index: int, item: Any, locate: bool, final: bool
+    mapper: Callable[[Any], Any],
+    index: int,
+    item: Any,
+    locate: bool,
+    final: bool,
+    durable: bool,
 ) -> StoredResult:
     client = current().client
-    ref, inline = keep(client, mapper(item), final=final)
+    ref, inline, held = _kept(client, mapper(item), final, durable)
     hosts = _stored(client, ref) if locate else ()
-    return StoredResult(f"m{index}", 1, ref, (), (index,), hosts, inline)
+    return StoredResult(f"m{index}", 1, ref, (), (index,), hosts, inline, held)
 
 
 def _map_task(
@@ -117,12 +134,15 @@ def _map_task(
     hosts: tuple[str, ...],
     locate: bool = True,
     final: bool = False,
+    durable: bool = True,
 ) -> tuple[StoredResult, TaskRecord]:
-    return execute("map", f"m{index}", addr, hosts, _map_body, mapper, index, item, locate, final)
+    return execute(
+        "map", f"m{index}", addr, hosts, _map_body, mapper, index, item, locate, final, durable
+    )
 
 
 def _read_all(client: tomus.Client, results: Sequence[StoredResult]) -> list[Any]:
-    stored = [r for r in results if r.inline is None]
+    stored = [r for r in results if r.stored]
     if len(stored) <= 1:
         return [r.load(client) for r in results]
     ctx = current()
@@ -141,16 +161,17 @@ def _reduce_value(
     inputs: Sequence[StoredResult],
     locate: bool,
     final: bool,
+    durable: bool,
 ) -> tuple[StoredResult, Any]:
-    """A reduce's result as kept (stored or inline), and its value."""
+    """A reduce's result as kept (stored, inline or held), and its value."""
     client = current().client
     value = reducer(_read_all(client, inputs))
-    ref, inline = keep(client, value, final=final)
+    ref, inline, held = _kept(client, value, final, durable)
     covers = tuple(sorted(c for r in inputs for c in r.covers))
     factor = sum(r.factor for r in inputs)
     hosts = _stored(client, ref) if locate else ()
-    out = StoredResult(rid, factor, ref, tuple(r.id for r in inputs), covers, hosts, inline)
-    return out, value
+    ids = tuple(r.id for r in inputs)
+    return StoredResult(rid, factor, ref, ids, covers, hosts, inline, held), value
 
 
 def _reduce_body(
@@ -159,8 +180,9 @@ def _reduce_body(
     inputs: Sequence[StoredResult],
     locate: bool,
     final: bool,
+    durable: bool,
 ) -> StoredResult:
-    return _reduce_value(reducer, rid, inputs, locate, final)[0]
+    return _reduce_value(reducer, rid, inputs, locate, final, durable)[0]
 
 
 def _reduce_task(
@@ -171,9 +193,10 @@ def _reduce_task(
     hosts: tuple[str, ...],
     locate: bool = True,
     final: bool = False,
+    durable: bool = True,
 ) -> tuple[StoredResult, TaskRecord]:
     out, record = execute(
-        "reduce", rid, addr, hosts, _reduce_body, reducer, rid, inputs, locate, final
+        "reduce", rid, addr, hosts, _reduce_body, reducer, rid, inputs, locate, final, durable
     )
     record.inputs = out.inputs
     record.factor = out.factor
@@ -197,6 +220,14 @@ class IterativeReduce:
     associative (and, since results arrive in any order, commutative); ``finalize(value)`` runs
     on the driver on the final value. ``retries``: extra attempts Dask makes for a task that
     raised (a worker that died is handled by Dask regardless).
+
+    ``durable=False`` keeps every result in memory instead of in tomus: carried in the task's
+    answer to the driver and in the arguments of the reduce that consumes it, as plain Dask
+    keeps results. A task lost with its worker is computed again from its input; the job
+    cannot be resumed from its log (it records that each task ran, not what it made), and the
+    final result has no stored ``ref``. For the passes of an iterative algorithm whose inputs
+    are stored and whose results the next pass alone needs: storing an 8 MB vector and reading
+    it back cost ~35 ms, a tenth of a PageRank iteration on 10 M edges.
     """
 
     def __init__(
@@ -207,6 +238,7 @@ class IterativeReduce:
         *,
         finalize: Callable[[Any], Any] | None = None,
         retries: int = 1,
+        durable: bool = True,
     ) -> None:
         if ratio < 2:
             raise ValueError(f"ratio must be at least 2, got {ratio}")
@@ -215,6 +247,7 @@ class IterativeReduce:
         self.ratio = ratio
         self.finalize = finalize
         self.retries = retries
+        self.durable = durable
 
     def run(
         self,
@@ -299,7 +332,7 @@ class _Driver:
         self.ran_here: deque[tuple[StoredResult, TaskRecord]] = deque()
         self.values_here: dict[str, Any] = {}
         # Every Dask worker is a thread of this process (``session(processes=False)``).
-        self.beside_workers = all(w.startswith("inproc://") for w in s.placement.workers)
+        self.beside_workers = s.placement.in_process
         # The stored inputs of each reduce submitted: deleted once its own result is logged.
         self.consuming: dict[str, list[Ref]] = {}
         self.timeline: list[TaskRecord] = []
@@ -416,7 +449,11 @@ class _Driver:
             entry = {"type": "reduce", "id": out.id, "inputs": list(out.inputs)}
         else:
             entry = {"type": "map", "index": out.covers[0]}
-        small = {} if out.inline is None else {"inline": out.inline}
+        small: dict[str, object] = {}
+        if out.inline is not None:
+            small = {"inline": out.inline}
+        elif out.held is not None:
+            small = {"held": True}
         self.log.append_later({**entry, "ref": out.ref, "hosts": out.hosts, **small})
         if out.inputs:
             self.log.delete_later(self.consuming.pop(out.id, []))
@@ -435,7 +472,8 @@ class _Driver:
             options = {"workers": [self.affinity[index]], "allow_other_workers": True}
         fut = self.s.dask.submit(
             _map_task, self.s.addr, self.job.mapper, index, item, hosts, self.locate,
-            self.n == 1, key=f"tomus-map-{self.token}-{index}", retries=self.job.retries,
+            self.n == 1, self.job.durable, key=f"tomus-map-{self.token}-{index}",
+            retries=self.job.retries,
             **options,
         )  # fmt: skip
         self.pending[fut] = f"m{index}"
@@ -446,22 +484,26 @@ class _Driver:
         rid = f"r{self.next_reduce}"
         self.next_reduce += 1
         hosts = tuple(sorted({h for r in inputs for h in r.hosts}))
-        self.consuming[rid] = [r.ref for r in inputs if r.inline is None]
+        self.consuming[rid] = [r.ref for r in inputs if r.stored]
         final = sum(r.factor for r in inputs) == self.n
         self.reduces_run += 1
-        if final and (self.beside_workers or all(r.inline is not None for r in inputs)):
-            # The last merge: run it here when its inputs are small (at most INLINE_BYTES
-            # each), or when every worker is a thread of this process (reading the inputs costs
-            # the driver what it costs a worker). As a Dask task it cost a round trip through
-            # the scheduler and a worker on the critical path of every job, and the driver then
-            # read the result back. Stored and logged as any reduce; as Spark's treeAggregate
-            # merges on its driver. Big results of remote workers still meet on a worker near
-            # them: the driver is not made the aggregator the tree exists to avoid.
-            self.ran_here.append(self._reduce_here(rid, inputs, hosts))
+        held = any(r.held is not None for r in inputs)
+        if held or (final and (self.beside_workers or not any(r.stored for r in inputs))):
+            # Held inputs came with the tasks' answers: merged here, they move nowhere (as a
+            # Dask task, every one would be pickled into its arguments). The last merge also
+            # runs here when its inputs are small (at most INLINE_BYTES each, in the answers
+            # too), or when every worker is a thread of this process (reading the inputs
+            # costs the driver what it costs a worker). As a Dask task it cost a round trip
+            # through the scheduler and a worker on the critical path of every job, and the
+            # driver then read the result back. Kept and logged as any reduce; as Spark's
+            # treeAggregate merges on its driver. Big stored results of remote workers still
+            # meet on a worker near them: the driver is not made the aggregator the tree
+            # exists to avoid.
+            self.ran_here.append(self._reduce_here(rid, inputs, hosts, final))
             return
         fut = self.s.dask.submit(
             _reduce_task, self.s.addr, self.job.reducer, rid, inputs, hosts, self.locate, final,
-            key=f"tomus-reduce-{self.token}-{rid}", retries=self.job.retries,
+            self.job.durable, key=f"tomus-reduce-{self.token}-{rid}", retries=self.job.retries,
             priority=1,  # before maps still queued: reduce work should not wait for them
             **self.s.placement.submit_options(hosts),
         )  # fmt: skip
@@ -469,15 +511,15 @@ class _Driver:
         self.ac.add(fut)
 
     def _reduce_here(
-        self, rid: str, inputs: list[StoredResult], hosts: tuple[str, ...]
+        self, rid: str, inputs: list[StoredResult], hosts: tuple[str, ...], final: bool
     ) -> tuple[StoredResult, TaskRecord]:
-        """The final reduce run by the driver, with the attempts a Dask task would get; its
-        value is kept for the result (not read back)."""
+        """A reduce run by the driver, with the attempts a Dask task would get; the final
+        one's value is kept for the result (not read back)."""
         for attempt in range(self.job.retries + 1):
             try:
                 (out, value), record = execute(
                     "reduce", rid, self.s.addr, hosts, _reduce_value, self.job.reducer, rid,
-                    inputs, self.locate, True, client=self.s.tomus,
+                    inputs, self.locate, final, self.job.durable, client=self.s.tomus,
                 )  # fmt: skip
             except Exception:
                 if attempt == self.job.retries:
@@ -485,7 +527,8 @@ class _Driver:
                 continue
             record.inputs = out.inputs
             record.factor = out.factor
-            self.values_here[out.id] = value
+            if final:
+                self.values_here[out.id] = value
             return out, record
         raise AssertionError("unreachable: the last attempt returns or raises")
 

@@ -7,6 +7,10 @@ set of results still waiting to be reduced, so a new driver given the same ``job
 the map tasks no logged result covers and goes on reducing from there instead of starting
 over.
 
+A job that keeps its results in memory (``IterativeReduce(durable=False)``) logs that a task
+ran but not its result (``held``): a replay skips those records, so a resumed job computes
+them again.
+
 The job id is the log blob's id. ``create_job`` makes one up front, so a caller can note it
 before the first task runs.
 
@@ -33,7 +37,7 @@ from tomus.compute import frames
 from tomus.compute.appender import Appender
 from tomus.compute.storage import Ref, delete_objects, get_object, put_bytes
 
-__all__ = ["INLINE_BYTES", "JobLog", "Replay", "StoredResult", "create_job", "keep"]
+__all__ = ["INLINE_BYTES", "Held", "JobLog", "Replay", "StoredResult", "create_job", "keep"]
 
 _LOG_CHUNK = 64 << 10
 
@@ -49,9 +53,18 @@ NO_BLOB = Ref(0, 0, 0, 0)
 
 
 @dataclass(frozen=True)
+class Held:
+    """A result kept in memory, as it was made: carried in the task's answer to the driver and
+    in a reduce's arguments (``IterativeReduce(durable=False)``)."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
 class StoredResult:
     """A map or reduce output, as the driver and the log know it: stored in tomus (``ref``),
-    or small and carried in the record itself (``inline``, its pickle; ``ref`` is NO_BLOB)."""
+    small and carried in the record itself (``inline``, its pickle), or kept in memory
+    (``held``); ``ref`` is NO_BLOB for the last two."""
 
     id: str  # "m<index>" for map task <index>, "r<seq>" for reduce tasks
     factor: int  # map tasks covered (the paper's reduce factor)
@@ -60,9 +73,17 @@ class StoredResult:
     covers: tuple[int, ...] = ()  # map indexes covered (driver side; not logged)
     hosts: tuple[str, ...] = ()  # storage hosts holding the stored bytes
     inline: bytes | None = field(default=None, repr=False)
+    held: Held | None = field(default=None, repr=False)
+
+    @property
+    def stored(self) -> bool:
+        """Whether the result is in a blob of its own (deleted once a reduce consumed it)."""
+        return self.inline is None and self.held is None
 
     def load(self, client: tomus.Client) -> Any:
         """The result's value."""
+        if self.held is not None:
+            return self.held.value
         if self.inline is not None:
             return pickle.loads(self.inline)
         return get_object(client, self.ref)
@@ -145,6 +166,11 @@ class JobLog:
             kind = rec.get("type")
             if kind == "job":
                 state.header = rec
+            elif rec.get("held"):
+                # Kept in memory by the run that logged it: gone with that run. Its reduce id
+                # stays taken, so a new reduce never reuses it.
+                if kind == "reduce":
+                    state.next_reduce = max(state.next_reduce, int(rec["id"][1:]) + 1)
             elif kind == "map":
                 index = rec["index"]
                 if index in state.covered:

@@ -13,18 +13,28 @@ Three kinds of pass, each an IterativeReduce job whose reduction objects are mer
    node ids; the merge unions them;
 2. *index*: with the sorted ids broadcast, each task maps its split's edges to dense indexes
    and returns its out-degree vector; the merge adds them;
-3. *iterate* (``iterations`` times): the rank vector is stored in tomus once per iteration (the
-   broadcast) and read once per worker; one task per worker folds the edges it indexed into
-   a vector of incoming contributions (one ``bincount`` per split), the merge adds the
-   vectors, and the driver applies the damping and the dangling mass.
+3. *iterate* (``iterations`` times): each iteration's rank vector is broadcast to its tasks;
+   one task per worker folds the edges it indexed into a vector of incoming contributions
+   (one ``bincount`` per split), the merge adds the vectors, and the driver applies the
+   damping and the dangling mass.
 
 The edge arrays are never stored: they are derived from the edge-list text, which is, and a
 worker keeps what it derived in memory (bounded by ``EDGE_CACHE_BYTES``). Each index task asks
 for the worker that parsed its split, each iteration task for the worker that indexed its
 splits; a task that runs elsewhere (Dask moved it, or its worker died) derives the edges again
-from the text. So the only stored objects are small or per pass (the ids, each iteration's
-ranks, the jobs' results), each deleted as soon as no later pass needs it. Storing the arrays
-instead (160 MB parsed, 80 MB dense at 10 M edges) cost about 0.35 s of a 3.5 s run.
+from the text. Storing the arrays instead (160 MB parsed, 80 MB dense at 10 M edges) cost
+about 0.35 s of a 3.5 s run.
+
+When the workers are threads of the driver's process (``session(processes=False)``), the
+passes keep their results in memory (``IterativeReduce(durable=False)``) and each iteration's
+tasks get the rank vector itself: each result is needed by the next pass only, and a task lost
+with its worker is computed again from the stored edge list. Storing an iteration's vectors in
+tomus and reading them back (the broadcast, each task's vector and their sum: 8 MB each at 10 M
+edges) took about a quarter of the iteration. Worker processes would get those vectors pickled
+through Dask instead, which ran slower than storing them: there, the broadcast is stored once
+per iteration and read once per worker, and the results are stored. Whatever a pass stored for
+the next is deleted when that pass ends, the sorted ids when the run ends; the passes' job logs
+stay.
 """
 
 from __future__ import annotations
@@ -208,12 +218,14 @@ def _index(task: _IndexTask) -> np.ndarray:
 class _StepTask:
     splits: tuple[Split, ...]
     nodes: Ref  # the sorted ids, to derive a split's dense edges again where they are not kept
-    share: Ref  # rank / outdeg per node (pickled), the broadcast of this iteration
+    # rank / outdeg per node, the broadcast of this iteration: stored (pickled), or itself
+    # for workers that are threads of the driver's process.
+    share: Ref | np.ndarray
 
 
 def _step(task: _StepTask) -> np.ndarray:
     client = tomus_client()
-    share: np.ndarray = cached(client, task.share)
+    share: np.ndarray = cached(client, task.share) if isinstance(task.share, Ref) else task.share
     total = np.zeros(len(share))
     for split in task.splits:
         pairs = _dense_edges(client, split, task.nodes)
@@ -257,9 +269,12 @@ def pagerank(
         splits = plan_splits(s.tomus, inputs, split_size or SPLIT_BYTES)
         if not splits:
             raise ValueError("the edge list is empty")
-        # What is stored below serves only this run, and is deleted as soon as no later pass
-        # needs it (on failure too): what the pass under way stored, and the ids every pass
-        # may need to derive dense edges again.
+
+        # Workers that are threads of this process take results and broadcasts by reference;
+        # across processes, both go through tomus (see the module's docstring).
+        durable = not s.placement.in_process
+        # What a pass stored for the next (its broadcast, its result) is deleted when that
+        # pass ends; the ids, which every pass may need, when the run ends (on failure too).
         current: list[Ref] = []
         kept: list[Ref] = []
 
@@ -269,16 +284,23 @@ def pagerank(
             tasks: list[Any],
             affinity: list[str | None] | None = None,
         ) -> IterativeResult:
-            out = IterativeReduce(mapper, merge, ratio).run_in(
+            out = IterativeReduce(mapper, merge, ratio, durable=durable).run_in(
                 s, tasks, on_task=on_task, affinity=affinity
             )
-            if out.final is not None:
+            if out.final is not None and out.final.stored:
                 current.append(out.final.ref)
             return out
 
         def pass_done() -> None:
             delete_objects(s.tomus, current)
             current.clear()
+
+        def broadcast(value: np.ndarray) -> Ref | np.ndarray:
+            if not durable:
+                return value
+            ref = put_object(s.tomus, value)
+            current.append(ref)
+            return ref
 
         try:
             parsed = run(_parse, _merge_ids, splits)
@@ -300,9 +322,8 @@ def pagerank(
             n = len(nodes)
             rank = np.full(n, 1.0 / n)
             for _ in range(iterations):
-                share_ref = put_object(s.tomus, np.where(dangling, 0.0, rank / safe))
-                current.append(share_ref)
-                tasks = [_StepTask(g, nodes_ref, share_ref) for g in groups]
+                share = broadcast(np.where(dangling, 0.0, rank / safe))
+                tasks = [_StepTask(g, nodes_ref, share) for g in groups]
                 res = run(_step, _add, tasks, placed)
                 incoming: np.ndarray = res.value
                 placed = _ran(res, len(groups))
