@@ -45,7 +45,9 @@ from tomus.compute.apps.abrain import abrain, load
 from tomus.compute.apps.kmeans import initial_centers, kmeans
 from tomus.compute.apps.pagerank import pagerank
 from tomus.compute.apps.pca import pca
-from tomus.compute.apps.synth import clustered_points, genotypes_imaging
+from tomus.compute.apps.synth import clustered_points, genotypes_imaging, stdlib_text
+from tomus.compute.apps.text import grep, most_frequent_words, word_count
+from tomus.compute.demo import parse_size
 from tomus.compute.engine import Placement, Session
 
 SEED = 7
@@ -53,6 +55,9 @@ K = 16
 ITERATIONS = 10
 PCA_K = 4
 DAMPING = 0.85
+TOP = 10
+PATTERN = rb"\bimport\b"
+TEXT_APPS = ("wordcount", "mfw", "grep")
 
 
 def start_spark() -> Any:
@@ -118,10 +123,21 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--pagerank-iterations", type=int, default=10)
     ap.add_argument(
+        "--text-size", type=parse_size, default=parse_size("512MiB"),
+        help="bytes of text for wordcount, mfw and grep (the Python standard library's sources)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--text-split", type=parse_size, default=parse_size("32MiB"),
+        help="bytes of text per task, the same in every engine",
+    )  # fmt: skip
+    ap.add_argument(
         "--files", type=int, default=8, help="local files / data objects per input"
     )
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--apps", default="kmeans,pca,abrain,pagerank")
+    ap.add_argument(
+        "--apps", default="kmeans,pca,abrain,pagerank",
+        help="also: wordcount, mfw, grep (minutes each at the default --text-size)",
+    )  # fmt: skip
     ap.add_argument(
         "--engines", default="tomus,tomus_procs,dask,dask_threads,spark,numpy,floor"
     )
@@ -191,7 +207,8 @@ def main() -> None:
                       "abrain": [args.subjects, args.snps, args.voxels, args.permutations],
                       "snp_block": args.snp_block, "pagerank_edges": args.edges,
                       "pagerank_nodes_range": args.nodes,
-                      "pagerank_iterations": args.pagerank_iterations, "files": args.files},
+                      "pagerank_iterations": args.pagerank_iterations, "files": args.files,
+                      "text_bytes": args.text_size, "text_split": args.text_split},
             "engines": {"tomus": "tomus.compute, embedded 4-provider cluster, Dask LocalCluster 2 workers x 1 thread ("
                                  + ("processes" if args.tomus_processes else "threads of the driver") + ")",
                         "tomus_procs": "tomus.compute on the dask peer's LocalCluster (2 processes x 1 thread)",
@@ -374,6 +391,55 @@ def main() -> None:
                     np.testing.assert_allclose(a[1], b[1], rtol=0, atol=1e-9)
 
                 checks["pagerank"] = check_pr
+            if any(a in apps for a in TEXT_APPS):
+                text = stdlib_text(args.text_size)
+                tpaths, ranges, tblobs = [], [], []
+                for i, part in enumerate(cut_lines(text, args.files)):
+                    p = Path(tmp, f"text{i}.txt")
+                    p.write_bytes(part)
+                    tpaths.append(str(p))
+                    start = 0
+                    for piece in cut_lines(part, max(1, len(part) // args.text_split)):
+                        ranges.append((str(p), start, start + len(piece)))
+                        start += len(piece)
+                t0 = time.perf_counter()
+                for part in cut_lines(text, args.files):
+                    b = s.tomus.create_blob(chunk_size=4 << 20)
+                    b.write(0, part)
+                    tblobs.append(b.id)
+                load_s["text"] = time.perf_counter() - t0
+                del text
+                sp = args.text_split
+                # No Spark and no floor here: the kernels hold the GIL, so two bare threads
+                # would run them one at a time and bound nothing.
+                jobs["wordcount"] = {
+                    **{e: (lambda x=x: word_count(tblobs, session=x, split_size=sp).value)
+                       for e, x in sessions.items()},
+                    "dask": lambda: E.tx_decoded(E.dd_counts(dc, ranges)),
+                    "dask_threads": lambda: E.tx_decoded(E.dt_counts(ranges)),
+                    "numpy": lambda: E.np_word_count(ranges),
+                }  # fmt: skip
+                jobs["mfw"] = {
+                    **{e: (lambda x=x: most_frequent_words(tblobs, TOP, session=x,
+                                                           split_size=sp).value)
+                       for e, x in sessions.items()},
+                    "dask": lambda: E.top_k(E.dd_counts(dc, ranges), TOP),
+                    "dask_threads": lambda: E.top_k(E.dt_counts(ranges), TOP),
+                    "numpy": lambda: E.np_top_words(ranges, TOP),
+                }  # fmt: skip
+                jobs["grep"] = {
+                    **{e: (lambda x=x: grep(tblobs, PATTERN, session=x, split_size=sp).value)
+                       for e, x in sessions.items()},
+                    "dask": lambda: E.dd_grep(dc, ranges, PATTERN),
+                    "dask_threads": lambda: E.dt_grep(ranges, PATTERN),
+                    "numpy": lambda: E.np_grep(ranges, PATTERN),
+                }  # fmt: skip
+
+                def check_same(got: Any, ref: Any) -> None:
+                    assert got == ref, "the text apps' answers differ"
+
+                for a in TEXT_APPS:
+                    checks[a] = check_same
             extra["tomus_load_seconds"] = {k: round(v, 3) for k, v in load_s.items()}
 
             for rep in range(args.repeat):
@@ -381,6 +447,8 @@ def main() -> None:
                     order = wanted[rep % len(wanted) :] + wanted[: rep % len(wanted)]
                     answers: dict[str, Any] = {}
                     for eng in order:
+                        if eng not in jobs[app]:
+                            continue  # no such peer for this app (see where its jobs are)
                         t0 = time.perf_counter()
                         answers[eng] = jobs[app][eng]()
                         dt = time.perf_counter() - t0

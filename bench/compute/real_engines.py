@@ -1,13 +1,17 @@
-"""The peers of ``real.py``: KMeans, PCA, A-Brain and PageRank in plain Dask (distributed
-futures on a 2-process LocalCluster, and the threaded scheduler with 2 threads), Spark
-``local[2]`` (RDDs of numpy blocks) and one numpy process. Every engine runs the same numpy
-kernels as tomus (``assign``/``cluster_sums``, the Chan moment merge, ``permuted_stats``,
-``bincount`` PageRank steps), so the comparison is of engines, not of kernels. Inputs are the
-same data as local files (``.npy`` blocks, edge-list text)."""
+"""The peers of ``real.py``: KMeans, PCA, A-Brain, PageRank and the text apps (WordCount,
+MostFrequentWords, grep) in plain Dask (distributed futures on a 2-process LocalCluster, and
+the threaded scheduler with 2 threads), Spark ``local[2]`` (RDDs of numpy blocks) and one
+numpy process. Every engine runs the same kernels as tomus (``assign``/``cluster_sums``, the
+Chan moment merge, ``permuted_stats``, ``bincount`` PageRank steps, ``Counter(words(...))``
+and the line-by-line regex search per split), so the comparison is of engines, not of
+kernels. Inputs are the same data as local files (``.npy`` blocks, edge-list and text files,
+read by byte range)."""
 
 from __future__ import annotations
 
 import functools
+import re
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +27,8 @@ from tomus.compute.apps.abrain import (
 from tomus.compute.apps.kmeans import pass_stats
 from tomus.compute.apps.pagerank import _update, distinct_ids, edge_pairs, parse_edges
 from tomus.compute.apps.pca import PCAPass, _combine, _components
+from tomus.compute.apps.text import top_k, words
+from tomus.compute.splits import iter_lines
 
 ALPHA = 0.05
 
@@ -358,3 +364,70 @@ def sp_pagerank(sc: Any, paths: list[str], iters: int, d: float) -> Any:
     res = pr_finish(nodes, outdeg, step, iters, d)
     pairs.unpersist()
     return res
+
+
+# --- text: byte ranges of local files, the kernels of tomus's text apps -------------------------
+
+#: A byte range of a local text file: (path, start, end), cut after a newline.
+Range = tuple[str, int, int]
+
+
+def tx_read(r: Range) -> bytes:
+    path, start, end = r
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
+def tx_count(r: Range) -> Counter[bytes]:
+    return Counter(words(tx_read(r)))
+
+
+def tx_matches(r: Range, pattern: bytes) -> int:
+    rx = re.compile(pattern)
+    return sum(1 for line in iter_lines(tx_read(r)) if rx.search(line))
+
+
+def tx_merge(parts: list[Counter[bytes]]) -> Counter[bytes]:
+    total = parts[0]
+    for p in parts[1:]:
+        total.update(p)
+    return total
+
+
+def tx_decoded(counts: Counter[bytes]) -> Counter[str]:
+    return Counter({k.decode(): v for k, v in counts.items()})
+
+
+def np_word_count(ranges: list[Range]) -> Counter[str]:
+    return tx_decoded(tx_merge([tx_count(r) for r in ranges]))
+
+
+def np_top_words(ranges: list[Range], k: int) -> list[tuple[str, int]]:
+    return top_k(tx_merge([tx_count(r) for r in ranges]), k)
+
+
+def np_grep(ranges: list[Range], pattern: bytes) -> int:
+    return sum(tx_matches(r, pattern) for r in ranges)
+
+
+def dd_counts(dc: Any, ranges: list[Range]) -> Counter[bytes]:
+    return dc.submit(tx_merge, dc.map(tx_count, ranges)).result()
+
+
+def dd_grep(dc: Any, ranges: list[Range], pattern: bytes) -> int:
+    return dc.submit(sum, dc.map(tx_matches, ranges, pattern=pattern)).result()
+
+
+def dt_counts(ranges: list[Range]) -> Counter[bytes]:
+    from dask import delayed
+
+    (total,) = _threads(delayed(tx_merge)([delayed(tx_count)(r) for r in ranges]))
+    return total
+
+
+def dt_grep(ranges: list[Range], pattern: bytes) -> int:
+    from dask import delayed
+
+    (total,) = _threads(delayed(sum)([delayed(tx_matches)(r, pattern) for r in ranges]))
+    return int(total)
