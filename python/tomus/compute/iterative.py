@@ -221,13 +221,13 @@ class IterativeReduce:
     on the driver on the final value. ``retries``: extra attempts Dask makes for a task that
     raised (a worker that died is handled by Dask regardless).
 
-    ``durable=False`` keeps every result in memory instead of in tomus: carried in the task's
-    answer to the driver and in the arguments of the reduce that consumes it, as plain Dask
-    keeps results. A task lost with its worker is computed again from its input; the job
-    cannot be resumed from its log (it records that each task ran, not what it made), and the
-    final result has no stored ``ref``. For the passes of an iterative algorithm whose inputs
-    are stored and whose results the next pass alone needs: storing an 8 MB vector and reading
-    it back cost ~35 ms, a tenth of a PageRank iteration on 10 M edges.
+    ``durable=False`` keeps every result in memory instead of in tomus, as plain Dask keeps
+    results: carried in the task's answer to the driver, which runs the reduces of such results
+    itself (they are there already). A task lost with its worker is computed again from its
+    input; the job cannot be resumed from its log (it records that each task ran, not what it
+    made), and the final result has no stored ``ref``. For the passes of an iterative algorithm
+    whose inputs are stored and whose results the next pass alone needs: storing an 8 MB vector
+    and reading it back cost ~35 ms, a tenth of a PageRank iteration on 10 M edges.
     """
 
     def __init__(
