@@ -392,23 +392,24 @@ def main() -> None:
 
                 checks["pagerank"] = check_pr
             if any(a in apps for a in TEXT_APPS):
-                text = stdlib_text(args.text_size)
-                tpaths, ranges, tblobs = [], [], []
-                for i, part in enumerate(cut_lines(text, args.files)):
+                tparts = cut_lines(stdlib_text(args.text_size), args.files)
+                # The peers' splits: byte ranges of the local files.
+                ranges: list[E.Range] = []
+                for i, part in enumerate(tparts):
                     p = Path(tmp, f"text{i}.txt")
                     p.write_bytes(part)
-                    tpaths.append(str(p))
                     start = 0
                     for piece in cut_lines(part, max(1, len(part) // args.text_split)):
                         ranges.append((str(p), start, start + len(piece)))
                         start += len(piece)
                 t0 = time.perf_counter()
-                for part in cut_lines(text, args.files):
+                tblobs = []
+                for part in tparts:
                     b = s.tomus.create_blob(chunk_size=4 << 20)
                     b.write(0, part)
                     tblobs.append(b.id)
                 load_s["text"] = time.perf_counter() - t0
-                del text
+                del tparts
                 sp = args.text_split
                 # No Spark and no floor here: the kernels hold the GIL, so two bare threads
                 # would run them one at a time and bound nothing.
