@@ -156,7 +156,7 @@ fn lock_data_dir(dir: &Path) -> Result<std::fs::File> {
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl EmbeddedCluster {
-    /// Starts the manager, then the providers, and waits until each is serving.
+    /// Starts the manager, then the providers side by side, and waits until each is serving.
     pub fn start(launcher: &Launcher, spec: ClusterSpec) -> Result<Self> {
         std::fs::create_dir_all(&spec.data_dir)
             .with_context(|| format!("cannot create {}", spec.data_dir.display()))?;
@@ -174,10 +174,20 @@ impl EmbeddedCluster {
             provider_addrs: Vec::new(),
         };
         cluster.start_manager()?;
-        for i in 0..cluster.spec.providers {
-            cluster.providers.push(None);
-            cluster.provider_addrs.push("127.0.0.1:0".into());
-            cluster.start_provider(i)?;
+        // Each provider opens its stores and registers on its own: started one after the
+        // other, a cluster of Python-launched servers spent most of its start-up importing
+        // the interpreter four times in a row. A provider that fails to start ends the
+        // others (`Starting` kills its child when dropped).
+        let n = cluster.spec.providers;
+        cluster.providers.resize_with(n, || None);
+        cluster.provider_addrs = vec!["127.0.0.1:0".into(); n];
+        let starting = (0..n)
+            .map(|i| cluster.launch_provider(i))
+            .collect::<Result<Vec<_>>>()?;
+        for (i, s) in starting.into_iter().enumerate() {
+            let (child, addr) = s.ready()?;
+            cluster.provider_addrs[i] = addr;
+            cluster.providers[i] = Some(child);
         }
         Ok(cluster)
     }
@@ -222,7 +232,7 @@ impl EmbeddedCluster {
             args.push(ms.to_string());
         }
         args.extend(self.spec.manager_args.iter().cloned());
-        let (child, addr) = self.spawn("manager", &args)?;
+        let (child, addr) = self.launch("manager", &args)?.ready()?;
         self.addr = addr;
         self.manager = Some(child);
         Ok(())
@@ -248,6 +258,14 @@ impl EmbeddedCluster {
 
     /// (Re)starts provider `i` on its previous address and directory.
     pub fn start_provider(&mut self, i: usize) -> Result<()> {
+        let (child, addr) = self.launch_provider(i)?.ready()?;
+        self.provider_addrs[i] = addr;
+        self.providers[i] = Some(child);
+        Ok(())
+    }
+
+    /// Launches provider `i` on its previous address and directory, without waiting for it.
+    fn launch_provider(&self, i: usize) -> Result<Starting> {
         let mut args = vec![
             "provider".to_string(),
             "--manager".into(),
@@ -267,10 +285,7 @@ impl EmbeddedCluster {
             args.push("--no-fsync".into());
         }
         args.extend(self.spec.provider_args.iter().cloned());
-        let (child, addr) = self.spawn(&format!("provider-{i}"), &args)?;
-        self.provider_addrs[i] = addr;
-        self.providers[i] = Some(child);
-        Ok(())
+        self.launch(&format!("provider-{i}"), &args)
     }
 
     /// SIGKILLs the manager (no clean shutdown).
@@ -336,7 +351,9 @@ impl EmbeddedCluster {
         }
     }
 
-    fn spawn(&self, name: &str, args: &[String]) -> Result<(Child, String)> {
+    /// Starts a server process, from this thread (its children die with the thread that
+    /// started them: [`die_with_parent`]); [`Starting::ready`] waits for its address.
+    fn launch(&self, name: &str, args: &[String]) -> Result<Starting> {
         let log_path = self.spec.data_dir.join("logs").join(format!("{name}.log"));
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -356,10 +373,10 @@ impl EmbeddedCluster {
         let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start {} {name}", self.launcher.program.display()))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| anyhow!("no stdout for {name}"))?;
+        let Some(stdout) = child.stdout.take() else {
+            kill(child);
+            bail!("no stdout for {name}");
+        };
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
@@ -369,24 +386,53 @@ impl EmbeddedCluster {
             // Keep draining so the child never blocks on a full pipe.
             for _ in lines {}
         });
-        match rx.recv_timeout(READY_TIMEOUT) {
+        Ok(Starting {
+            name: name.to_string(),
+            child: Some(child),
+            first_line: rx,
+            log_path,
+        })
+    }
+}
+
+/// A server process launched and not yet known to serve; killed if dropped before
+/// [`Starting::ready`] returned it.
+struct Starting {
+    name: String,
+    child: Option<Child>,
+    first_line: mpsc::Receiver<String>,
+    log_path: PathBuf,
+}
+
+impl Starting {
+    /// Waits until the server prints its address: the child and that address.
+    fn ready(mut self) -> Result<(Child, String)> {
+        let name = &self.name;
+        match self.first_line.recv_timeout(READY_TIMEOUT) {
             Ok(line) => match line.rsplit_once(' ') {
-                Some((_, addr)) if line.contains("listening on") => Ok((child, addr.to_string())),
-                _ => {
-                    kill(child);
-                    bail!("{name} printed {line:?} instead of its address")
+                Some((_, addr)) if line.contains("listening on") => {
+                    let child = self.child.take().ok_or_else(|| anyhow!("{name} is gone"))?;
+                    Ok((child, addr.to_string()))
                 }
+                _ => bail!("{name} printed {line:?} instead of its address"),
             },
             Err(_) => {
-                kill(child);
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(5).collect();
                 bail!(
                     "{name} did not start (log {}): {}",
-                    log_path.display(),
+                    self.log_path.display(),
                     tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
                 )
             }
+        }
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            kill(c);
         }
     }
 }

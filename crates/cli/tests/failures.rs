@@ -14,6 +14,7 @@ use tomus_wire::manager::{AbortVersion, Complete};
 use tomus_wire::{ClusterSecret, ErrorKind, Pool, RpcConfig};
 
 use common::{chunk_files, exe, TestCluster};
+use tomus_cli::embedded::{ClusterSpec, EmbeddedCluster, Launcher};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manager_sigkill_and_restart_keeps_published_versions() {
@@ -536,6 +537,42 @@ async fn small_writes_survive_their_metadata_owner_dying() {
         !list.aborted.is_empty(),
         "the write that met the dead provider aborted its version"
     );
+}
+
+/// The providers start side by side: one that cannot start fails the cluster's start, and the
+/// manager and the providers that did start are ended with it, not left running.
+#[test]
+fn a_provider_that_cannot_start_fails_the_start_and_ends_the_others() {
+    let dir = tomus_cli::scratch_dir("test");
+    // Provider 2's directory is taken by a file: that provider cannot open its stores.
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("provider-2"), b"not a directory").unwrap();
+    let spec = ClusterSpec::new(&dir, 4);
+    let err = EmbeddedCluster::start(&Launcher::binary(exe()), spec)
+        .err()
+        .expect("a cluster whose provider cannot start must not start");
+    assert!(
+        format!("{err:#}").contains("provider-2 did not start"),
+        "{err:#}"
+    );
+    let ours = |pid: &str| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&*dir.to_string_lossy()))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()) && ours(pid))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "servers left running: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The (offset, version, data) of every append of one appender.
