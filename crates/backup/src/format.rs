@@ -7,10 +7,10 @@
 //!   length and checksum, so a listing of `chunks/` is the index of what is uploaded (a point
 //!   uploads only what the listing lacks, an interrupted point resumes where it stopped) and
 //!   `verify` checks an object against its own name.
-//! - `versions/<blob>/<version>.json`: a [`VersionRecord`]: one published version's record,
+//! - `versions/<blob>/<version>.json`: a `VersionRecord`: one published version's record,
 //!   attributes and where each of its bytes is (chunk pieces and holes). Written after the
 //!   chunks it names.
-//! - `points/<point>.json`: a [`PointManifest`]: the namespace, the blob records, the retained
+//! - `points/<point>.json`: a `PointManifest`: the namespace, the blob records, the retained
 //!   versions and the retention policies at one moment. Written last, after every object it
 //!   names: a point is complete exactly when its manifest exists, so an interrupted point is
 //!   never listed.

@@ -1,7 +1,7 @@
 //! What commands print on standard output, and what happens when nobody reads it any more.
 //!
 //! `tomus fs ls -r / | head -1`: once `head` exits, every write to the pipe fails with EPIPE.
-//! `println!` panics on that; coreutils exit quietly. Commands print through [`outln!`],
+//! `println!` panics on that; coreutils exit quietly. Commands print through `outln!`,
 //! which returns the error instead, and [`main_with`](crate::app::main_with) ends a command
 //! whose output was closed quietly with exit code 0 ([`is_closed_output`]).
 //!

@@ -1,5 +1,5 @@
 //! The commit protocol: a version number for stored chunks, the version's metadata in the
-//! DHT, and the wait for its publication. One [`Commit`] describes every kind of version (a
+//! DHT, and the wait for its publication. One `Commit` describes every kind of version (a
 //! write, an append, a replacement, a composed copy); a version given up behind a dead
 //! writer's is committed again, and one whose metadata fails to store is aborted at once so
 //! the writers behind it need not wait for its lease.

@@ -18,7 +18,7 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Ring position of a node: all nodes of one version (and of its run of [`VERSION_RUN`]
+/// Ring position of a node: all nodes of one version (and of its run of `VERSION_RUN`
 /// versions) share it, so a writer stores a version's nodes with one request per replica, and
 /// runs of versions spread over the providers.
 pub fn key_hash(key: &NodeKey) -> u64 {

@@ -3,7 +3,7 @@
 //! - repairs whatever has too few copies or is off its ring owners (repair's full plan);
 //! - deletes what is positively dead yet still stored: nodes of deleted blobs, given-up
 //!   versions, and versions expired before the audit began that no retained tree reaches
-//!   (the manager's word, [`Fate`], is asked for each), and chunks no retained version
+//!   (the manager's word, `Fate`, is asked for each), and chunks no retained version
 //!   references that the ledger does not track and that were stored before the fresh
 //!   cutoff (a writer that died before committing);
 //! - checks the ledger: a chunk a retained version references that the ledger does not

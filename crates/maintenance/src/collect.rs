@@ -1,7 +1,7 @@
 //! Garbage collection from the ledger: carries out the node deletions it owes the providers
 //! and deletes the chunks no live leaf has referred to since before the reuse cutoff.
 //!
-//! Node deletions of superseded nodes are confirmed with the manager first ([`Fate`]): each
+//! Node deletions of superseded nodes are confirmed with the manager first (`Fate`): each
 //! node's version must be positively expired, given up or deleted. A deletion is done once
 //! every live provider carried it out (nodes may sit on any provider after the ring
 //! changed); a provider that is down keeps its copies, which the audit deletes later.

@@ -3,11 +3,11 @@
 //! nodes to their current ring owners (rebalancing after providers join or leave).
 //!
 //! Three planners feed one executor:
-//! - [`chunks_from_ledger`]: the chunks the ledger says had a copy on a provider that went
+//! - `chunks_from_ledger`: the chunks the ledger says had a copy on a provider that went
 //!   down, is draining, or reported the copy lost: repair driven by the event, no scan;
-//! - [`nodes_from_listing`]: nodes that are not on their current ring owners, from the
+//! - `nodes_from_listing`: nodes that are not on their current ring owners, from the
 //!   providers' own listings (no tree walk), after the membership changed;
-//! - [`plan`]: everything, from the audit's walk of every retained version and the providers'
+//! - `plan`: everything, from the audit's walk of every retained version and the providers'
 //!   full inventories.
 //!
 //! Chunks are copied provider to provider (`CopyChunk`), so repair data never passes through

@@ -8,7 +8,7 @@ const ROOMY: f64 = 0.9;
 /// Chooses `replication` distinct providers for each of `count` chunks of `chunk_size` bytes.
 ///
 /// `candidates` are alive providers with their estimated free bytes, which this function lowers
-/// as it places. Providers whose free space is within [`ROOMY`] of the emptiest one's are
+/// as it places. Providers whose free space is within `ROOMY` of the emptiest one's are
 /// preferred, and among them the one holding the fewest chunks: providers on disks of
 /// different fullness fill the emptier first, and providers of equal free space (or sharing one
 /// disk, as in an embedded cluster, where reports taken moments apart differ by what was

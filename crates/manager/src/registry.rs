@@ -405,7 +405,7 @@ impl Registry {
     }
 
     /// Forgets the provider(s) at `addr`: allowed when down, or when draining and the report
-    /// of a maintenance pass that started after `settled` (see [`Registry::keeps`]) shows
+    /// of a maintenance pass that started after `settled` (see `Registry::keeps`) shows
     /// nothing left on it. Returns their ids and the time before which writes may have put
     /// data on them (see [`removal_fence`]; 0: none was draining), recorded with the removal.
     pub fn remove(&self, addr: &str, settled: Option<u64>) -> Result<(Vec<ProviderId>, u64)> {

@@ -1,4 +1,4 @@
-//! The memory storage class: chunks whose id carries [`ChunkId::MEMORY_TAG`] are kept here,
+//! The memory storage class: chunks whose id carries `ChunkId::MEMORY_TAG` are kept here,
 //! in RAM, instead of on disk, up to a fixed capacity. Unlike the memory tier (a cache of
 //! chunks that are on disk too) this is their only copy on this provider: they are gone
 //! when the process ends, and repair re-creates them from the other replicas (in memory

@@ -17,7 +17,7 @@
 //! memory, and kept apart in `partial/`. Copies go with `DropRegistered`: the manager's
 //! collection of deleted files' copies, or a reader dropping its shared partial copy. A
 //! reader that dies never drops its partial copy, and the manager never knew of it: partial
-//! copies nobody wrote to for [`PARTIAL_IDLE`] are removed ([`crate::sweep_idle`]).
+//! copies nobody wrote to for `PARTIAL_IDLE` are removed ([`crate::sweep_idle`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -2,7 +2,7 @@
 //! every provider and every `tomus agent` serves.
 //!
 //! A probe pings the target a few times (round-trip time, and a warm pooled connection),
-//! then sends [`ProbeSink`] frames one after the other for the probe's duration. Only bytes
+//! then sends `ProbeSink` frames one after the other for the probe's duration. Only bytes
 //! whose frame was answered count, and the time is taken at the last answer: what arrived,
 //! over how long it took to arrive (bytes still in socket buffers are not counted as moved).
 //! The first quarter of the probe is a warm-up left out of the rate (slow start, and the

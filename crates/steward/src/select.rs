@@ -5,13 +5,13 @@
 //!   nodes that pass the quality-of-service filter (throughput at least `min_throughput`,
 //!   variability at most `max_variability`); then, until no centroid changes: every other
 //!   node joins the centroid it reaches fastest among those with room (at most ceil(N/K)
-//!   clients each, [`assign`]), and each cluster's centroid becomes the member that passes
+//!   clients each, `assign`), and each cluster's centroid becomes the member that passes
 //!   the filter and receives the highest summed throughput from the rest of its cluster.
 //!   Several starts, the plan with the highest cumulative throughput kept: half drawn at
 //!   random as in the paper, half spread over the network (k-means++-style, see
-//!   [`spread_start`]), because random starts alone settle, now and then, with two
+//!   `spread_start`), because random starts alone settle, now and then, with two
 //!   centroids behind one switch. The kept plan is then polished by swaps on its own score
-//!   ([`improve_by_swaps`]).
+//!   (`improve_by_swaps`).
 //! - [`Strategy::Random`]: K nodes drawn at random, blind to the network (the paper's
 //!   random baseline).
 //! - [`Strategy::Latency`]: k-medoids on round-trip latency (the paper's baseline, after Fan
@@ -19,7 +19,7 @@
 //!   matrix's `latency_ms` and ignores throughput and the filter.
 //!
 //! Every strategy's plan is scored the same way: clients are assigned to its storage nodes by
-//! [`assign`], and the score is the sum over clients of the throughput from the client to its
+//! `assign`, and the score is the sum over clients of the throughput from the client to its
 //! storage node (writes: results go from compute to storage). Everything is deterministic
 //! given the seed.
 

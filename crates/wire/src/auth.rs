@@ -1,6 +1,6 @@
 //! Cluster secret and the mutual HMAC handshake every connection starts with.
 //!
-//! Client -> server, at once: magic, protocol version, CR LF CR LF ([`CLIENT_HELLO`]).
+//! Client -> server, at once: magic, protocol version, CR LF CR LF (`CLIENT_HELLO`).
 //! Server -> client: magic, protocol version, "auth required" flag, 32-byte nonce.
 //! Client -> server: HMAC(secret, "client" || server nonce), 32-byte client nonce.
 //! Server -> client: status byte, HMAC(secret, "server" || client nonce).

@@ -1,6 +1,6 @@
 //! Requests of a topology agent: every provider, and the light `tomus agent` of compute-only
 //! nodes, answers them so the manager can measure the network between the nodes of a
-//! deployment (DataSteward's Cloud Tracker). A probe is a bounded stream of [`ProbeSink`]
+//! deployment (DataSteward's Cloud Tracker). A probe is a bounded stream of `ProbeSink`
 //! frames from one agent to another; the sender counts only bytes the receiver acknowledged.
 
 use crate::rpc::service;

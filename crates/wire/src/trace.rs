@@ -3,10 +3,10 @@
 //! servers' tracing spans, so the log lines of the client, the manager and the providers
 //! about one slow operation can be found with one `grep`.
 //!
-//! The id lives in a task-local: [`scope`] sets it for a future, [`crate::Pool`] reads it when
+//! The id lives in a task-local: `scope` sets it for a future, [`crate::Pool`] reads it when
 //! it encodes a request, and the server sets it again around the handler of a traced request,
 //! so requests a server makes on behalf of another (the manager asking providers) carry it on.
-//! A task spawned during an operation is outside it: wrap its future in [`scope`] with the id.
+//! A task spawned during an operation is outside it: wrap its future in `scope` with the id.
 
 use std::future::Future;
 

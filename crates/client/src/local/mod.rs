@@ -8,11 +8,11 @@
 //! the page cache into the reader's buffer, and checked there against the file's block
 //! checksums (`read.rs`). Written directly, it is copied once, into a temporary file in the
 //! provider's directory, which the provider then checks, names and syncs as its own chunk
-//! (`write.rs`; [`AdoptChunk`]).
+//! (`write.rs`; `AdoptChunk`).
 //!
 //! A provider is used this way only when it says where its chunk files are
-//! ([`LocalChunkDir`]) and the client finds there the token that provider wrote at its
-//! start, while running in the provider's network namespace (see [`LocalChunks`]). Only
+//! (`LocalChunkDir`) and the client finds there the token that provider wrote at its
+//! start, while running in the provider's network namespace (see `LocalChunks`). Only
 //! providers listed alive and not failing are used. The answer is remembered per provider
 //! address.
 //!

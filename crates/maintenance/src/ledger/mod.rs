@@ -15,12 +15,12 @@
 //!
 //! Tables (redb, `maintenance.redb` next to the manager's state):
 //! - `meta`: `cursor` (the last change-log entry applied), `schema`.
-//! - `blobs`: blob -> [`BlobTrack`] (last counted version, its capacity, first retained).
+//! - `blobs`: blob -> `BlobTrack` (last counted version, its capacity, first retained).
 //! - `superseded`: (blob, w) -> the nodes version `w` superseded, until `w` is removed.
-//! - `leaves`: (blob, version, offset, size) -> [`LeafTrack`] for every live leaf.
-//! - `chunks`: chunk -> [`ChunkTrack`] (reference count, length, replicas).
+//! - `leaves`: (blob, version, offset, size) -> `LeafTrack` for every live leaf.
+//! - `chunks`: chunk -> `ChunkTrack` (reference count, length, replicas).
 //! - `zeros`: (unreferenced since ms, chunk) for chunks whose count fell to 0.
-//! - `doomed`: id -> [`Doom`], deletions owed to providers, kept until carried out.
+//! - `doomed`: id -> `Doom`, deletions owed to providers, kept until carried out.
 //! - `by_provider`: (provider, chunk) for each copy a chunk row lists: what a provider that
 //!   fails or drains held, found without a scan.
 //!

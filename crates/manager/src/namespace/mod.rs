@@ -12,7 +12,7 @@
 //!
 //! Create-on-commit: creating a new file records it *pending* (its blob, no parents made)
 //! and the file appears, with its missing parent directories, in the transaction that
-//! publishes its blob's first version ([`bind_in`], called by the group commit). Until then
+//! publishes its blob's first version (`bind_in`, called by the group commit). Until then
 //! it is invisible to stat, listing and opening, and a failed or interrupted write leaves
 //! nothing behind: its writer gives it up ([`Namespace::abandon`]), or, when the writer
 //! died, [`Namespace::collect_abandoned`] drops it once no writer showed a sign of life for

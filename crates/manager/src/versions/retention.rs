@@ -50,7 +50,7 @@ impl VersionManager {
     }
 
     /// Removes the versions the blobs' policies no longer retain at `now_ms`, up to
-    /// [`EXPIRY_BATCH`] blobs per transaction. Returns how many blobs lost versions; a blob
+    /// `EXPIRY_BATCH` blobs per transaction. Returns how many blobs lost versions; a blob
     /// that fails is logged and retried next time.
     pub fn enforce_retention(&self, now_ms: u64) -> usize {
         let due: Vec<(BlobId, Arc<BlobSlot>)> = self

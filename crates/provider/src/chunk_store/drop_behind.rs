@@ -8,7 +8,7 @@
 //! with 0.6–0.7 s (HDFS DataNodes offer the same as `dfs.datanode.drop.cache.behind.writes`).
 //! Keeping the newest files cached keeps reads of just-written data (the next task of a
 //! workflow reading its input) out of the disk; the budget trades those reads against the
-//! cost of writes (see [`DEFAULT_BUDGET`]).
+//! cost of writes (see `DEFAULT_BUDGET`).
 
 use std::collections::VecDeque;
 use std::fs::File;

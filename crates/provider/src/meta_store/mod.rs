@@ -7,7 +7,7 @@
 //! records in order, so a node stored again after its deletion is back. A crash can leave a
 //! torn record at the end; it is cut off when the log is replayed. Writes go through one
 //! writer thread that combines the batches of concurrent callers, so a single fdatasync
-//! acknowledges many of them (see [`crate::group_commit`]).
+//! acknowledges many of them (see `crate::group_commit`).
 //!
 //! The format header and how a log of another format is refused are in `record.rs`; replay,
 //! the upgrade of logs from before the header, and the torn-tail cut in `replay.rs`;

@@ -8,7 +8,7 @@
 //! fsync; appends cost none. Segments are created when the first small chunk arrives, so a
 //! store holding only large chunks has none.
 //!
-//! Writes go through a [`GroupCommit`] writer: the chunks of concurrent callers are appended
+//! Writes go through a `GroupCommit` writer: the chunks of concurrent callers are appended
 //! with one write, then synced with one fdatasync (when fsync is enabled), and only then are
 //! they indexed and acknowledged. A chunk id already in the log is not written again (ids are
 //! random and chunks immutable: the same id means the same content, e.g. a retried write).
