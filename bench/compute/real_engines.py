@@ -27,6 +27,7 @@ from tomus.compute.apps.abrain import (
 from tomus.compute.apps.kmeans import pass_stats
 from tomus.compute.apps.pagerank import _update, distinct_ids, edge_pairs, parse_edges
 from tomus.compute.apps.pca import PCAPass, _combine, _components
+from tomus.compute.apps.text import _merge_counts as tx_merge
 from tomus.compute.apps.text import top_k, words
 from tomus.compute.splits import iter_lines
 
@@ -386,13 +387,6 @@ def tx_count(r: Range) -> Counter[bytes]:
 def tx_matches(r: Range, pattern: bytes) -> int:
     rx = re.compile(pattern)
     return sum(1 for line in iter_lines(tx_read(r)) if rx.search(line))
-
-
-def tx_merge(parts: list[Counter[bytes]]) -> Counter[bytes]:
-    total = parts[0]
-    for p in parts[1:]:
-        total.update(p)
-    return total
 
 
 def tx_decoded(counts: Counter[bytes]) -> Counter[str]:
