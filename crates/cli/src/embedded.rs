@@ -321,8 +321,8 @@ impl EmbeddedCluster {
 
     /// Stops the cluster cleanly: SIGTERM to the manager first, so that its maintenance
     /// finishes its rounds while the providers still serve (instead of finding their data
-    /// unreadable), then to the providers the moment the manager is gone (before a heartbeat
-    /// finds it gone). Each gets `grace` before SIGKILL.
+    /// unreadable), then to the providers the moment the manager is gone (a heartbeat that
+    /// lands in between is a quiet miss). Each gets `grace` before SIGKILL.
     pub fn stop(&mut self, grace: Duration) {
         let providers: Vec<Child> = self.providers.iter_mut().filter_map(Option::take).collect();
         let pids: Vec<u32> = providers.iter().map(Child::id).collect();

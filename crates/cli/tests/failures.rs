@@ -539,6 +539,39 @@ async fn small_writes_survive_their_metadata_owner_dying() {
     );
 }
 
+/// A provider's heartbeat may miss a beat while its manager restarts (or stops just before
+/// it) without that being news; a manager that stays away is warned about, once.
+#[test]
+fn a_missed_heartbeat_is_quiet_and_a_manager_that_stays_away_is_warned_about() {
+    let mut tc = TestCluster::start_with(1, |spec| spec.heartbeat_ms = 1000);
+    let log = tc.dir.join("logs").join("provider-0.log");
+    let read_log = || std::fs::read_to_string(&log).unwrap();
+    tc.cluster.kill_manager();
+    tc.cluster.start_manager().unwrap();
+    // Two beats after the restart: at most one of them missed the manager.
+    std::thread::sleep(Duration::from_millis(2500));
+    let text = read_log();
+    assert!(!text.contains(" WARN "), "a restart warned:\n{text}");
+
+    tc.cluster.kill_manager();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !read_log().contains("failed 3 times in a row") {
+        assert!(
+            Instant::now() < deadline,
+            "no warning about a manager gone for good:\n{}",
+            read_log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let warnings = read_log().matches(" WARN ").count();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        read_log().matches(" WARN ").count(),
+        warnings,
+        "warned at every beat"
+    );
+}
+
 /// The providers start side by side: one that cannot start fails the cluster's start, and the
 /// manager and the providers that did start are ended with it, not left running.
 #[test]

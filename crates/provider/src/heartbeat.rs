@@ -24,6 +24,10 @@ const MAX_RETRY: Duration = Duration::from_secs(2);
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
 /// Lost chunks one report carries at most (the rest go with the next ones).
 const LOST_PER_REPORT: usize = 10_000;
+/// Heartbeats that may fail in a row before the failure is reported as one: a manager that
+/// restarts, or stops just before its providers, misses a beat without anything being wrong
+/// (it declares a provider dead only after many missed beats).
+const QUIET_MISSES: u32 = 2;
 
 pub(crate) struct Heartbeat {
     pub pool: Arc<Pool>,
@@ -117,11 +121,13 @@ impl Heartbeat {
 }
 
 /// Heartbeats as a background worker: one per interval. A manager that no longer knows this
-/// provider (its registry was reset) gets a registration instead.
+/// provider (its registry was reset) gets a registration instead. Up to [`QUIET_MISSES`]
+/// failed heartbeats in a row are only noted in the summary; the next one fails the round.
 pub(crate) struct Beats {
     pub heartbeat: Heartbeat,
     pub id: ProviderId,
     pub sent: u64,
+    pub missed: u32,
 }
 
 impl Worker for Beats {
@@ -160,21 +166,34 @@ impl Worker for Beats {
                 self.id = id;
             }
             Err(e) => {
+                self.missed += 1;
+                if self.missed <= QUIET_MISSES {
+                    tracing::debug!("heartbeat to the manager at {}: {e}", hb.manager);
+                    return Ok(Round::Idle);
+                }
                 return Err(Error::new(
                     e.kind,
                     format!(
-                        "heartbeat to the manager at {} failed: {}",
-                        hb.manager, e.message
+                        "heartbeat to the manager at {} failed {} times in a row: {}",
+                        hb.manager, self.missed, e.message
                     ),
-                ))
+                ));
             }
         }
+        self.missed = 0;
         self.sent += 1;
         Ok(Round::Idle)
     }
 
     fn summary(&self) -> String {
-        format!("provider {}: {} heartbeats sent", self.id, self.sent)
+        let missed = match self.missed {
+            0 => String::new(),
+            n => format!(", the last {n} missed"),
+        };
+        format!(
+            "provider {}: {} heartbeats sent{missed}",
+            self.id, self.sent
+        )
     }
 }
 

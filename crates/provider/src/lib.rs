@@ -203,6 +203,7 @@ pub async fn run(
         heartbeat,
         id,
         sent: 0,
+        missed: 0,
     };
     let beating = tomus_worker::Workers::default().run(beats, stopped, Some(wake));
     tokio::select! {
