@@ -35,6 +35,27 @@ def test_every_line_is_owned_by_exactly_one_split(
     assert [ln for o in owned for ln in iter_lines(o)] == list(iter_lines(text))
 
 
+def test_long_lines_are_owned_by_the_split_they_start_in(tc: tomus.Client) -> None:
+    # Lines longer than a split and than the reads that look for a line's end (4-64 KiB),
+    # starting right at split boundaries, ending just before and just after them.
+    lengths = [0, 4095, 4094, 1, 70_000, 200_000, 8191, 3, 0, 12_288, 65_536, 5]
+    text = b"\n".join(bytes([97 + i % 26]) * n for i, n in enumerate(lengths))
+    blob = tc.create_blob(chunk_size=4096)
+    blob.write(0, text)
+    for split_chunks in (1, 2, 5):
+        splits = plan_splits(tc, [blob.id], split_size=split_chunks * 4096)
+        owned = [read_text(tc, s) for s in splits]
+        assert b"".join(owned) == text
+        assert [ln for o in owned for ln in iter_lines(o)] == list(iter_lines(text))
+        # Each split's text starts at a line start inside it.
+        begin = 0
+        for s, o in zip(splits, owned, strict=True):
+            if o:
+                assert s.start <= begin < s.end
+                assert begin == 0 or text[begin - 1] == ord("\n")
+            begin += len(o)
+
+
 def test_split_size_rounds_up_to_chunks_and_splits_know_their_hosts(
     tc: tomus.Client,
 ) -> None:
