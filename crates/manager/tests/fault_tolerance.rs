@@ -1099,6 +1099,53 @@ async fn gc_cutoffs_wait_for_writers_and_refuse_older_data() {
     assert_eq!(e.kind, ErrorKind::WriteExpired);
 }
 
+/// The periodic rounds look only at the blobs listed as changed (`versions/watchlist.rs`),
+/// not at every blob: one that stayed idle through many rounds, and dropped off the lists,
+/// is seen again by each round once it has a writer or new versions.
+#[tokio::test]
+async fn the_rounds_see_an_idle_blob_again_once_it_changes() {
+    let dir = TempDir::new("watchlist");
+    let m = open(dir.path(), TIMEOUT);
+    let blob = create_blob(&m, 1).await.unwrap().id;
+    set_retention(&m, blob, Retention::KeepLast(1))
+        .await
+        .unwrap();
+    publish(&m, blob).await;
+    for _ in 0..3 {
+        assert_eq!(m.versions.enforce_retention(tomus_wire::now_ms()), 0);
+        assert_eq!(m.versions.expire_leases(Duration::ZERO).unwrap(), 0);
+        assert_eq!(grant(&m, 0, 0).await, Cutoffs::default());
+    }
+
+    // A writer whose data is ten minutes old: the cutoffs wait for it...
+    let now = tomus_wire::now_ms();
+    let ten_minutes = 600_000;
+    let age = DataAge {
+        stored_ms: ten_minutes,
+        reused_ms: None,
+    };
+    let slow = assign_aged(&m, blob, age).await.unwrap();
+    assert!(grant(&m, now, now).await.fresh_ms <= now - ten_minutes);
+    // ...and its lease runs out.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        m.versions.expire_leases(Duration::from_millis(10)).unwrap(),
+        1
+    );
+    let e = complete(&m, blob, slow).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::VersionAborted, "{e}");
+
+    // Idle again for a few rounds, then two new versions: retention keeps the last.
+    for _ in 0..3 {
+        assert_eq!(m.versions.enforce_retention(tomus_wire::now_ms()), 0);
+        assert_eq!(m.versions.expire_leases(Duration::ZERO).unwrap(), 0);
+    }
+    publish(&m, blob).await;
+    let last = publish(&m, blob).await;
+    assert_eq!(m.versions.enforce_retention(tomus_wire::now_ms()), 1);
+    assert_eq!(listed(&m, blob).await, vec![last]);
+}
+
 #[tokio::test]
 async fn the_change_log_records_what_became_referenced_and_what_died() {
     let dir = TempDir::new("changes");

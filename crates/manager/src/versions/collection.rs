@@ -60,7 +60,7 @@ impl VersionManager {
             let mut cutoffs = self.cutoffs.write().unwrap_or_else(|p| p.into_inner());
             let mut fresh = proposed.fresh_ms;
             let mut reused = proposed.reused_ms;
-            for (_, slot) in self.slots() {
+            for (_, slot) in self.active_slots() {
                 for p in slot.lock().pending.values() {
                     fresh = fresh.min(p.stored_since.saturating_sub(LATENCY_SLACK_MS));
                     if let Some(r) = p.reused_since {

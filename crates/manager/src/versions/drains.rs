@@ -113,7 +113,7 @@ impl VersionManager {
         if horizon == 0 {
             return Some(0);
         }
-        for (_, slot) in self.slots() {
+        for (_, slot) in self.active_slots() {
             if slot
                 .lock()
                 .pending

@@ -33,6 +33,8 @@ mod committer;
 mod drains;
 /// Retention policies and expiry.
 mod retention;
+/// Which blobs the periodic rounds look at.
+mod watchlist;
 /// Assignment, completion, publication, leases and aborts.
 mod writes;
 
@@ -205,6 +207,8 @@ pub struct VersionManager {
     cutoffs: RwLock<Cutoffs>,
     /// Writes that may have put data on draining providers.
     drains: drains::DrainWatch,
+    /// The blobs the periodic rounds look at (a leaf lock: see `watchlist.rs`).
+    watchlist: Mutex<watchlist::Watchlist>,
     /// Dropped with the version manager, which stops its committer.
     committer_stop: watch::Sender<bool>,
 }
@@ -311,6 +315,7 @@ impl VersionManager {
                 }),
             );
         }
+        let blob_ids = blobs.keys().copied().collect();
         let (commits, rx) = mpsc::unbounded_channel();
         let cutoffs = RwLock::new(store.cutoffs()?);
         let store_removed_before = store.removed_before()?;
@@ -321,6 +326,8 @@ impl VersionManager {
             expiry: Mutex::new(()),
             cutoffs,
             drains: drains::DrainWatch::removed_before(store_removed_before),
+            // Every blob is looked at once after a restart (its `expiry_due` starts set).
+            watchlist: Mutex::new(watchlist::Watchlist::expiry_due_for(blob_ids)),
             committer_stop: watch::channel(false).0,
         });
         let committer = committer::Committer {
@@ -401,6 +408,8 @@ impl VersionManager {
             };
             let mut state = BlobState::new(record, version_zero(id), 1, policy);
             state.reserved = reserved;
+            // No version for a policy to remove yet.
+            state.expiry_due = false;
             infos.push(blob_info(&state));
             blobs.insert(
                 id,
@@ -457,7 +466,8 @@ impl VersionManager {
                     path: path.to_string(),
                     holders: 1,
                     touched: Instant::now(),
-                })
+                });
+                self.mark_active(&s);
             }
         }
         Ok(())
@@ -484,7 +494,7 @@ impl VersionManager {
     /// for `grace`: their writers are gone (a write that old would be refused anyway).
     pub(crate) fn abandoned_files(&self, grace: Duration) -> Vec<(BlobId, String)> {
         let mut out = Vec::new();
-        for (_, slot) in self.slots() {
+        for (_, slot) in self.active_slots() {
             let s = slot.lock();
             if let Some(n) = &s.naming {
                 if s.unwritten() && n.touched.elapsed() > grace {

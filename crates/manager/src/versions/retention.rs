@@ -41,7 +41,7 @@ impl VersionManager {
         {
             let mut s = slot.lock();
             s.retention = policy;
-            s.expiry_due = true;
+            self.mark_expiry_due(&mut s);
         }
         // The policy is durable; if removing versions fails, the periodic round retries.
         self.expire_locked(&[(blob, slot.clone())], now_ms());
@@ -54,7 +54,7 @@ impl VersionManager {
     /// that fails is logged and retried next time.
     pub fn enforce_retention(&self, now_ms: u64) -> usize {
         let due: Vec<(BlobId, Arc<BlobSlot>)> = self
-            .slots()
+            .expiry_candidates(now_ms)
             .into_iter()
             .filter(|(_, slot)| {
                 let s = slot.lock();
@@ -86,7 +86,7 @@ impl VersionManager {
                 Ok(Some(keep_from)) => planned.push((*blob, slot, keep_from)),
                 Ok(None) => {}
                 Err(e) => {
-                    slot.lock().expiry_due = true;
+                    self.mark_expiry_due(&mut slot.lock());
                     tracing::error!("blob {blob}: applying its retention failed: {e}");
                 }
             }
@@ -97,7 +97,7 @@ impl VersionManager {
         let rows: Vec<(BlobId, Version)> = planned.iter().map(|(b, _, k)| (*b, *k)).collect();
         if let Err(e) = self.store.expire(&rows) {
             for (_, slot, _) in &planned {
-                slot.lock().expiry_due = true;
+                self.mark_expiry_due(&mut slot.lock());
             }
             tracing::error!("applying the retention of {} blobs failed: {e}", rows.len());
             return 0;
@@ -127,7 +127,7 @@ impl VersionManager {
         // planned again next time.
         let plan = self.store.plan_expiry(blob, policy, now_ms)?;
         let mut s = slot.lock();
-        s.expiry_at_ms = plan.recheck_at_ms;
+        self.set_expiry_at(&mut s, plan.recheck_at_ms);
         let Some(keep_from) = plan.keep_from else {
             return Ok(None);
         };
@@ -138,7 +138,7 @@ impl VersionManager {
         let keep_from = held.map_or(planned, |h| planned.min(h));
         if keep_from < planned {
             // Looked at again once the writer is done.
-            s.expiry_due = true;
+            self.mark_expiry_due(&mut s);
         }
         if keep_from <= s.retained_from.max(1) {
             return Ok(None);

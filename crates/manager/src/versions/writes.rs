@@ -118,6 +118,8 @@ impl VersionManager {
         let published = (s.record.published > 0).then_some((s.record.published, s.record.capacity));
         let span = Span::new(offset, size);
         let base = s.record.published;
+        // Listed before the cutoffs' and the drains' guards are let go (see above).
+        self.mark_active(&s);
         s.pending.insert(
             version,
             Pending {
@@ -207,7 +209,7 @@ impl VersionManager {
     /// not blocked by a dead one. Returns how many versions were given up.
     pub fn expire_leases(&self, lease: Duration) -> Result<usize> {
         let mut given_up = 0;
-        for (blob, slot) in self.slots() {
+        for (blob, slot) in self.active_slots() {
             let mut s = slot.lock();
             let expired = s
                 .pending
@@ -267,7 +269,7 @@ impl VersionManager {
     /// lock). Returns the range of version numbers given up.
     fn give_up(&self, s: &mut BlobState, first: Version, why: GiveUp) -> (Version, Version) {
         // A writer gone: retention it held back may go on.
-        s.expiry_due = true;
+        self.mark_expiry_due(s);
         let victims: Vec<Version> = s.pending.range(first..).map(|(v, _)| *v).collect();
         let m = tomus_metrics::manager();
         m.versions_aborted.inc_by(victims.len() as u64);
@@ -371,7 +373,7 @@ impl VersionManager {
         }
         s.record = p.blob;
         s.naming = None;
-        s.expiry_due = true;
+        self.mark_expiry_due(&mut s);
         let v = s.record.published;
         drop(s);
         slot.published.send_replace(v);
