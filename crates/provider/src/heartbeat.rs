@@ -166,7 +166,7 @@ impl Worker for Beats {
                 self.id = id;
             }
             Err(e) => {
-                self.missed += 1;
+                self.missed = self.missed.saturating_add(1);
                 if self.missed <= QUIET_MISSES {
                     tracing::debug!("heartbeat to the manager at {}: {e}", hb.manager);
                     return Ok(Round::Idle);
