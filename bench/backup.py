@@ -116,7 +116,9 @@ def fill(b: Bench, addr: str, prefix: str, mib: int) -> None:
 
 def point(b: Bench, addr: str) -> tuple[float, dict]:
     start = time.perf_counter()
-    st = json.loads(b.run(addr, "--json", "backup", "now", "--wait", "--timeout", "3600"))
+    st = json.loads(
+        b.run(addr, "--json", "backup", "now", "--wait", "--timeout", "3600")
+    )
     return time.perf_counter() - start, st
 
 
@@ -223,7 +225,11 @@ def main() -> None:
         )
         restore_secs = time.perf_counter() - start
         result = {
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "binary": a.tomus},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "binary": a.tomus,
+            },
             "dataset_mib": a.data_mib,
             "backup": {
                 "full_seconds": secs,

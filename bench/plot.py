@@ -95,7 +95,9 @@ def main(path: str) -> None:
             {
                 "append 4 KiB": results.get("s5", {}).get("append_4k", []),
                 "read 4 KiB, latest": results.get("s5", {}).get("read_4k", []),
-                "read 4 KiB, pinned version": results.get("s5", {}).get("read_4k_pinned", []),
+                "read 4 KiB, pinned version": results.get("s5", {}).get(
+                    "read_4k_pinned", []
+                ),
             },
             "ops/s",
         ),

@@ -363,7 +363,10 @@ def one_run(
         "equal_reference": bool(equal),
         # Swarm readers' piece timelines (piece, source kind, start s, end s).
         "timelines": [
-            x["timeline"] for t in report.tasks.values() for x in t["transfers"] if x["timeline"]
+            x["timeline"]
+            for t in report.tasks.values()
+            for x in t["transfers"]
+            if x["timeline"]
         ],
     }
     print(json.dumps(row), flush=True)

@@ -43,7 +43,9 @@ def main() -> None:
             workflow.registered(client, path)
             dest = Path(tmp) / "dest"
             times: dict[str, list[float]] = {"memory": [], "direct": []}
-            workflow.fetch(client, path, dest, mode="direct")  # warm: checksum known, cached
+            workflow.fetch(
+                client, path, dest, mode="direct"
+            )  # warm: checksum known, cached
             for _ in range(args.repeat):
                 for mode in ("memory", "direct"):  # alternating: noise hits both alike
                     t0 = time.perf_counter()

@@ -34,9 +34,10 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/workflow-transfers.json")
     args = ap.parse_args()
     rows = []
-    with tomus.local_cluster(providers=3, fsync=False) as cluster, tempfile.TemporaryDirectory(
-        dir=cluster.data_dir
-    ) as tmp:
+    with (
+        tomus.local_cluster(providers=3, fsync=False) as cluster,
+        tempfile.TemporaryDirectory(dir=cluster.data_dir) as tmp,
+    ):
         client = cluster.connect()
         provs = sorted(p.addr for p in client.providers())
         fs = client.fs()
@@ -45,7 +46,11 @@ def main() -> None:
             src = Path(tmp) / f"src-{size}"
             src.write_bytes(data)
             reg = f"/bench/reg-{size}"
-            t_register = timed(functools.partial(workflow.register, client, src, reg, provider=provs[0]))
+            t_register = timed(
+                functools.partial(
+                    workflow.register, client, src, reg, provider=provs[0]
+                )
+            )
             for i, p in enumerate(provs[1:]):
                 c = Path(tmp) / f"copy{i}-{size}"
                 c.write_bytes(data)
@@ -54,13 +59,31 @@ def main() -> None:
             store = f"/bench/store-{size}"
             t_put = timed(functools.partial(fs.pipe, store, data))
             dest = Path(tmp) / "dest"
-            res: dict[str, list[float]] = {"registered_direct": [], "swarm": [], "store": []}
+            res: dict[str, list[float]] = {
+                "registered_direct": [],
+                "swarm": [],
+                "store": [],
+            }
             for _ in range(args.repeat):
                 res["registered_direct"].append(
-                    timed(functools.partial(workflow.fetch, client, reg, dest, holders=[provs[0]]))
+                    timed(
+                        functools.partial(
+                            workflow.fetch, client, reg, dest, holders=[provs[0]]
+                        )
+                    )
                 )
-                res["swarm"].append(timed(functools.partial(workflow.fetch, client, reg, dest, mode="swarm")))
-                res["store"].append(timed(lambda dest=dest, store=store: dest.write_bytes(fs.cat(store))))
+                res["swarm"].append(
+                    timed(
+                        functools.partial(
+                            workflow.fetch, client, reg, dest, mode="swarm"
+                        )
+                    )
+                )
+                res["store"].append(
+                    timed(
+                        lambda dest=dest, store=store: dest.write_bytes(fs.cat(store))
+                    )
+                )
             row = {
                 "size": size,
                 "register_s": t_register,
