@@ -54,6 +54,12 @@ def test_long_lines_are_owned_by_the_split_they_start_in(tc: tomus.Client) -> No
                 assert s.start <= begin < s.end
                 assert begin == 0 or text[begin - 1] == ord("\n")
             begin += len(o)
+    # No newline at all: the first split reads the blob whole, the others nothing.
+    flat = b"x" * 50_000
+    blob = tc.create_blob(chunk_size=4096)
+    blob.write(0, flat)
+    splits = plan_splits(tc, [blob.id], split_size=4096)
+    assert [read_text(tc, s) for s in splits] == [flat] + [b""] * (len(splits) - 1)
 
 
 def test_split_size_rounds_up_to_chunks_and_splits_know_their_hosts(
