@@ -86,6 +86,14 @@ impl VersionManager {
     pub(super) fn active_slots(&self) -> Vec<(BlobId, Arc<BlobSlot>)> {
         let ids: Vec<BlobId> = self.watchlist().active.iter().copied().collect();
         let mut out = self.slots_of(&ids);
+        if out.len() < ids.len() {
+            // Blobs deleted since they were listed.
+            let live: HashSet<BlobId> = out.iter().map(|(b, _)| *b).collect();
+            let mut list = self.watchlist();
+            for id in ids.iter().filter(|id| !live.contains(id)) {
+                list.active.remove(id);
+            }
+        }
         out.retain(|(blob, slot)| {
             let s = slot.lock();
             let active = !s.pending.is_empty() || s.naming.is_some();
@@ -94,12 +102,6 @@ impl VersionManager {
             }
             active
         });
-        // Blobs deleted since they were listed.
-        let live: HashSet<BlobId> = out.iter().map(|(b, _)| *b).collect();
-        let mut list = self.watchlist();
-        for id in ids.iter().filter(|id| !live.contains(id)) {
-            list.active.remove(id);
-        }
         out
     }
 
