@@ -49,7 +49,7 @@ impl Steward {
     /// Loads the placement plan from `store`.
     pub fn open(store: std::sync::Arc<Store>) -> Result<Self> {
         let plan = {
-            let txn = store.db().begin_read().map_err(db_err)?;
+            let txn = store.read()?;
             match txn.open_table(PLAN) {
                 Ok(t) => match t.get(PLAN_KEY).map_err(db_err)? {
                     Some(v) => Some(decode::<PlacementPlan>(v.value())?),
@@ -70,7 +70,7 @@ impl Steward {
     /// Records the class of a new blob (durably, before the creation is answered).
     pub fn set_class(&self, blob: BlobId, class: StorageClass) -> Result<()> {
         if class != StorageClass::Disk {
-            let txn = self.store.db().begin_write().map_err(db_err)?;
+            let txn = self.store.write()?;
             {
                 let mut t = txn.open_table(CLASSES).map_err(db_err)?;
                 t.insert(blob, encode(&class)?.as_slice()).map_err(db_err)?;
@@ -86,7 +86,7 @@ impl Steward {
         if let Some(c) = lock(&self.classes).get(&blob) {
             return Ok(*c);
         }
-        let txn = self.store.db().begin_read().map_err(db_err)?;
+        let txn = self.store.read()?;
         let class = match txn.open_table(CLASSES) {
             Ok(t) => match t.get(blob).map_err(db_err)? {
                 Some(v) => decode(v.value())?,
@@ -180,7 +180,7 @@ impl Steward {
             }
             None => None,
         };
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         {
             let mut t = txn.open_table(PLAN).map_err(db_err)?;
             match &resolved {

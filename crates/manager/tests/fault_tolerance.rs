@@ -727,6 +727,46 @@ async fn publications_of_deleted_blobs_do_not_bring_them_back() {
     assert!(m.store.version(blob, 2).unwrap().is_none());
 }
 
+/// A file's later versions are published through the journal; removing the file right after
+/// (before redb holds them) and restarting must not bring any of it back.
+#[tokio::test]
+async fn a_file_removed_after_journaled_versions_stays_removed_after_a_restart() {
+    let dir = TempDir::new("journal-delete");
+    let m = open(dir.path(), TIMEOUT);
+    let blob = fs_create(&m, "f").await;
+    // The first version names the file (committed to redb); the others go to the journal.
+    for _ in 0..4 {
+        publish(&m, blob).await;
+    }
+    // Asked of memory, not redb: a listing would apply the journal first.
+    assert_eq!(version(&m, blob, None).await.unwrap().version, 4);
+    let kept = fs_create(&m, "g").await;
+    publish(&m, kept).await;
+    publish(&m, kept).await;
+    fs_delete(&m, "f", false).await.unwrap();
+    close(m).await;
+    let m = open(dir.path(), TIMEOUT);
+    assert_gone(&m, blob).await;
+    assert_eq!(listed(&m, kept).await, [1, 2]);
+    let deleted_then_published = call(
+        &m,
+        Changes {
+            after: 0,
+            limit: 1000,
+        },
+    )
+    .await
+    .unwrap()
+    .changes
+    .iter()
+    .skip_while(|(_, c)| !matches!(c, Change::Deleted { blob: b, .. } if *b == blob))
+    .any(|(_, c)| matches!(c, Change::Published { blob: b, .. } if *b == blob));
+    assert!(
+        !deleted_then_published,
+        "a publication logged after its blob's deletion"
+    );
+}
+
 #[tokio::test]
 async fn status_shows_providers_blobs_and_the_last_maintenance_report() {
     let dir = TempDir::new("status");
@@ -1012,7 +1052,7 @@ async fn state_of_a_newer_format_is_refused_and_an_older_one_upgraded() {
                 .unwrap()
                 .unwrap()
                 .value(),
-            4
+            5
         );
         txn.open_table(meta).unwrap().insert("schema", 99).unwrap();
         txn.commit().unwrap();

@@ -19,7 +19,7 @@ impl Namespace {
     /// and metadata after the grace. Writers of the blob are told it was deleted.
     pub fn delete_blob(&self, blob: BlobId) -> Result<()> {
         let _guard = self.lock_settled();
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         if let Some(path) = file_of(&txn, blob)? {
             return Err(Error::new(
                 ErrorKind::PreconditionFailed,

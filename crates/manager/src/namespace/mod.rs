@@ -122,7 +122,7 @@ pub struct Namespace {
 
 impl Namespace {
     pub fn open(store: Arc<Store>, versions: Arc<VersionManager>) -> Result<Self> {
-        let txn = store.db().begin_write().map_err(db_err)?;
+        let txn = store.write()?;
         txn.open_table(NAMESPACE).map_err(db_err)?;
         txn.open_table(retention::POLICIES).map_err(db_err)?;
         txn.open_table(registered::REGISTERED).map_err(db_err)?;
@@ -130,7 +130,7 @@ impl Namespace {
         txn.commit().map_err(db_err)?;
         // New files being written when the manager stopped: named again, so their first
         // publication binds them (or the grace drops them when their writers are gone).
-        let txn = store.db().begin_read().map_err(db_err)?;
+        let txn = store.read()?;
         let table = txn.open_table(NAMESPACE).map_err(db_err)?;
         for row in table.iter().map_err(db_err)? {
             let (k, v) = row.map_err(db_err)?;
@@ -177,7 +177,7 @@ impl Namespace {
         &self,
         change: impl FnOnce(&mut Table<&'static str, &'static [u8]>) -> Result<T>,
     ) -> Result<T> {
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         let out = {
             let mut table = txn.open_table(NAMESPACE).map_err(db_err)?;
             change(&mut table)?
@@ -197,7 +197,7 @@ impl Namespace {
             &mut retention::Policies<'_>,
         ) -> Result<(T, Vec<BlobId>)>,
     ) -> Result<T> {
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         let (out, blobs) = {
             let mut table = txn.open_table(NAMESPACE).map_err(db_err)?;
             let mut policies = txn.open_table(retention::POLICIES).map_err(db_err)?;
@@ -215,7 +215,7 @@ impl Namespace {
     }
 
     fn read(&self, path: &str) -> Result<Option<Record>> {
-        let txn = self.store.db().begin_read().map_err(db_err)?;
+        let txn = self.store.read()?;
         let table = txn.open_table(NAMESPACE).map_err(db_err)?;
         get(&table, path)
     }
@@ -375,7 +375,7 @@ impl Namespace {
             return Err(not_a_dir(&parent));
         }
         let inherited = {
-            let txn = self.store.db().begin_read().map_err(db_err)?;
+            let txn = self.store.read()?;
             let table = txn.open_table(NAMESPACE).map_err(db_err)?;
             check_parents(&table, path)?;
             retention::effective_in(&txn, path)?.0
@@ -477,7 +477,7 @@ impl Namespace {
                 "list limit {limit} must be between 1 and {MAX_LIST}"
             )));
         }
-        let txn = self.store.db().begin_read().map_err(db_err)?;
+        let txn = self.store.read()?;
         let table = txn.open_table(NAMESPACE).map_err(db_err)?;
         match visible(get(&table, &path)?) {
             Some(Record::Dir { .. }) => {}

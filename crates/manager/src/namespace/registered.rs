@@ -98,7 +98,7 @@ impl Namespace {
             return Err(super::records::is_a_dir(&path));
         }
         let _guard = self.lock_settled();
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         let stored = {
             let mut names = txn.open_table(NAMESPACE).map_err(db_err)?;
             let mut table = txn.open_table(REGISTERED).map_err(db_err)?;
@@ -164,7 +164,7 @@ impl Namespace {
     /// The record of the registered file `path`.
     pub fn registered(&self, path: &str) -> Result<(String, Stored)> {
         let path = normalize(path)?;
-        let txn = self.store.db().begin_read().map_err(db_err)?;
+        let txn = self.store.read()?;
         let names = txn.open_table(NAMESPACE).map_err(db_err)?;
         let id = match get(&names, &path)? {
             Some(Record::Registered { id, .. }) => id,
@@ -187,7 +187,7 @@ impl Namespace {
     ) -> Result<(String, Stored)> {
         let path = normalize(path)?;
         let _guard = self.lock_settled();
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         let stored = {
             let names = txn.open_table(NAMESPACE).map_err(db_err)?;
             let Some(Record::Registered { id, .. }) = get(&names, &path)? else {
@@ -249,7 +249,7 @@ impl Namespace {
         if copies.is_empty() {
             return Ok(());
         }
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         {
             let mut garbage = txn.open_table(GARBAGE).map_err(db_err)?;
             for (p, name) in copies {
@@ -269,7 +269,7 @@ impl Namespace {
             return Ok(0);
         }
         let _guard = self.lock_settled();
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         let removed = {
             let names = txn.open_table(NAMESPACE).map_err(db_err)?;
             let mut table = txn.open_table(REGISTERED).map_err(db_err)?;
@@ -306,7 +306,7 @@ impl Namespace {
 
     /// The copies waiting to be removed, by provider.
     pub fn registered_garbage(&self) -> Result<Vec<(ProviderId, Vec<String>)>> {
-        let txn = self.store.db().begin_read().map_err(db_err)?;
+        let txn = self.store.read()?;
         let garbage = txn.open_table(GARBAGE).map_err(db_err)?;
         let mut out: Vec<(ProviderId, Vec<String>)> = Vec::new();
         for row in garbage.iter().map_err(db_err)? {
@@ -322,7 +322,7 @@ impl Namespace {
 
     /// The copies `names` of `provider` were removed.
     pub fn forget_garbage(&self, provider: ProviderId, names: &[String]) -> Result<()> {
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         {
             let mut garbage = txn.open_table(GARBAGE).map_err(db_err)?;
             for name in names {

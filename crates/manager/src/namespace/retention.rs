@@ -124,7 +124,7 @@ impl Namespace {
     /// it, and where it comes from.
     pub fn retention(&self, path: &str) -> Result<FsRetention> {
         let path = normalize(path)?;
-        let txn = self.store.db().begin_read().map_err(db_err)?;
+        let txn = self.store.read()?;
         let table = txn.open_table(NAMESPACE).map_err(db_err)?;
         match visible(get(&table, &path)?) {
             None => Err(not_found(&path)),
@@ -157,7 +157,7 @@ impl Namespace {
             check_retention(p)?;
         }
         let _guard = self.lock_settled();
-        let txn = self.store.db().begin_write().map_err(db_err)?;
+        let txn = self.store.write()?;
         let record = {
             let table = txn.open_table(NAMESPACE).map_err(db_err)?;
             visible(get(&table, &path)?)

@@ -13,7 +13,7 @@ use super::{
 
 impl Store {
     pub fn blobs(&self) -> Result<Vec<BlobRecord>> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let table = txn.open_table(BLOBS).map_err(db_err)?;
         let mut out = Vec::new();
         for row in table.iter().map_err(db_err)? {
@@ -37,7 +37,7 @@ impl Store {
         mut make: impl FnMut(usize, BlobId) -> BlobRecord,
         mut also: impl FnMut(&WriteTransaction, usize, BlobId) -> Result<()>,
     ) -> Result<Vec<BlobRecord>> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         let mut records = Vec::with_capacity(policies.len());
         {
             let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
@@ -80,7 +80,7 @@ impl Store {
 
     /// Which of `blobs` were deleted (have a tombstone).
     pub fn deleted(&self, blobs: &[BlobId]) -> Result<Vec<bool>> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let t = txn.open_table(DELETED).map_err(db_err)?;
         blobs
             .iter()
@@ -90,7 +90,7 @@ impl Store {
 
     /// The next blob id to be handed out: ids below it were created at some point.
     pub fn next_blob_id(&self) -> Result<BlobId> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let t = txn.open_table(COUNTERS).map_err(db_err)?;
         Ok(t.get("blob").map_err(db_err)?.map_or(1, |v| v.value()))
     }

@@ -29,7 +29,7 @@ pub(super) fn log_change(txn: &WriteTransaction, change: &Change) -> Result<()> 
 impl Store {
     /// The change log after `after`, at most `limit` entries.
     pub fn changes(&self, after: u64, limit: usize) -> Result<ChangePage> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let log = txn.open_table(CHANGES).map_err(db_err)?;
         let counters = txn.open_table(COUNTERS).map_err(db_err)?;
         let next = counters
@@ -57,7 +57,7 @@ impl Store {
 
     /// Drops the changes up to `upto` (applied by their reader).
     pub fn trim_changes(&self, upto: u64) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         {
             let mut log = txn.open_table(CHANGES).map_err(db_err)?;
             log.retain_in(..=upto, |_, _| false).map_err(db_err)?;
@@ -67,7 +67,7 @@ impl Store {
 
     /// The garbage-collection cutoffs granted so far.
     pub fn cutoffs(&self) -> Result<Cutoffs> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let meta = txn.open_table(META).map_err(db_err)?;
         let get =
             |k: &str| -> Result<u64> { Ok(meta.get(k).map_err(db_err)?.map_or(0, |v| v.value())) };
@@ -79,7 +79,7 @@ impl Store {
 
     /// Records the cutoffs granted (they only move forward).
     pub fn put_cutoffs(&self, c: Cutoffs) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         {
             let mut meta = txn.open_table(META).map_err(db_err)?;
             meta.insert("cutoff_fresh", c.fresh_ms).map_err(db_err)?;

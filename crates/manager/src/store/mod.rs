@@ -1,11 +1,17 @@
 //! The manager's durable state in redb: blobs, published versions, aborted version ranges,
 //! retention, providers (and which drain), repaired chunks' replica sets, the measured
-//! network topology. Every commit is fsynced before the manager acknowledges what it records.
+//! network topology. Nothing is acknowledged before it is on disk: publications are synced in
+//! the publication journal (`journal.rs`) and reach redb in batches, every other change is a
+//! fsynced redb commit. Every transaction goes through [`Store::write`] and [`Store::read`],
+//! which first apply the journaled publications redb does not hold yet, so redb's rows and
+//! change log follow the order in which things were acknowledged.
 
 /// Blob records: creation, deletion tombstones, removal with a namespace change.
 mod blobs;
 /// The change log the maintenance service follows, and the cutoffs granted to it.
 mod change_log;
+/// The publication journal: publications durable before they are in redb.
+mod journal;
 /// Providers, their drains, and repaired chunks' replica sets.
 mod providers;
 /// Retention policies and the expiry of versions they no longer keep.
@@ -15,16 +21,25 @@ mod topology;
 /// Version numbers: reservation, aborted ranges, publication, published versions.
 mod versions;
 
+use std::ops::{Deref, DerefMut};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableTable, TableDefinition, TableHandle};
+use redb::{
+    Database, Durability, ReadTransaction, ReadableTable, TableDefinition, TableHandle,
+    WriteTransaction,
+};
 use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, ProviderId, Version};
 use tomus_wire::{Change, Error, Result, Retention};
 
 pub(crate) use blobs::{delete_blob_in, remove_blobs_in};
 use change_log::log_change;
+use journal::{Group, Journal};
 pub use retention::ExpiryPlan;
+use versions::publish_rows;
 pub use versions::{Dropped, Publication};
 
 const BLOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("blobs");
@@ -100,11 +115,127 @@ const MAX_CHANGES: u64 = 1 << 20;
 /// maintenance service finds the change log starting late and rebuilds; a format 2
 /// namespace holds no pending files; a format 3 one no directory policy, so every directory
 /// follows the default and existing files keep the policies their blobs have); newer ones
-/// are refused.
-const SCHEMA: u64 = 4;
+/// are refused. 5: the publication journal (`publications.journal` beside the database) may
+/// hold published versions redb does not have yet, which format 4 would never read.
+const SCHEMA: u64 = 5;
+
+/// The journal's file, beside the database.
+const JOURNAL_FILE: &str = "publications.journal";
+/// Journaled publications are made durable in redb, in one synced transaction, once the
+/// oldest not durable there has waited this long. redb reclaims the pages that unsynced
+/// transactions (those reads run, see [`Store::read`]) free only at a synced commit, so this
+/// also bounds how long they stay unreclaimed...
+const APPLY_EVERY: Duration = Duration::from_millis(50);
+/// ... or once this many groups wait for redb.
+const APPLY_GROUPS: usize = 256;
 
 pub struct Store {
     db: Database,
+    /// `None` for a store without a directory (`open_on`): every publication commits to
+    /// redb.
+    journal: Mutex<Option<Journal>>,
+    /// Journaled publication groups redb does not hold yet, in journal order.
+    unapplied: Mutex<Unapplied>,
+    /// How many groups `unapplied` holds, read without its lock: zero means redb has them
+    /// all.
+    unapplied_count: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Unapplied {
+    groups: Vec<Group>,
+    /// When the oldest journaled group that redb does not hold durably was journaled (it
+    /// may be applied already, by an unsynced transaction).
+    undurable_since: Option<Instant>,
+}
+
+thread_local! {
+    /// This thread holds a [`WriteTxn`]: its reads must not wait for the journal's lock,
+    /// which it holds itself.
+    static IN_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A redb write transaction of the store, begun with the journaled publications applied, so
+/// they come before its own changes; it holds the journal's pending list until it commits or
+/// is dropped.
+pub(crate) struct WriteTxn<'a> {
+    txn: WriteTransaction,
+    unapplied: MutexGuard<'a, Unapplied>,
+    count: &'a AtomicUsize,
+    /// Committed with a sync (the default): then redb durably holds every journaled group.
+    durable: bool,
+    _in_write: InWrite,
+}
+
+struct InWrite;
+
+impl InWrite {
+    fn enter() -> Self {
+        IN_WRITE.with(|f| f.set(true));
+        InWrite
+    }
+}
+
+impl Drop for InWrite {
+    fn drop(&mut self) {
+        IN_WRITE.with(|f| f.set(false));
+    }
+}
+
+impl WriteTxn<'_> {
+    /// Commits (fsynced unless the durability was lowered); the journaled groups it applied
+    /// are then redb's.
+    pub(crate) fn commit(self) -> std::result::Result<(), redb::CommitError> {
+        let WriteTxn {
+            txn,
+            mut unapplied,
+            count,
+            durable,
+            _in_write,
+        } = self;
+        txn.commit()?;
+        unapplied.groups.clear();
+        if durable {
+            unapplied.undurable_since = None;
+        }
+        count.store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// Commits without a sync: what it applies of the journal stays durable in the journal.
+    fn unsynced(&mut self) {
+        self.txn.set_durability(Durability::None);
+        self.durable = false;
+    }
+}
+
+impl Deref for WriteTxn<'_> {
+    type Target = WriteTransaction;
+    fn deref(&self) -> &WriteTransaction {
+        &self.txn
+    }
+}
+
+impl DerefMut for WriteTxn<'_> {
+    fn deref_mut(&mut self) -> &mut WriteTransaction {
+        &mut self.txn
+    }
+}
+
+/// Writes the rows of journaled `groups` into `txn` and records the last one's sequence
+/// number as applied.
+fn apply_groups(txn: &WriteTransaction, groups: &[Group]) -> Result<()> {
+    let Some((last, _)) = groups.last() else {
+        return Ok(());
+    };
+    for (_, group) in groups {
+        // Their blobs existed when they were journaled, and deletions apply them first; a
+        // blob gone anyway (replay after a crash) just gets no rows back.
+        publish_rows(txn, group)?;
+    }
+    let mut meta = txn.open_table(META).map_err(db_err)?;
+    meta.insert("journal_applied", *last).map_err(db_err)?;
+    Ok(())
 }
 
 pub(crate) fn db_err(e: impl std::fmt::Display) -> Error {
@@ -124,7 +255,80 @@ impl Store {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("manager.redb");
         let db = Database::create(&path).map_err(db_err)?;
-        Self::prepare(db, &path.display().to_string())
+        let store = Self::prepare(db, &path.display().to_string())?;
+        store.replay_journal(&dir.join(JOURNAL_FILE))?;
+        Ok(store)
+    }
+
+    /// Applies what the journal holds beyond redb (publications acknowledged before a crash
+    /// or a stop), durably, then starts the journal again empty.
+    fn replay_journal(&self, path: &Path) -> Result<()> {
+        let applied = {
+            let txn = self.db.begin_read().map_err(db_err)?;
+            let meta = txn.open_table(META).map_err(db_err)?;
+            let applied = meta.get("journal_applied").map_err(db_err)?;
+            applied.map_or(0, |v| v.value())
+        };
+        let (mut journal, groups) = Journal::open(path, applied)?;
+        if !groups.is_empty() {
+            let versions: usize = groups
+                .iter()
+                .flat_map(|(_, g)| g)
+                .map(|p| p.versions.len())
+                .sum();
+            tracing::info!(
+                "publication journal {}: applying {} groups ({versions} versions) redb did \
+                 not hold yet",
+                path.display(),
+                groups.len()
+            );
+            let txn = self.db.begin_write().map_err(db_err)?;
+            apply_groups(&txn, &groups)?;
+            txn.commit().map_err(db_err)?;
+        }
+        if journal.len() > 0 {
+            journal.reset()?;
+        }
+        *self.journal.lock().unwrap_or_else(PoisonError::into_inner) = Some(journal);
+        Ok(())
+    }
+
+    /// Begins a write transaction with the journaled publications applied first.
+    pub(crate) fn write(&self) -> Result<WriteTxn<'_>> {
+        let unapplied = self
+            .unapplied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let in_write = InWrite::enter();
+        let txn = self.db.begin_write().map_err(db_err)?;
+        apply_groups(&txn, &unapplied.groups)?;
+        Ok(WriteTxn {
+            txn,
+            unapplied,
+            count: &self.unapplied_count,
+            durable: true,
+            _in_write: in_write,
+        })
+    }
+
+    /// Begins a read transaction that sees every acknowledged publication: journaled ones
+    /// redb does not hold yet are applied first (not synced: the journal keeps them durable).
+    pub(crate) fn read(&self) -> Result<ReadTransaction> {
+        if self.unapplied_count.load(Ordering::Acquire) > 0 && !IN_WRITE.with(|f| f.get()) {
+            let mut txn = self.write()?;
+            if !txn.unapplied.groups.is_empty() {
+                txn.unsynced();
+                txn.commit().map_err(db_err)?;
+            }
+        }
+        self.db.begin_read().map_err(db_err)
+    }
+
+    /// Makes redb durably hold every journaled publication: applies those it does not hold
+    /// and commits with a sync, even with nothing left to apply (earlier unsynced
+    /// transactions may have applied them).
+    fn apply_journaled_durably(&self) -> Result<()> {
+        self.write()?.commit().map_err(db_err)
     }
 
     /// A store on any redb storage backend (tests use one whose syncs are slow).
@@ -185,17 +389,17 @@ impl Store {
             log_change(&txn, &Change::Unrecorded)?;
         }
         txn.commit().map_err(db_err)?;
-        Ok(Store { db })
-    }
-
-    /// The database, for modules that keep tables of their own (the namespace).
-    pub(crate) fn db(&self) -> &Database {
-        &self.db
+        Ok(Store {
+            db,
+            journal: Mutex::new(None),
+            unapplied: Mutex::new(Unapplied::default()),
+            unapplied_count: AtomicUsize::new(0),
+        })
     }
 
     /// Allocates the next value of a durable counter (blob and provider ids).
     pub fn next_id(&self, counter: &str) -> Result<u64> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         let id = {
             let mut t = txn.open_table(COUNTERS).map_err(db_err)?;
             let next = t

@@ -12,7 +12,7 @@ const REMOVED_BEFORE: &str = "removed_before";
 
 impl Store {
     pub fn providers(&self) -> Result<Vec<ProviderRecord>> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let table = txn.open_table(PROVIDERS).map_err(db_err)?;
         let mut out = Vec::new();
         for row in table.iter().map_err(db_err)? {
@@ -23,7 +23,7 @@ impl Store {
     }
 
     pub fn put_provider(&self, p: &ProviderRecord) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         {
             let mut t = txn.open_table(PROVIDERS).map_err(db_err)?;
             t.insert(p.id, encode(p)?.as_slice()).map_err(db_err)?;
@@ -33,7 +33,7 @@ impl Store {
 
     /// Draining providers and when each drain started.
     pub fn drains(&self) -> Result<Vec<(ProviderId, u64)>> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let t = txn.open_table(DRAINING).map_err(db_err)?;
         let mut out = Vec::new();
         for row in t.iter().map_err(db_err)? {
@@ -45,7 +45,7 @@ impl Store {
 
     /// Records that providers started draining (at the given Unix ms).
     pub fn put_drains(&self, drains: &[(ProviderId, u64)]) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         {
             let mut t = txn.open_table(DRAINING).map_err(db_err)?;
             for (id, since) in drains {
@@ -58,7 +58,7 @@ impl Store {
     /// Forgets providers: their records and drain marks. Writes whose data began storing
     /// before `removed_before` (Unix ms; it only moves forward) may have put data on them.
     pub fn remove_providers(&self, ids: &[ProviderId], removed_before: u64) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         {
             let mut providers = txn.open_table(PROVIDERS).map_err(db_err)?;
             let mut draining = txn.open_table(DRAINING).map_err(db_err)?;
@@ -81,7 +81,7 @@ impl Store {
 
     /// What [`Store::remove_providers`] recorded last (0: nothing).
     pub fn removed_before(&self) -> Result<u64> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let meta = txn.open_table(META).map_err(db_err)?;
         let before = meta.get(REMOVED_BEFORE).map_err(db_err)?;
         Ok(before.map_or(0, |v| v.value()))
@@ -89,7 +89,7 @@ impl Store {
 
     /// Upserts replica sets of chunks in one transaction (an empty set removes the entry).
     pub fn record_replicas(&self, entries: &[(ChunkId, Vec<ProviderId>)]) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         {
             let mut t = txn.open_table(REPLICAS).map_err(db_err)?;
             for (chunk, replicas) in entries {
@@ -106,7 +106,7 @@ impl Store {
 
     /// The recorded replica set of each chunk, in order (empty when none was recorded).
     pub fn chunk_replicas(&self, chunks: &[ChunkId]) -> Result<Vec<Vec<ProviderId>>> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let t = txn.open_table(REPLICAS).map_err(db_err)?;
         chunks
             .iter()

@@ -77,7 +77,7 @@ fn plan_expiry(
 
 impl Store {
     pub fn retention(&self, blob: BlobId) -> Result<Option<RetentionRecord>> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let t = txn.open_table(RETENTION).map_err(db_err)?;
         match t.get(blob).map_err(db_err)? {
             Some(v) => Ok(Some(decode(v.value())?)),
@@ -88,7 +88,7 @@ impl Store {
     /// Durably sets the policy of `blob` (keeping how far earlier policies removed versions)
     /// and returns the record.
     pub fn set_retention(&self, blob: BlobId, policy: Retention) -> Result<RetentionRecord> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         if !blob_exists(&txn, blob)? {
             return Err(deleted(blob));
         }
@@ -110,7 +110,7 @@ impl Store {
     /// Where the policy of `blob` would move its first retained version at `now_ms`, and
     /// when time alone would move it next. A read transaction.
     pub fn plan_expiry(&self, blob: BlobId, policy: Retention, now_ms: u64) -> Result<ExpiryPlan> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let t = txn.open_table(VERSIONS).map_err(db_err)?;
         plan_expiry(&t, blob, policy, now_ms)
     }
@@ -120,7 +120,7 @@ impl Store {
     /// retained version, all in one transaction: a retention round over many blobs costs one
     /// sync, not one per blob. Deleted blobs are left alone.
     pub fn expire(&self, expiries: &[(BlobId, Version)]) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         {
             let mut retention = txn.open_table(RETENTION).map_err(db_err)?;
             let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;

@@ -10,14 +10,14 @@ const MATRIX: &str = "matrix";
 
 impl Store {
     pub fn topology(&self) -> Result<Option<TopologyMatrix>> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let txn = self.read()?;
         let t = txn.open_table(TOPOLOGY).map_err(db_err)?;
         let got = t.get(MATRIX).map_err(db_err)?;
         got.map(|v| decode(v.value())).transpose()
     }
 
     pub fn put_topology(&self, m: &TopologyMatrix) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = self.write()?;
         {
             let mut t = txn.open_table(TOPOLOGY).map_err(db_err)?;
             t.insert(MATRIX, encode(m)?.as_slice()).map_err(db_err)?;
