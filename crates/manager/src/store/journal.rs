@@ -143,10 +143,14 @@ impl Journal {
     pub(super) fn reset(&mut self) -> Result<()> {
         self.file
             .set_len(0)
-            .and_then(|()| self.file.sync_all())
             .map_err(|e| io_err(&self.path, "reset", e))?;
+        // Cut: appends start again at 0, whether or not the sync below succeeds (appending
+        // past a hole would hide every record after it from replay).
         self.end = 0;
         self.zeroed_to = 0;
+        self.file
+            .sync_all()
+            .map_err(|e| io_err(&self.path, "reset", e))?;
         self.refill();
         Ok(())
     }
