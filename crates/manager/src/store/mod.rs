@@ -314,7 +314,7 @@ impl Store {
     /// Begins a read transaction that sees every acknowledged publication: journaled ones
     /// redb does not hold yet are applied first (not synced: the journal keeps them durable).
     pub(crate) fn read(&self) -> Result<ReadTransaction> {
-        if self.unapplied_count.load(Ordering::Acquire) > 0 && !IN_WRITE.with(|f| f.get()) {
+        if self.journal_pending() {
             let mut txn = self.write()?;
             if !txn.unapplied.groups.is_empty() {
                 txn.unsynced();
@@ -322,6 +322,13 @@ impl Store {
             }
         }
         self.db.begin_read().map_err(db_err)
+    }
+
+    /// Whether journaled publications wait for redb and this thread may take the journal's
+    /// lock to see them: not while it holds a [`WriteTxn`], which holds that lock and applied
+    /// them already.
+    fn journal_pending(&self) -> bool {
+        self.unapplied_count.load(Ordering::Acquire) > 0 && !IN_WRITE.with(|f| f.get())
     }
 
     /// Makes redb durably hold every journaled publication: applies those it does not hold

@@ -169,7 +169,7 @@ impl Store {
     pub fn version(&self, blob: BlobId, version: Version) -> Result<Option<VersionInfo>> {
         // A version just published is often still in the journal only: found there, it
         // costs no redb transaction (a completed writer asks for its version).
-        if self.unapplied_count.load(Ordering::Acquire) > 0 {
+        if self.journal_pending() {
             let unapplied = self
                 .unapplied
                 .lock()
