@@ -50,7 +50,7 @@ def test_mostfrequentwords_across_sites(sites_file: Path, tmp_path: Path) -> Non
         "mostfrequentwords", "--sites", str(sites_file), "--json", "-k", "12",
         "--piece-size", "16384", "--share", "a=1", "--share", "b=3", str(corpus),
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, out.stderr + out.stdout  # stdout: which part is missing, why
     assert "site c is down" in out.stderr
     got = json.loads(out.stdout)
     assert got["complete"] and got["missing"] == []
@@ -63,7 +63,7 @@ def test_mostfrequentwords_across_sites(sites_file: Path, tmp_path: Path) -> Non
 
     # Text mode, and the exit status of a usage error.
     out = tomus_compute("mfw", "--sites", str(sites_file), "-k", "3", str(corpus))
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, out.stderr + out.stdout  # stdout: which part is missing, why
     assert out.stdout.splitlines() == [
         f"{w}\t{c}" for w, c in reference_top_words(first + second, 3)
     ]
@@ -78,7 +78,7 @@ def test_abrain_across_sites(sites_file: Path) -> None:
         "--snps", "256", "--voxels", "40", "--planted", "2", "--permutations", "19",
         "--snp-block", "64", "--seed", "3",
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, out.stderr + out.stdout  # stdout: which part is missing, why
     got = json.loads(out.stdout)
     x, y, planted = genotypes_imaging(120, 256, 40, planted=2, seed=3)
     ref = reference_abrain(x, y, 19, seed=3)
