@@ -54,7 +54,8 @@ fn io_err(path: &Path, what: &str, e: std::io::Error) -> Error {
 
 impl Journal {
     /// Opens (or creates) the journal at `path` and returns the groups recorded after
-    /// sequence number `applied`, in order. A torn or damaged tail is cut off.
+    /// sequence number `applied`, in order. A torn or damaged tail is cut off. No zeros are
+    /// written ahead yet: the caller empties the journal or [`Journal::refill`]s it.
     pub(super) fn open(path: &Path, applied: u64) -> Result<(Journal, Vec<Group>)> {
         let file = OpenOptions::new()
             .read(true)
@@ -100,14 +101,13 @@ impl Journal {
             file.set_len(at).map_err(|e| io_err(path, "cut", e))?;
             file.sync_all().map_err(|e| io_err(path, "sync", e))?;
         }
-        let mut journal = Journal {
+        let journal = Journal {
             file,
             path: path.to_path_buf(),
             end: at,
             zeroed_to: 0,
             last_seq: applied.max(prev),
         };
-        journal.refill();
         Ok((journal, groups))
     }
 
@@ -182,9 +182,8 @@ impl Journal {
     }
 }
 
-/// The record at `at`: `Ok(None)` at the end of the records (end of file or zeros), `Err`
-/// with what is wrong when what follows is not a whole record.
-/// With the record, the offset after it.
+/// The record at `at` with the offset after it; `Ok(None)` at the end of the records (end of
+/// file or zeros), `Err` with what is wrong when what follows is not a whole record.
 fn read_record(
     file: &File,
     at: u64,

@@ -286,8 +286,11 @@ impl Store {
             apply_groups(&txn, &groups)?;
             txn.commit().map_err(db_err)?;
         }
+        // Zeros are written ahead once, by either.
         if journal.len() > 0 {
             journal.reset()?;
+        } else {
+            journal.refill();
         }
         *self.journal.lock().unwrap_or_else(PoisonError::into_inner) = Some(journal);
         Ok(())
