@@ -9,13 +9,12 @@
 //! The writer is a plain thread rather than a tokio task: committing blocks on disk I/O, and a
 //! dedicated thread avoids a hand-off to the blocking pool for every group.
 //!
-//! Logs keep written zeros ahead of their end ([`ZeroedAhead`]), refilled between groups:
-//! a group appended inside them changes neither the file's size nor its block map, so its
-//! fdatasync writes the data alone. Appended past the end of the file, every fdatasync also
-//! writes the inode (the new size), a second synchronous I/O: on a 2-core VM's virtio disk
-//! (ext4) a 4 KiB write and fdatasync took a median 256 µs at the end of a file and 116–131
-//! µs inside written zeros. Startup cuts the zeros off with whatever a crash tore
-//! ([`drop_torn_tail`]), quietly when they are nothing else.
+//! Logs keep written zeros ahead of their end ([`ZeroedAhead`]), refilled between groups
+//! ([`GroupLog::after_group`]), so a group's fdatasync writes its data alone. Startup cuts
+//! the zeros off with whatever a crash tore ([`drop_torn_tail`]), quietly when they are
+//! nothing else.
+//!
+//! [`ZeroedAhead`]: tomus_wire::zeroed_ahead::ZeroedAhead
 
 use std::fs::File;
 use std::io;
@@ -161,66 +160,6 @@ pub(crate) fn append(file: &File, pos: u64, buf: &[u8], fsync: bool) -> io::Resu
     result
 }
 
-/// Bytes of zeros a log keeps written ahead of its end; refilled once less than half is
-/// left, so a refill (one write and one fdatasync) comes once per half of this appended.
-pub(crate) const ZEROED_AHEAD: u64 = 1 << 20;
-
-/// How far a log file holds zeros written ahead of its records (see the module comment).
-/// Only a hint: where it is wrong (the file was cut or replaced), appends just extend the
-/// file as they would without it.
-#[derive(Debug, Default)]
-pub(crate) struct ZeroedAhead {
-    /// The end of the written zeros (0: none known).
-    end: u64,
-}
-
-impl ZeroedAhead {
-    /// Writes and syncs zeros from the end of the valid records (`len`) to `len +
-    /// ZEROED_AHEAD` once less than half of that is left. Nothing without `fsync`: appends
-    /// that are not synced gain nothing from it. Best effort: a failure (a full disk) is
-    /// logged and forgotten, and appends go on past the end of the file.
-    pub(crate) fn refill(&mut self, file: &File, len: u64, fsync: bool) {
-        if !fsync || self.end >= len + ZEROED_AHEAD / 2 {
-            return;
-        }
-        let from = self.end.max(len);
-        let to = len + ZEROED_AHEAD;
-        let zeros = vec![0u8; (to - from) as usize];
-        let written = file
-            .write_all_at(&zeros, from)
-            .and_then(|()| timed_sync(file, "log"));
-        match written {
-            Ok(()) => self.end = to,
-            Err(e) => {
-                tracing::debug!("cannot write zeros ahead of a log: {e}");
-                // Zeros half written past `len` are harmless: startup cuts them off.
-                self.end = 0;
-            }
-        }
-    }
-
-    /// [`append`]s `buf` at `pos`, the end of the valid records. A failed append cut the
-    /// file back to `pos`, so the zeros are forgotten with it.
-    pub(crate) fn append(
-        &mut self,
-        file: &File,
-        pos: u64,
-        buf: &[u8],
-        fsync: bool,
-    ) -> io::Result<()> {
-        let result = append(file, pos, buf, fsync);
-        if result.is_err() {
-            self.forget();
-        }
-        result
-    }
-
-    /// Forgets the zeros: the file was cut back or replaced.
-    pub(crate) fn forget(&mut self) {
-        self.end = 0;
-    }
-}
-
 /// `file.sync_data()`, its time recorded in `tomus_provider_fsync_duration_seconds{file}`.
 pub(crate) fn timed_sync(file: &File, kind: &'static str) -> io::Result<()> {
     let started = std::time::Instant::now();
@@ -234,7 +173,8 @@ pub(crate) fn timed_sync(file: &File, kind: &'static str) -> io::Result<()> {
 
 /// Cuts a log after its last intact record (`valid` bytes) when replay found `damage` after
 /// it: a write torn by a crash must not sit in front of the records appended later. Zeros
-/// alone after the records are the space written ahead ([`ZeroedAhead`]): cut quietly.
+/// alone after the records are the space written ahead
+/// ([`ZeroedAhead`](tomus_wire::zeroed_ahead::ZeroedAhead)): cut quietly.
 pub(crate) fn drop_torn_tail(
     file: &File,
     path: &std::path::Path,

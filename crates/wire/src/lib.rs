@@ -32,6 +32,8 @@ pub mod topology;
 pub mod trace;
 /// The data requests and answers carry.
 pub mod types;
+/// Zeros kept written ahead of an append-only log, so a sync writes the records alone.
+pub mod zeroed_ahead;
 
 pub use auth::{check_bind, ClusterSecret, NOT_A_TOMUS_SERVER};
 pub use error::{check_count, Error, ErrorKind, Result};

@@ -18,6 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use tomus_wire::zeroed_ahead::ZeroedAhead;
 use tomus_wire::{Error, Result};
 
 use super::versions::Publication;
@@ -26,8 +27,6 @@ const MAGIC: u32 = 0x7075_626a; // "pubj"
 const HEADER: u64 = 12;
 /// A record larger than this is damage, not a record (a group is a few KiB).
 const MAX_RECORD: u32 = 64 << 20;
-/// Zeros kept written ahead of the records; refilled once less than half is left.
-const ZEROS_AHEAD: u64 = 1 << 20;
 /// Past this size the journal starts again empty once redb durably holds all of it.
 pub(super) const RESET_AFTER: u64 = 8 << 20;
 
@@ -39,8 +38,8 @@ pub(super) struct Journal {
     path: PathBuf,
     /// End of the valid records.
     end: u64,
-    /// End of the zeros written ahead (0: none).
-    zeroed_to: u64,
+    /// The zeros written ahead of the records.
+    zeroed: ZeroedAhead,
     /// Sequence number of the last record appended or replayed (0: none).
     pub(super) last_seq: u64,
 }
@@ -105,7 +104,7 @@ impl Journal {
             file,
             path: path.to_path_buf(),
             end: at,
-            zeroed_to: 0,
+            zeroed: ZeroedAhead::default(),
             last_seq: applied.max(prev),
         };
         Ok((journal, groups))
@@ -147,7 +146,7 @@ impl Journal {
         // Cut: appends start again at 0, whether or not the sync below succeeds (appending
         // past a hole would hide every record after it from replay).
         self.end = 0;
-        self.zeroed_to = 0;
+        self.zeroed.forget();
         self.file
             .sync_all()
             .map_err(|e| io_err(&self.path, "reset", e))?;
@@ -155,30 +154,12 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes and syncs zeros ahead of the records once less than half of them is left. Best
-    /// effort: without them appends just extend the file (a full disk must not stop
-    /// publications that fit).
+    /// Writes and syncs zeros ahead of the records once less than half of them is left
+    /// (best effort: without them appends just extend the file).
     pub(super) fn refill(&mut self) {
-        if self.zeroed_to >= self.end + ZEROS_AHEAD / 2 {
-            return;
-        }
-        let from = self.zeroed_to.max(self.end);
-        let to = self.end + ZEROS_AHEAD;
-        let zeros = vec![0u8; (to - from) as usize];
-        match self
-            .file
-            .write_all_at(&zeros, from)
-            .and_then(|()| self.file.sync_data())
-        {
-            Ok(()) => self.zeroed_to = to,
-            Err(e) => {
-                tracing::debug!(
-                    "publication journal {}: zeros ahead: {e}",
-                    self.path.display()
-                );
-                self.zeroed_to = 0;
-            }
-        }
+        let log = self.path.display();
+        self.zeroed
+            .refill(&self.file, self.end, &log, |f| f.sync_data());
     }
 }
 

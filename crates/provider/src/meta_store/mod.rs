@@ -29,10 +29,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use tomus_metadata::{BlobId, Node, NodeKey, NodeRef, Span, Version};
+use tomus_wire::zeroed_ahead::ZeroedAhead;
 use tomus_wire::Result;
 
 use crate::blocking;
-use crate::group_commit::{GroupCommit, ZeroedAhead};
+use crate::group_commit::GroupCommit;
 use record::{encode_record, encode_tombstone};
 use replay::replay;
 use writer::Log;

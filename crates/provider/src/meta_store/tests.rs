@@ -539,7 +539,8 @@ async fn zeros_written_ahead_of_the_records_are_cut_quietly_at_reopen() {
     drop(store);
     let end = records_end(&log(&dir));
     assert!(
-        std::fs::metadata(log(&dir)).unwrap().len() >= end + crate::group_commit::ZEROED_AHEAD / 2
+        std::fs::metadata(log(&dir)).unwrap().len()
+            >= end + tomus_wire::zeroed_ahead::ZEROED_AHEAD / 2
     );
 
     let store = MetaStore::open(log(&dir), true).await.unwrap();

@@ -13,12 +13,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, PoisonError};
 
 use tomus_metadata::{Node, NodeKey};
+use tomus_wire::zeroed_ahead::ZeroedAhead;
 use tomus_wire::Result;
 
 use super::record::record_size;
 use super::snapshot::{parent_dir, rewrite};
 use super::{Commit, NodeMap};
-use crate::group_commit::{GroupLog, ZeroedAhead};
+use crate::group_commit::{append, timed_sync, GroupLog};
 use crate::{io_error, sync_dir};
 
 /// The writer's side of the log, owned by the group-commit thread.
@@ -44,7 +45,11 @@ impl GroupLog<Commit> for Log {
     }
 
     fn after_group(&mut self) {
-        self.zeroed.refill(&self.file, self.len, self.fsync);
+        if self.fsync {
+            let log = self.path.display();
+            self.zeroed
+                .refill(&self.file, self.len, &log, |f| timed_sync(f, "log"));
+        }
     }
 }
 
@@ -57,8 +62,9 @@ impl Log {
         for commit in &group {
             buf.extend_from_slice(commit.records());
         }
-        self.zeroed
-            .append(&self.file, self.len, &buf, self.fsync)
+        // A failed append cut the file back, and the zeros with it.
+        append(&self.file, self.len, &buf, self.fsync)
+            .inspect_err(|_| self.zeroed.forget())
             .map_err(|e| io_error("appending to the metadata log", e))?;
         self.len += size as u64;
         // Nodes replaced or deleted, sized after the lock is released.

@@ -42,10 +42,11 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
+use tomus_wire::zeroed_ahead::ZeroedAhead;
 use tomus_wire::{ChunkEntry, Error, Result};
 
 use crate::chunk_store::check_range;
-use crate::group_commit::{GroupCommit, ZeroedAhead};
+use crate::group_commit::GroupCommit;
 use crate::io_error;
 use format::{record_crc, segment_path, RECORD_HEADER, RECORD_MAGIC};
 use index::{Index, Loc, SharedIndex};

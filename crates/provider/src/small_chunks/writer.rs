@@ -14,6 +14,7 @@ use std::sync::{Arc, PoisonError};
 
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
+use tomus_wire::zeroed_ahead::ZeroedAhead;
 use tomus_wire::{now_ms, Error, Result};
 
 use super::format::{
@@ -23,7 +24,7 @@ use super::index::{Loc, SegmentState, SharedIndex};
 #[cfg(test)]
 use super::TestHooks;
 use super::FORMAT_VERSION;
-use crate::group_commit::{append, GroupLog, ZeroedAhead};
+use crate::group_commit::{append, timed_sync, GroupLog};
 use crate::{io_error, sync_dir};
 
 /// A chunk on its way to the log, its header already encoded.
@@ -89,8 +90,11 @@ impl GroupLog<Op> for Writer {
     }
 
     fn after_group(&mut self) {
-        if let Some(segment) = &self.current {
-            self.zeroed.refill(&segment.file, segment.len, self.fsync);
+        if let Some(segment) = self.current.as_ref().filter(|_| self.fsync) {
+            self.zeroed
+                .refill(&segment.file, segment.len, &"the small-chunk log", |f| {
+                    timed_sync(f, "log")
+                });
         }
     }
 }
@@ -229,8 +233,9 @@ impl Writer {
         let Some(segment) = &mut self.current else {
             return Err(Error::internal("small-chunk log has no segment"));
         };
-        self.zeroed
-            .append(&segment.file, segment.len, buf, self.fsync)
+        // A failed append cut the file back, and the zeros with it.
+        append(&segment.file, segment.len, buf, self.fsync)
+            .inspect_err(|_| self.zeroed.forget())
             .map_err(|e| {
                 io_error(
                     format_args!(

@@ -368,7 +368,7 @@ async fn zeros_written_ahead_are_cut_from_the_newest_segment_and_passed_over_in_
     let newest_end = records_end(&files[2]);
     assert!(
         fs::metadata(&files[2]).unwrap().len()
-            >= newest_end + crate::group_commit::ZEROED_AHEAD / 2
+            >= newest_end + tomus_wire::zeroed_ahead::ZEROED_AHEAD / 2
     );
     for file in &files[..2] {
         assert_eq!(fs::metadata(file).unwrap().len(), records_end(file));
