@@ -88,7 +88,7 @@ mod tests {
     }
 
     #[test]
-    fn refills_only_once_half_the_zeros_are_used() {
+    fn refills_once_less_than_half_the_zeros_are_left() {
         let scratch = file_of("refills", 100);
         let file = &scratch.1;
         let mut zeroed = ZeroedAhead::default();
