@@ -58,8 +58,8 @@ pub struct BenchArgs {
     pub s1_size: u64,
     /// 4 KiB operations per client in S5. Enough that the appends outlast a few maintenance
     /// rounds (every 2 s by default), whose counting of each new version is part of an
-    /// append's sustained cost: 8 clients × 1,000 append for about 2 s and leave most of it
-    /// outside the measured window.
+    /// append's sustained cost: 8 clients × 1,000 appends take about 2 s and leave most of
+    /// that counting outside the measured window.
     #[arg(long, default_value_t = 3000)]
     pub small_ops: u64,
     /// Write the JSON here as well as to stdout.
