@@ -10,17 +10,18 @@
 //! dedicated thread avoids a hand-off to the blocking pool for every group.
 //!
 //! Logs keep written zeros ahead of their end ([`ZeroedAhead`]), refilled between groups
-//! ([`GroupLog::after_group`]), so a group's fdatasync writes its data alone. Startup cuts
+//! ([`GroupLog::after_group`], [`refill_zeros`]), so a group's fdatasync writes its data
+//! alone. Startup cuts
 //! the zeros off with whatever a crash tore ([`drop_torn_tail`]), quietly when they are
 //! nothing else.
-//!
-//! [`ZeroedAhead`]: tomus_wire::zeroed_ahead::ZeroedAhead
 
+use std::fmt::Display;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
 use tokio::sync::{mpsc, oneshot};
+use tomus_wire::zeroed_ahead::ZeroedAhead;
 use tomus_wire::{Error, Result};
 
 /// Items waiting for the writer; beyond this, callers wait (backpressure).
@@ -160,6 +161,32 @@ pub(crate) fn append(file: &File, pos: u64, buf: &[u8], fsync: bool) -> io::Resu
     result
 }
 
+/// Refills the zeros written ahead of a log's records (`len` bytes) when its appends are
+/// synced (unsynced appends gain nothing from them), the refill's sync timed as a log sync.
+pub(crate) fn refill_zeros(
+    zeroed: &mut ZeroedAhead,
+    file: &File,
+    len: u64,
+    fsync: bool,
+    log: &dyn Display,
+) {
+    if fsync {
+        zeroed.refill(file, len, log, |f| timed_sync(f, "log"));
+    }
+}
+
+/// [`append`] to a log with zeros written ahead: a failed append cut the file back to `pos`,
+/// and the zeros with it.
+pub(crate) fn append_zeroed(
+    zeroed: &mut ZeroedAhead,
+    file: &File,
+    pos: u64,
+    buf: &[u8],
+    fsync: bool,
+) -> io::Result<()> {
+    append(file, pos, buf, fsync).inspect_err(|_| zeroed.forget())
+}
+
 /// `file.sync_data()`, its time recorded in `tomus_provider_fsync_duration_seconds{file}`.
 pub(crate) fn timed_sync(file: &File, kind: &'static str) -> io::Result<()> {
     let started = std::time::Instant::now();
@@ -173,14 +200,13 @@ pub(crate) fn timed_sync(file: &File, kind: &'static str) -> io::Result<()> {
 
 /// Cuts a log after its last intact record (`valid` bytes) when replay found `damage` after
 /// it: a write torn by a crash must not sit in front of the records appended later. Zeros
-/// alone after the records are the space written ahead
-/// ([`ZeroedAhead`](tomus_wire::zeroed_ahead::ZeroedAhead)): cut quietly.
+/// alone after the records are the space written ahead ([`ZeroedAhead`]): cut quietly.
 pub(crate) fn drop_torn_tail(
     file: &File,
     path: &std::path::Path,
     what: &str,
     valid: u64,
-    damage: &dyn std::fmt::Display,
+    damage: &dyn Display,
     fsync: bool,
 ) -> io::Result<()> {
     let file_len = file.metadata()?.len();

@@ -19,7 +19,7 @@ use tomus_wire::Result;
 use super::record::record_size;
 use super::snapshot::{parent_dir, rewrite};
 use super::{Commit, NodeMap};
-use crate::group_commit::{append, timed_sync, GroupLog};
+use crate::group_commit::{append_zeroed, refill_zeros, GroupLog};
 use crate::{io_error, sync_dir};
 
 /// The writer's side of the log, owned by the group-commit thread.
@@ -45,11 +45,8 @@ impl GroupLog<Commit> for Log {
     }
 
     fn after_group(&mut self) {
-        if self.fsync {
-            let log = self.path.display();
-            self.zeroed
-                .refill(&self.file, self.len, &log, |f| timed_sync(f, "log"));
-        }
+        let log = self.path.display();
+        refill_zeros(&mut self.zeroed, &self.file, self.len, self.fsync, &log);
     }
 }
 
@@ -62,9 +59,7 @@ impl Log {
         for commit in &group {
             buf.extend_from_slice(commit.records());
         }
-        // A failed append cut the file back, and the zeros with it.
-        append(&self.file, self.len, &buf, self.fsync)
-            .inspect_err(|_| self.zeroed.forget())
+        append_zeroed(&mut self.zeroed, &self.file, self.len, &buf, self.fsync)
             .map_err(|e| io_error("appending to the metadata log", e))?;
         self.len += size as u64;
         // Nodes replaced or deleted, sized after the lock is released.

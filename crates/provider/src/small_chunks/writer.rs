@@ -24,7 +24,7 @@ use super::index::{Loc, SegmentState, SharedIndex};
 #[cfg(test)]
 use super::TestHooks;
 use super::FORMAT_VERSION;
-use crate::group_commit::{append, timed_sync, GroupLog};
+use crate::group_commit::{append, append_zeroed, refill_zeros, GroupLog};
 use crate::{io_error, sync_dir};
 
 /// A chunk on its way to the log, its header already encoded.
@@ -90,11 +90,15 @@ impl GroupLog<Op> for Writer {
     }
 
     fn after_group(&mut self) {
-        if let Some(segment) = self.current.as_ref().filter(|_| self.fsync) {
-            self.zeroed
-                .refill(&segment.file, segment.len, &"the small-chunk log", |f| {
-                    timed_sync(f, "log")
-                });
+        if let Some(segment) = &self.current {
+            let log = "the small-chunk log";
+            refill_zeros(
+                &mut self.zeroed,
+                &segment.file,
+                segment.len,
+                self.fsync,
+                &log,
+            );
         }
     }
 }
@@ -233,18 +237,22 @@ impl Writer {
         let Some(segment) = &mut self.current else {
             return Err(Error::internal("small-chunk log has no segment"));
         };
-        // A failed append cut the file back, and the zeros with it.
-        append(&segment.file, segment.len, buf, self.fsync)
-            .inspect_err(|_| self.zeroed.forget())
-            .map_err(|e| {
-                io_error(
-                    format_args!(
-                        "appending to {}",
-                        segment_path(&self.dir, segment.number).display()
-                    ),
-                    e,
-                )
-            })?;
+        append_zeroed(
+            &mut self.zeroed,
+            &segment.file,
+            segment.len,
+            buf,
+            self.fsync,
+        )
+        .map_err(|e| {
+            io_error(
+                format_args!(
+                    "appending to {}",
+                    segment_path(&self.dir, segment.number).display()
+                ),
+                e,
+            )
+        })?;
         #[cfg(test)]
         if self.fsync {
             use std::sync::atomic::Ordering::Relaxed;
