@@ -5,12 +5,14 @@
 //! The ranges a version rewrote are known without reading anything: its writer built a
 //! node for its tree's root and for every range on the way down to the leaves its write
 //! touches (see `tomus_metadata::build_version`). The previous version's node at each of
-//! those ranges is found by walking the previous tree along them; that walk mostly reads
-//! nodes the previous version's own count just read, from the node cache.
+//! those ranges is found by walking the previous tree along them. Where that tree's node
+//! belongs to a version whose write is known, its children at the halves that write touched
+//! are that version's own nodes there, so a run of appends into one leaf slot is walked
+//! without reading an inner node; the walk reads only where the two writes part.
 
 use std::collections::{HashMap, HashSet};
 
-use tomus_metadata::{BlobId, ChunkId, Node, NodeRef, NodeSource, Span, Version};
+use tomus_metadata::{BlobId, ChunkId, ChunkPiece, Node, NodeRef, NodeSource, Span, Version};
 use tomus_wire::VersionInfo;
 
 use crate::ledger::{ChunkUse, Delta, LeafRefs, Step};
@@ -48,20 +50,26 @@ pub fn leaf_refs(node: &Node) -> Option<LeafRefs> {
     else {
         return None;
     };
-    let mut chunks: HashMap<ChunkId, ChunkUse> = HashMap::new();
-    for p in pieces.iter().chain(inherited) {
-        if p.chunk == ChunkId::ZEROS {
-            continue;
+    // Sorted rather than hashed: a flattened leaf has hundreds of pieces, mostly of distinct
+    // chunks, and each chunk's use is built once, from its first piece (own before inherited).
+    let mut cut: Vec<&ChunkPiece> = pieces
+        .iter()
+        .chain(inherited)
+        .filter(|p| p.chunk != ChunkId::ZEROS)
+        .collect();
+    cut.sort_by_key(|p| p.chunk);
+    let mut chunks: Vec<ChunkUse> = Vec::new();
+    for p in cut {
+        let extent = p.chunk_offset + p.len;
+        match chunks.last_mut() {
+            Some(u) if u.id == p.chunk => u.extent = u.extent.max(extent),
+            _ => chunks.push(ChunkUse {
+                id: p.chunk,
+                extent,
+                replicas: p.replicas.clone(),
+            }),
         }
-        let u = chunks.entry(p.chunk).or_insert_with(|| ChunkUse {
-            id: p.chunk,
-            extent: 0,
-            replicas: p.replicas.clone(),
-        });
-        u.extent = u.extent.max(p.chunk_offset + p.len);
     }
-    let mut chunks: Vec<ChunkUse> = chunks.into_values().collect();
-    chunks.sort_by_key(|u| u.id);
     Some(LeafRefs {
         chunks,
         refs: layers.iter().chain(base.iter()).copied().collect(),
@@ -82,13 +90,48 @@ fn child_ref(node: &Node, parent: Span, half: Span) -> Option<NodeRef> {
     }
 }
 
+/// The spans written by versions of one blob whose writes are known (those of the page of
+/// changes being counted): the walk of a previous tree takes their nodes' children from them.
+pub type KnownWrites = HashMap<Version, Span>;
+
+/// The reference node `r` (at range `s`) holds for its half `half`, when it is known without
+/// reading `r`: `r`'s version wrote inside `half`, so its writer built its own node there.
+fn known_child(r: NodeRef, half: Span, known: &KnownWrites) -> Option<NodeRef> {
+    known
+        .get(&r.version)
+        .filter(|written| half.intersects(written))
+        .map(|_| NodeRef {
+            version: r.version,
+            offset: half.offset,
+            size: half.size,
+        })
+}
+
+/// The halves of `s` a write over `span` rewrote.
+fn halves_within(s: Span, span: Span) -> impl Iterator<Item = Span> {
+    let half = s.size / 2;
+    [Span::new(s.offset, half), Span::new(s.offset + half, half)]
+        .into_iter()
+        .filter(move |h| h.intersects(&span))
+}
+
+/// Whether walking node `r`, found at range `s` of the previous tree, along a write over
+/// `span` needs `r` read: some half the write rewrote has a child not known otherwise.
+pub fn must_read(r: NodeRef, s: Span, span: Span, chunk_size: u64, known: &KnownWrites) -> bool {
+    r.size == s.size
+        && s.size > chunk_size
+        && halves_within(s, span).any(|h| known_child(r, h, known).is_none())
+}
+
 /// What version `info` (published after `prev`, the version and tree capacity of the
-/// blob's previous published version) changed.
+/// blob's previous published version) changed. `known` holds the writes of versions of the
+/// blob known to the caller (it may be empty).
 pub async fn delta<S: NodeSource>(
     source: &S,
     chunk_size: u64,
     info: &VersionInfo,
     prev: Option<(Version, u64)>,
+    known: &KnownWrites,
 ) -> Result<Delta, S::Error> {
     let ranges = rewritten(info.span, info.capacity, chunk_size);
     let mine = |s: &Span| NodeRef {
@@ -129,7 +172,7 @@ pub async fn delta<S: NodeSource>(
             .iter()
             .filter_map(|s| {
                 at.get(s)
-                    .filter(|r| r.size == s.size && s.size > chunk_size)
+                    .filter(|r| must_read(**r, *s, info.span, chunk_size, known))
             })
             .copied()
             .collect();
@@ -149,13 +192,10 @@ pub async fn delta<S: NodeSource>(
             if s.size <= chunk_size {
                 continue;
             }
-            let half = s.size / 2;
-            for h in [Span::new(s.offset, half), Span::new(s.offset + half, half)] {
-                if !h.intersects(&info.span) {
-                    continue;
-                }
+            for h in halves_within(s, info.span) {
                 let child = if r.size == s.size {
-                    fetched.get(&r).and_then(|n| child_ref(n, s, h))
+                    known_child(r, h, known)
+                        .or_else(|| fetched.get(&r).and_then(|n| child_ref(n, s, h)))
                 } else {
                     (h.offset == s.offset && r.size <= h.size).then_some(r)
                 };
@@ -185,10 +225,11 @@ pub async fn rebuild<S: NodeSource>(
     let Some(first) = versions.first() else {
         return Ok(vec![Step::Reset { blob }]);
     };
+    let known: KnownWrites = versions.iter().map(|v| (v.version, v.span)).collect();
     let mut counts = Vec::new();
     let mut prev = (first.version, first.capacity);
     for info in &versions[1..] {
-        let d = delta(source, chunk_size, info, Some(prev)).await?;
+        let d = delta(source, chunk_size, info, Some(prev), &known).await?;
         counts.push((info, d));
         prev = (info.version, info.capacity);
     }

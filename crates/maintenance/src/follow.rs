@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use tomus_client::cluster::Cluster;
 use tomus_client::dht::DhtSource;
-use tomus_metadata::{BlobId, NodeRef, NodeSource, Version};
+use tomus_metadata::{BlobId, NodeRef, NodeSource, Span, Version};
 use tomus_wire::maintenance::{Changes, Fates, TrimChanges};
 use tomus_wire::manager::{ListBlobs, ListVersions};
 use tomus_wire::{now_ms, BlobInfo, Change, Error, ErrorKind, Fate, Result, VersionInfo};
 
-use crate::delta::{self, delta};
+use crate::delta::{self, delta, KnownWrites};
 use crate::ledger::{Ledger, Step};
 
 /// Changes asked for per request.
@@ -84,11 +84,13 @@ pub async fn follow(cluster: &Cluster, ledger: &Arc<Ledger>) -> Result<Followed>
         let Some(&(last, _)) = page.changes.last() else {
             break;
         };
-        prefetch(cluster, &page.changes).await;
+        let writes = Writes::of(&page.changes);
+        prefetch(cluster, &writes).await;
         let mut counted: HashMap<BlobId, (Version, u64)> = HashMap::new();
         let mut steps = Vec::new();
         for (_, change) in &page.changes {
-            done.counted += steps_of(cluster, ledger, change, &mut counted, &mut steps).await?;
+            done.counted +=
+                steps_of(cluster, ledger, change, &writes, &mut counted, &mut steps).await?;
         }
         let now = now_ms();
         let applied = on_ledger(ledger, move |l| l.apply(&steps, last, now)).await?;
@@ -105,36 +107,77 @@ pub async fn follow(cluster: &Cluster, ledger: &Arc<Ledger>) -> Result<Followed>
     Ok(done)
 }
 
-/// Loads into the node cache, with few requests, the nodes the deltas of a page's published
-/// versions read: every version's rewritten nodes (the next version's walk of the previous
-/// tree reads mostly those). The nodes of a run of versions share their owners, so this is
-/// one request per owner and blob rather than several per version.
-async fn prefetch(cluster: &Cluster, changes: &[(u64, Change)]) {
-    let mut by_blob: HashMap<BlobId, Vec<NodeRef>> = HashMap::new();
-    for (_, change) in changes {
-        if let Change::Published {
-            blob,
-            chunk_size,
-            versions,
-            ..
-        } = change
-        {
-            let refs = by_blob.entry(*blob).or_default();
-            for info in versions {
-                refs.extend(
-                    delta::rewritten(info.span, info.capacity, *chunk_size)
-                        .into_iter()
-                        .map(|s| NodeRef {
-                            version: info.version,
-                            offset: s.offset,
-                            size: s.size,
-                        }),
-                );
+/// The writes of the versions a page of changes publishes, per blob, in log order.
+struct Writes {
+    by_blob: HashMap<BlobId, BlobWrites>,
+}
+
+struct BlobWrites {
+    chunk_size: u64,
+    versions: Vec<VersionInfo>,
+    known: KnownWrites,
+}
+
+impl Writes {
+    fn of(changes: &[(u64, Change)]) -> Self {
+        let mut by_blob: HashMap<BlobId, BlobWrites> = HashMap::new();
+        for (_, change) in changes {
+            if let Change::Published {
+                blob,
+                chunk_size,
+                versions,
+                ..
+            } = change
+            {
+                let w = by_blob.entry(*blob).or_insert_with(|| BlobWrites {
+                    chunk_size: *chunk_size,
+                    versions: Vec::new(),
+                    known: KnownWrites::new(),
+                });
+                w.versions.extend(versions.iter().cloned());
+                w.known.extend(versions.iter().map(|v| (v.version, v.span)));
             }
         }
+        Writes { by_blob }
     }
-    for (blob, refs) in by_blob {
-        let source = DhtSource { cluster, blob };
+
+    fn known(&self, blob: BlobId) -> Option<&KnownWrites> {
+        self.by_blob.get(&blob).map(|w| &w.known)
+    }
+}
+
+/// Loads into the node cache, with few requests, the nodes the deltas of a page's published
+/// versions read: every version's new leaves, and its inner nodes that the walk of the next
+/// version rewriting their range must read (where the two writes part; in a run of appends
+/// into one slot, none). The nodes of a run of versions share their owners, so this is one
+/// request per owner and blob rather than several per version.
+async fn prefetch(cluster: &Cluster, writes: &Writes) {
+    for (blob, w) in &writes.by_blob {
+        let cs = w.chunk_size;
+        // Range -> the write of the next version (in the page) that rewrites it.
+        let mut next_writer: HashMap<Span, Span> = HashMap::new();
+        let mut refs = Vec::new();
+        for info in w.versions.iter().rev() {
+            for s in delta::rewritten(info.span, info.capacity, cs) {
+                let r = NodeRef {
+                    version: info.version,
+                    offset: s.offset,
+                    size: s.size,
+                };
+                let read = s.size <= cs
+                    || next_writer
+                        .get(&s)
+                        .is_none_or(|next| delta::must_read(r, s, *next, cs, &w.known));
+                if read {
+                    refs.push(r);
+                }
+                next_writer.insert(s, info.span);
+            }
+        }
+        let source = DhtSource {
+            cluster,
+            blob: *blob,
+        };
         // Misses are fetched again, one by one, by the deltas themselves.
         if let Err(e) = source.fetch(&refs).await {
             tracing::debug!("prefetching the new nodes of blob {blob}: {e}");
@@ -148,6 +191,7 @@ async fn steps_of(
     cluster: &Cluster,
     ledger: &Arc<Ledger>,
     change: &Change,
+    writes: &Writes,
     counted: &mut HashMap<BlobId, (Version, u64)>,
     steps: &mut Vec<Step>,
 ) -> Result<u64> {
@@ -159,6 +203,7 @@ async fn steps_of(
             versions,
         } => {
             let mut n = 0;
+            let no_writes = KnownWrites::new();
             for info in versions {
                 let prev = match counted.get(blob) {
                     Some(&p) => Some(p),
@@ -173,7 +218,9 @@ async fn steps_of(
                 if prev.is_some_and(|(v, _)| info.version <= v) {
                     continue;
                 }
-                let step = match count(cluster, *blob, *chunk_size, *replication, info, prev).await
+                let known = writes.known(*blob).unwrap_or(&no_writes);
+                let step = match count(cluster, *blob, *chunk_size, *replication, info, prev, known)
+                    .await
                 {
                     Ok(step) => step,
                     // Deleted since: there is nothing of it to count (its deletion follows
@@ -238,6 +285,7 @@ async fn count(
     replication: u32,
     info: &VersionInfo,
     prev: Option<(Version, u64)>,
+    known: &KnownWrites,
 ) -> Result<Step> {
     let source = DhtSource { cluster, blob };
     Ok(Step::Count {
@@ -246,7 +294,7 @@ async fn count(
         replication,
         version: info.version,
         capacity: info.capacity,
-        delta: delta(&source, chunk_size, info, prev).await?,
+        delta: delta(&source, chunk_size, info, prev, known).await?,
     })
 }
 

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 
 use futures::executor::block_on;
 use proptest::prelude::*;
-use tomus_maintenance::delta::{delta, rebuild};
+use tomus_maintenance::delta::{delta, rebuild, KnownWrites};
 use tomus_maintenance::ledger::{Doom, Ledger, Step};
 use tomus_metadata::*;
 use tomus_metadata_testing::{Assigned, Op, Writers};
@@ -80,7 +80,14 @@ impl Sim {
             published_ms: self.now,
         };
         let prev = self.history.last().map(|p| (p.version, p.capacity));
-        let d = block_on(delta(&self.writers.source, self.writers.cs, &info, prev)).expect("delta");
+        let source = &self.writers.source;
+        let cs = self.writers.cs;
+        let read = block_on(delta(source, cs, &info, prev, &KnownWrites::new())).expect("delta");
+        // Taking children from the writes of earlier versions must find what reading the
+        // previous tree finds.
+        let known: KnownWrites = self.history.iter().map(|v| (v.version, v.span)).collect();
+        let d = block_on(delta(source, cs, &info, prev, &known)).expect("delta");
+        assert_eq!(d, read, "delta of {info:?} from known writes");
         let step = Step::Count {
             blob: BLOB,
             chunk_size: self.writers.cs,

@@ -39,6 +39,19 @@ pub(super) struct Tables<'t> {
     changed_leaves: HashMap<(BlobId, NodeRef), LeafRow>,
 }
 
+/// Chunk `id`'s row among a transaction's `changed` rows, to change (`None`: not tracked):
+/// read from `table` once per transaction, written back by [`Tables::finish`].
+fn chunk_mut<'a>(
+    changed: &'a mut HashMap<ChunkId, ChunkTrack>,
+    table: &Table<'_, u128, &'static [u8]>,
+    id: ChunkId,
+) -> Result<Option<&'a mut ChunkTrack>> {
+    Ok(match changed.entry(id) {
+        Entry::Occupied(e) => Some(e.into_mut()),
+        Entry::Vacant(e) => chunk_track(table, id)?.map(|t| e.insert(t)),
+    })
+}
+
 /// A leaf row as this transaction sees it.
 struct LeafRow {
     /// `None`: no such leaf (never was, or removed in this transaction).
@@ -219,17 +232,6 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    fn chunk(&self, id: ChunkId) -> Result<Option<ChunkTrack>> {
-        match self.changed_chunks.get(&id) {
-            Some(track) => Ok(Some(track.clone())),
-            None => chunk_track(&self.chunks, id),
-        }
-    }
-
-    fn put_chunk(&mut self, id: ChunkId, track: ChunkTrack) {
-        self.changed_chunks.insert(id, track);
-    }
-
     fn doom(&mut self, doom: &Doom) -> Result<()> {
         let next = self
             .doomed
@@ -245,16 +247,16 @@ impl<'t> Tables<'t> {
     /// Adds a reference to each chunk `leaf` uses.
     fn reference(&mut self, uses: &[ChunkUse], replication: u32) -> Result<()> {
         for u in uses {
-            let mut track = match self.chunk(u.id)? {
-                Some(t) => t,
+            let track = match chunk_mut(&mut self.changed_chunks, &self.chunks, u.id)? {
+                Some(track) => track,
                 None => {
                     for p in &u.replicas {
                         self.by_provider.insert((*p, u.id.0), ()).map_err(db_err)?;
                     }
-                    ChunkTrack {
+                    self.changed_chunks.entry(u.id).or_insert(ChunkTrack {
                         replicas: u.replicas.clone(),
                         ..ChunkTrack::default()
-                    }
+                    })
                 }
             };
             if track.count == 0 && track.zero_since > 0 {
@@ -266,7 +268,6 @@ impl<'t> Tables<'t> {
             track.count += 1;
             track.len = track.len.max(u.extent);
             track.replication = track.replication.max(replication);
-            self.put_chunk(u.id, track);
         }
         Ok(())
     }
@@ -274,20 +275,26 @@ impl<'t> Tables<'t> {
     /// Drops a reference to each of `chunks`; those left unreferenced wait for deletion.
     fn release(&mut self, chunks: &[ChunkId], now_ms: u64, applied: &mut Applied) -> Result<()> {
         for id in chunks {
-            let Some(mut track) = self.chunk(*id)? else {
-                applied.inconsistencies.push(format!(
-                    "a leaf referred to chunk {id}, which is not tracked"
-                ));
-                continue;
-            };
-            track.count = track.count.saturating_sub(1);
-            if track.count == 0 {
-                track.zero_since = now_ms.max(1);
-                self.zeros
-                    .insert((track.zero_since, id.0), ())
-                    .map_err(db_err)?;
-            }
-            self.put_chunk(*id, track);
+            self.release_n(*id, 1, now_ms, applied)?;
+        }
+        Ok(())
+    }
+
+    /// Drops `n` references to chunk `id`; left unreferenced, it waits for deletion.
+    fn release_n(&mut self, id: ChunkId, n: u32, now_ms: u64, applied: &mut Applied) -> Result<()> {
+        let Some(track) = chunk_mut(&mut self.changed_chunks, &self.chunks, id)? else {
+            applied.inconsistencies.push(format!(
+                "a leaf referred to chunk {id}, which is not tracked"
+            ));
+            return Ok(());
+        };
+        let was = track.count;
+        track.count = track.count.saturating_sub(n);
+        if track.count == 0 && was > 0 {
+            track.zero_since = now_ms.max(1);
+            self.zeros
+                .insert((track.zero_since, id.0), ())
+                .map_err(db_err)?;
         }
         Ok(())
     }
@@ -443,18 +450,22 @@ impl<'t> Tables<'t> {
     fn forget_blob(&mut self, blob: BlobId, now_ms: u64) -> Result<()> {
         // The table must hold this transaction's changes before it is scanned.
         self.write_back_leaves()?;
-        let rows: Vec<LeafTrack> = {
-            let mut out = Vec::new();
-            let range = (blob, 0, 0, 0)..=(blob, u64::MAX, u64::MAX, u64::MAX);
-            for row in self.leaves.range(range).map_err(db_err)? {
-                let (_, v) = row.map_err(db_err)?;
-                out.push(decode(v.value())?);
+        // The references its leaves hold, per chunk: a run of small appends names each chunk
+        // from many leaves (every flattened leaf names a whole slot's), each row changes once.
+        let mut held: HashMap<ChunkId, u32> = HashMap::new();
+        let range = (blob, 0, 0, 0)..=(blob, u64::MAX, u64::MAX, u64::MAX);
+        for row in self.leaves.range(range).map_err(db_err)? {
+            let (_, v) = row.map_err(db_err)?;
+            let leaf: LeafTrack = decode(v.value())?;
+            for c in leaf.chunks {
+                *held.entry(c).or_default() += 1;
             }
-            out
-        };
+        }
+        let mut held: Vec<(ChunkId, u32)> = held.into_iter().collect();
+        held.sort_unstable();
         let mut applied = Applied::default();
-        for leaf in rows {
-            self.release(&leaf.chunks, now_ms, &mut applied)?;
+        for (id, n) in held {
+            self.release_n(id, n, now_ms, &mut applied)?;
         }
         self.leaves
             .retain_in(
