@@ -60,6 +60,55 @@ impl ZeroedAhead {
     }
 }
 
+/// Cuts a log after its last intact record (`valid` bytes) when replay found `damage` after
+/// it: a write torn by a crash must not sit in front of the records appended later. Zeros
+/// alone after the records are the space written ahead ([`ZeroedAhead`]): cut quietly.
+pub fn drop_torn_tail(
+    file: &File,
+    path: &std::path::Path,
+    what: &str,
+    valid: u64,
+    damage: &dyn Display,
+    fsync: bool,
+) -> io::Result<()> {
+    let file_len = file.metadata()?.len();
+    if zero_tail(file, valid)? {
+        tracing::debug!(
+            "{what} {}: cutting {} bytes of zeros written ahead at offset {valid}",
+            path.display(),
+            file_len - valid
+        );
+    } else {
+        tracing::warn!(
+            "{what} {}: {damage} at offset {valid}; dropping the last {} bytes \
+             (torn write after a crash?)",
+            path.display(),
+            file_len - valid
+        );
+    }
+    file.set_len(valid)?;
+    if fsync {
+        file.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Whether every byte of `file` from `from` to its end is zero.
+pub fn zero_tail(file: &File, from: u64) -> io::Result<bool> {
+    let end = file.metadata()?.len();
+    let mut buf = vec![0u8; (end.saturating_sub(from)).min(1 << 20) as usize];
+    let mut at = from;
+    while at < end {
+        let n = ((end - at) as usize).min(buf.len());
+        file.read_exact_at(&mut buf[..n], at)?;
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use tomus_wire::zeroed_ahead::ZeroedAhead;
+use tomus_wire::zeroed_ahead::{drop_torn_tail, ZeroedAhead};
 use tomus_wire::{Error, Result};
 
 use super::versions::Publication;
@@ -84,21 +84,9 @@ impl Journal {
             }
         };
         if at < len {
-            match damage {
-                Some(why) => tracing::warn!(
-                    "publication journal {}: {why} at offset {at}; dropping the last {} bytes \
-                     (a write torn by a crash?)",
-                    path.display(),
-                    len - at
-                ),
-                None => tracing::debug!(
-                    "publication journal {}: cutting {} bytes of zeros written ahead",
-                    path.display(),
-                    len - at
-                ),
-            }
-            file.set_len(at).map_err(|e| io_err(path, "cut", e))?;
-            file.sync_all().map_err(|e| io_err(path, "sync", e))?;
+            let damage = damage.unwrap_or_else(|| "data after an empty record header".into());
+            drop_torn_tail(&file, path, "publication journal", at, &damage, true)
+                .map_err(|e| io_err(path, "cut", e))?;
         }
         let journal = Journal {
             file,

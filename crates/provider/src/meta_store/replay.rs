@@ -26,8 +26,9 @@ use super::record::{
 };
 use super::snapshot::{compact_path, parent_dir, rewrite};
 use super::FORMAT_VERSION;
-use crate::group_commit::{append, drop_torn_tail};
+use crate::group_commit::append;
 use crate::{io_error, sync_dir};
+use tomus_wire::zeroed_ahead::drop_torn_tail;
 
 /// What replaying the log found.
 pub(super) struct Replayed {

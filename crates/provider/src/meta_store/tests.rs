@@ -53,7 +53,7 @@ fn records_end(path: &Path) -> u64 {
             Err(_) => break,
         }
     }
-    assert!(crate::group_commit::zero_tail(&file, pos).unwrap());
+    assert!(tomus_wire::zeroed_ahead::zero_tail(&file, pos).unwrap());
     pos
 }
 

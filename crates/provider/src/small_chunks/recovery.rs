@@ -30,8 +30,8 @@ use super::index::{Index, Loc, SegmentState};
 use super::writer::Segment;
 use super::SMALL_CHUNK_MAX;
 use crate::chunk_store::mtime_ms;
-use crate::group_commit::{drop_torn_tail, zero_tail};
 use crate::io_error;
+use tomus_wire::zeroed_ahead::{drop_torn_tail, zero_tail};
 
 /// Loads the index from every segment in `dir`; returns it, the segment to append to (the
 /// newest, if it has a header) and the number for the next one. Checks the format of every
