@@ -1,10 +1,9 @@
-"""The GIL is released during I/O: reads in several Python threads overlap."""
+"""The GIL is released during I/O: other Python threads run while reads are in progress."""
 
 from __future__ import annotations
 
 import itertools
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -51,21 +50,44 @@ def run_threads(work: Callable[[int], object], n: int) -> float:
     return elapsed
 
 
-def test_four_threads_read_in_parallel(big_blob: tomus.Blob) -> None:
-    outs = [np.empty(PART, dtype=np.uint8) for _ in range(4)]
+def test_python_threads_run_during_four_parallel_reads(big_blob: tomus.Blob) -> None:
+    """A pure-Python thread keeps ticking while four threads each read the 256 MiB at once.
+
+    How fast four parallel reads are against one is a benchmark's question, not a test's: on
+    a machine where one read keeps both cores busy, four take about four times as long
+    whatever the GIL does (CI once measured 3.04x against a bound of 3). What a test can
+    check is that no reader holds the GIL: readers that did would run one after the other,
+    each stopping the ticker for its whole read, a quarter of the time of the four. The bound
+    is an eighth, which the scheduler's waits of tens of milliseconds stay far below.
+    """
+    size = 4 * PART
+    outs = [np.empty(size, dtype=np.uint8) for _ in range(4)]
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
 
     def read(i: int) -> None:
-        big_blob.read_into(outs[i], i * PART)
+        big_blob.read_into(outs[i], 0)
 
     run_threads(read, 4)  # warm up connections
-    # One and four readers alternate, so background load hits both alike; the median of the
-    # pairwise ratios is reported.
-    pairs = [(run_threads(read, 1), run_threads(read, 4)) for _ in range(5)]
-    ratio = statistics.median(four / one for one, four in pairs)
-    one, four = (statistics.median(x) for x in zip(*pairs, strict=True))
-    print(f"\n1 thread x 64 MiB: {one:.3f}s; 4 threads x 64 MiB: {four:.3f}s; ratio {ratio:.2f}")
-    assert ratio < 3.0, f"4 parallel reads took {ratio:.2f}x one read: is the GIL held during I/O?"
-    assert bytes(outs[3][:16]) == big_blob.read(3 * PART, 16)
+    t = threading.Thread(target=ticker)
+    t.start()
+    time.sleep(0.05)
+    start = time.perf_counter()
+    run_threads(read, 4)
+    end = time.perf_counter()
+    stop.set()
+    t.join()
+    during = [x for x in ticks if start <= x <= end]
+    gaps = [b - a for a, b in itertools.pairwise([start, *during, end])]
+    print(f"\n4 threads x 256 MiB: {end - start:.3f}s, longest tick gap {max(gaps):.3f}s")
+    assert max(gaps) < (end - start) / 8, "a reading thread held the GIL"
+    assert bytes(outs[0][-16:]) == big_blob.read(size - 16, 16)
+    for out in outs[1:]:
+        assert np.array_equal(out, outs[0])
 
 
 def test_python_threads_run_during_a_read(big_blob: tomus.Blob) -> None:
