@@ -50,6 +50,31 @@ def run_threads(work: Callable[[int], object], n: int) -> float:
     return elapsed
 
 
+def ticking_during(work: Callable[[], object]) -> tuple[float, float, int]:
+    """Runs work() while a pure-Python thread ticks; returns its seconds, the longest gap
+    between ticks (or the ends of work) and the ticks meanwhile."""
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def ticker() -> None:
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    time.sleep(0.05)
+    start = time.perf_counter()
+    try:
+        work()
+    finally:
+        end = time.perf_counter()
+        stop.set()
+        t.join()
+    during = [x for x in ticks if start <= x <= end]
+    gaps = [b - a for a, b in itertools.pairwise([start, *during, end])]
+    return end - start, max(gaps), len(during)
+
+
 def test_python_threads_run_during_four_parallel_reads(big_blob: tomus.Blob) -> None:
     """A pure-Python thread keeps ticking while four threads each read the 256 MiB at once.
 
@@ -62,29 +87,14 @@ def test_python_threads_run_during_four_parallel_reads(big_blob: tomus.Blob) -> 
     """
     size = 4 * PART
     outs = [np.empty(size, dtype=np.uint8) for _ in range(4)]
-    ticks: list[float] = []
-    stop = threading.Event()
-
-    def ticker() -> None:
-        while not stop.is_set():
-            ticks.append(time.perf_counter())
 
     def read(i: int) -> None:
         big_blob.read_into(outs[i], 0)
 
     run_threads(read, 4)  # warm up connections
-    t = threading.Thread(target=ticker)
-    t.start()
-    time.sleep(0.05)
-    start = time.perf_counter()
-    run_threads(read, 4)
-    end = time.perf_counter()
-    stop.set()
-    t.join()
-    during = [x for x in ticks if start <= x <= end]
-    gaps = [b - a for a, b in itertools.pairwise([start, *during, end])]
-    print(f"\n4 threads x 256 MiB: {end - start:.3f}s, longest tick gap {max(gaps):.3f}s")
-    assert max(gaps) < (end - start) / 8, "a reading thread held the GIL"
+    elapsed, gap, _ = ticking_during(lambda: run_threads(read, 4))
+    print(f"\n4 threads x 256 MiB: {elapsed:.3f}s, longest tick gap {gap:.3f}s")
+    assert gap < elapsed / 8, "a reading thread held the GIL"
     assert bytes(outs[0][-16:]) == big_blob.read(size - 16, 16)
     for out in outs[1:]:
         assert np.array_equal(out, outs[0])
@@ -98,23 +108,10 @@ def test_python_threads_run_during_a_read(big_blob: tomus.Blob) -> None:
     ticker waiting for a core for tens of milliseconds, cannot pass for that: one 64 MiB read
     of 0.1 s once failed the bound with a 29 ms gap while the ticker ticked 544,378 times.
     """
-    ticks: list[float] = []
-    stop = threading.Event()
-
-    def ticker() -> None:
-        while not stop.is_set():
-            ticks.append(time.perf_counter())
-
-    t = threading.Thread(target=ticker)
-    t.start()
-    time.sleep(0.05)
-    start = time.perf_counter()
-    sizes = [len(big_blob.read(i * PART, PART)) for i in range(4)]
-    end = time.perf_counter()
-    stop.set()
-    t.join()
+    sizes: list[int] = []
+    elapsed, gap, ticks = ticking_during(
+        lambda: sizes.extend(len(big_blob.read(i * PART, PART)) for i in range(4))
+    )
     assert sizes == [PART] * 4
-    during = [x for x in ticks if start <= x <= end]
-    gaps = [b - a for a, b in itertools.pairwise([start, *during, end])]
-    print(f"\nread {end - start:.3f}s, {len(during)} ticks meanwhile, longest gap {max(gaps):.3f}s")
-    assert max(gaps) < (end - start) / 4, "the reading thread held the GIL"
+    print(f"\nread {elapsed:.3f}s, {ticks} ticks meanwhile, longest gap {gap:.3f}s")
+    assert gap < elapsed / 4, "the reading thread held the GIL"

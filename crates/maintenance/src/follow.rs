@@ -110,6 +110,8 @@ pub async fn follow(cluster: &Cluster, ledger: &Arc<Ledger>) -> Result<Followed>
 /// The writes of the versions a page of changes publishes, per blob, in log order.
 struct Writes {
     by_blob: HashMap<BlobId, BlobWrites>,
+    /// For a blob the page publishes nothing of.
+    none: KnownWrites,
 }
 
 struct BlobWrites {
@@ -138,11 +140,14 @@ impl Writes {
                 w.known.extend(versions.iter().map(|v| (v.version, v.span)));
             }
         }
-        Writes { by_blob }
+        Writes {
+            by_blob,
+            none: KnownWrites::new(),
+        }
     }
 
-    fn known(&self, blob: BlobId) -> Option<&KnownWrites> {
-        self.by_blob.get(&blob).map(|w| &w.known)
+    fn known(&self, blob: BlobId) -> &KnownWrites {
+        self.by_blob.get(&blob).map_or(&self.none, |w| &w.known)
     }
 }
 
@@ -203,7 +208,6 @@ async fn steps_of(
             versions,
         } => {
             let mut n = 0;
-            let no_writes = KnownWrites::new();
             for info in versions {
                 let prev = match counted.get(blob) {
                     Some(&p) => Some(p),
@@ -218,7 +222,7 @@ async fn steps_of(
                 if prev.is_some_and(|(v, _)| info.version <= v) {
                     continue;
                 }
-                let known = writes.known(*blob).unwrap_or(&no_writes);
+                let known = writes.known(*blob);
                 let step = match count(cluster, *blob, *chunk_size, *replication, info, prev, known)
                     .await
                 {

@@ -11,9 +11,10 @@
 //!
 //! Logs keep written zeros ahead of their end ([`ZeroedAhead`]), refilled between groups
 //! ([`GroupLog::after_group`], [`refill_zeros`]), so a group's fdatasync writes its data
-//! alone. Startup cuts
-//! the zeros off with whatever a crash tore ([`drop_torn_tail`]), quietly when they are
-//! nothing else.
+//! alone. Startup cuts the zeros off with whatever a crash tore ([`drop_torn_tail`]),
+//! quietly when they are nothing else.
+//!
+//! [`drop_torn_tail`]: tomus_wire::zeroed_ahead::drop_torn_tail
 
 use std::fmt::Display;
 use std::fs::File;
