@@ -1,0 +1,107 @@
+//! What the provider asks of its disk beyond chunks and logs: free space, sweeping files
+//! dead clients left, directory syncs, blocking I/O off the async threads, and I/O errors
+//! that say what was being done.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Duration;
+
+use tomus_wire::{Error, Result};
+
+/// Capacity and free space (available to unprivileged users) of the file system holding
+/// `path`, in bytes. Reports `(0, 0)` when the file system cannot be queried, so the manager
+/// places nothing on a provider whose disk state is unknown.
+pub fn disk_space(path: &Path) -> (u64, u64) {
+    let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+        return (0, 0);
+    };
+    // SAFETY: statvfs is plain old data, all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c_path is a valid NUL-terminated string and st a writable statvfs.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut st) };
+    if rc != 0 {
+        tracing::warn!(
+            "statvfs {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+        return (0, 0);
+    }
+    // The field types differ between platforms (u32 or u64), so the casts are needed somewhere.
+    #[allow(clippy::unnecessary_cast)]
+    let (blocks, avail, frsize) = (st.f_blocks as u64, st.f_bavail as u64, st.f_frsize as u64);
+    (blocks.saturating_mul(frsize), avail.saturating_mul(frsize))
+}
+
+/// Removes the files of `dir` whose names are `wanted` and that were last modified more
+/// than `idle` before `now` (what clients that died left behind); returns how many and their
+/// bytes. A missing directory holds none.
+pub fn sweep_idle(
+    dir: &Path,
+    idle: Duration,
+    now: std::time::SystemTime,
+    wanted: impl Fn(&std::ffi::OsStr) -> bool,
+) -> Result<(usize, u64)> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
+        Err(e) => return Err(io_error(format_args!("listing {}", dir.display()), e)),
+    };
+    let (mut count, mut bytes) = (0, 0);
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(format_args!("listing {}", dir.display()), e))?;
+        if !wanted(&entry.file_name()) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else {
+            continue; // removed meanwhile
+        };
+        let stale = meta
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .is_some_and(|age| age > idle);
+        if meta.is_file() && stale && std::fs::remove_file(entry.path()).is_ok() {
+            count += 1;
+            bytes += meta.len();
+        }
+    }
+    Ok((count, bytes))
+}
+
+/// Makes a directory's entries (a rename, a new file) durable.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// An I/O error with what was being done; keeps the kind the wire crate derives (ENOSPC is
+/// `NoSpace`).
+pub(crate) fn io_error(context: impl std::fmt::Display, e: std::io::Error) -> Error {
+    let base = Error::from(e);
+    Error::new(base.kind, format!("{context}: {}", base.message))
+}
+
+/// Runs blocking file I/O off the async worker threads.
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::internal(format!("blocking I/O task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_space_of_temp_dir() {
+        let (capacity, free) = disk_space(&std::env::temp_dir());
+        assert!(capacity > 0);
+        assert!(free <= capacity);
+        assert_eq!(disk_space(Path::new("/nonexistent/tomus")), (0, 0));
+    }
+}
