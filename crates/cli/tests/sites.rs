@@ -9,7 +9,7 @@
 //!   restarted service resumes from its cursor and the site's own record, with no version
 //!   written twice. The lag gauges on A's `/metrics`.
 //! - `replicates_over_a_cut_and_shaped_link`: the two sites on two network namespaces joined
-//!   by a `tc`-limited link (loopback and SIGSTOP without namespaces; see common/hosts.rs);
+//!   by a `tc`-limited link (loopback and SIGSTOP without namespaces; see common/hosts/);
 //!   the link is cut while A keeps writing, then restored.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]

@@ -7,7 +7,7 @@
 //! throughput, relative to the median link inside a switch, within 20% of the configured
 //! ratio; each single pair within 35%), the matrix must survive a manager restart, and
 //! `tomus topology select --storage-nodes 2` (on the stored matrix and offline on the
-//! `show --json` file) must pick one storage node per switch and never the noisy host. Without network namespaces (see `common/hosts.rs`) everything runs
+//! `show --json` file) must pick one storage node per switch and never the noisy host. Without network namespaces (see `common/hosts/`) everything runs
 //! on loopback and only the plumbing is checked.
 //!
 //! `cargo test -p tomus-cli --test topology -- --nocapture` prints the matrix.

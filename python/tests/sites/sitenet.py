@@ -6,7 +6,7 @@ scheduler and Dask workers, each a process of its own, optionally in a network n
 veth, whose kernel counters (``Link.bytes``) count the inter-site traffic, and ``Link.shape``
 puts a ``tc`` token bucket on both ends (a slow wide-area link). Namespaces need root; without
 them (or with ``TOMUS_TEST_NO_NETNS=1``) ``Link.create`` returns None and the site runs on
-loopback, as crates/cli/tests/common/hosts.rs does. Namespaces left by killed test processes
+loopback, as crates/cli/tests/common/hosts/ does. Namespaces left by killed test processes
 are swept when the next link is made.
 
 ``RealSite`` starts the processes (in the link's namespace if given) and SIGKILLs them on
