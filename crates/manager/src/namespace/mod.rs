@@ -26,32 +26,32 @@
 //! Retention: a new file's blob gets, when it is created, the policy of the nearest
 //! directory above it that has one, else keep the last 3 versions (`retention.rs`).
 
-use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
 use redb::{ReadableTable, Table};
-use tomus_metadata::{BlobId, Version};
-use tomus_wire::{
-    Attrs, BlobInfo, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result, Retention,
-};
+use tomus_metadata::BlobId;
+use tomus_wire::{BlobInfo, EntryKind, Error, ErrorKind, FsEntry, Result, Retention};
 
 use crate::store::{db_err, decode, remove_blobs_in, Store};
 use crate::versions::{now_ms, NewBlob, VersionManager};
 use creation::Creations;
 use records::{
     ancestors, being_created, check_parents, get, is_a_dir, make_parents, normalize, not_a_dir,
-    not_found, put, subtree_end, subtree_keys, subtree_prefix, visible, Record, MAX_LIST,
-    NAMESPACE,
+    not_found, put, subtree_end, subtree_prefix, visible, Record, NAMESPACE,
 };
 
 /// Deleting a blob made with the blob API, refused for a file's blob.
 mod blob_delete;
 /// New files' blobs and pending entries committed in batches.
 mod creation;
+/// Listings and objects.
+mod listing;
 /// The records, their path keys and the checks every change uses.
 mod records;
 /// Files registered in place on their holders (workflows): one record each.
 pub(crate) mod registered;
+/// Renaming and deleting paths.
+mod rename_delete;
 /// Directory retention policies: what files created below a directory keep.
 mod retention;
 
@@ -461,239 +461,5 @@ impl Namespace {
             Ok(((), blobs))
         })?;
         Ok(n)
-    }
-
-    /// Entries under the directory `path` in path order, after `start_after`, at most `limit`.
-    pub fn list(
-        &self,
-        path: &str,
-        recursive: bool,
-        start_after: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<FsEntry>> {
-        let path = normalize(path)?;
-        if limit == 0 || limit > MAX_LIST {
-            return Err(Error::invalid(format!(
-                "list limit {limit} must be between 1 and {MAX_LIST}"
-            )));
-        }
-        let txn = self.store.read()?;
-        let table = txn.open_table(NAMESPACE).map_err(db_err)?;
-        match visible(get(&table, &path)?) {
-            Some(Record::Dir { .. }) => {}
-            Some(_) => return Err(not_a_dir(&path)),
-            None => return Err(not_found(&path)),
-        }
-        let prefix = subtree_prefix(&path);
-        let end = subtree_end(&prefix);
-        let mut from = match start_after {
-            Some(s) if s > prefix.as_str() => Bound::Excluded(s.to_string()),
-            _ => Bound::Included(prefix.clone()),
-        };
-        let mut out = Vec::new();
-        'scan: while out.len() < limit as usize {
-            let lower = match &from {
-                Bound::Included(s) => Bound::Included(s.as_str()),
-                Bound::Excluded(s) => Bound::Excluded(s.as_str()),
-                Bound::Unbounded => Bound::Unbounded,
-            };
-            let upper = match &end {
-                Some(e) => Bound::Excluded(e.as_str()),
-                None => Bound::Unbounded,
-            };
-            for row in table.range::<&str>((lower, upper)).map_err(db_err)? {
-                let (k, v) = row.map_err(db_err)?;
-                let key = k.value();
-                if let (false, Some((child, _))) = (recursive, key[prefix.len()..].split_once('/'))
-                {
-                    // Below a child directory: skip its whole subtree in one step.
-                    from = Bound::Included(format!("{prefix}{child}0"));
-                    continue 'scan;
-                }
-                let record: Record = decode(v.value())?;
-                if let Record::Pending { .. } = record {
-                    continue;
-                }
-                match self.entry(key.to_string(), record) {
-                    Ok(entry) => out.push(entry),
-                    // A file deleted (with its blob) since this snapshot: gone, as after.
-                    Err(e) if e.kind == ErrorKind::NotFound => continue,
-                    Err(e) => return Err(e),
-                }
-                if out.len() == limit as usize {
-                    break;
-                }
-            }
-            break;
-        }
-        Ok(out)
-    }
-
-    /// The file at `path` with one of its versions (`None`: the latest published) and that
-    /// version's attributes.
-    pub fn object(&self, path: &str, version: Option<Version>) -> Result<ObjectInfo> {
-        let entry = self.stat(path)?;
-        let blob = match (&entry.kind, &entry.blob) {
-            (EntryKind::File, Some(b)) => b.id,
-            (EntryKind::Registered, _) => return Err(registered::not_a_blob(&entry.path)),
-            _ => return Err(is_a_dir(&entry.path)),
-        };
-        let version = self.versions.version(blob, version)?;
-        let attrs = match version.version {
-            0 => Attrs::new(),
-            v => self.versions.attrs(&[(blob, v)])?.pop().unwrap_or_default(),
-        };
-        Ok(ObjectInfo {
-            entry,
-            version,
-            attrs,
-        })
-    }
-
-    /// [`Namespace::list`] with the attributes of each file's latest published version.
-    pub fn list_attrs(
-        &self,
-        path: &str,
-        recursive: bool,
-        start_after: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<(FsEntry, Attrs)>> {
-        let entries = self.list(path, recursive, start_after, limit)?;
-        let keys: Vec<(BlobId, Version)> = entries
-            .iter()
-            .filter_map(|e| e.blob.as_ref())
-            .filter(|b| b.latest > 0)
-            .map(|b| (b.id, b.latest))
-            .collect();
-        let mut attrs = self.versions.attrs(&keys)?.into_iter();
-        Ok(entries
-            .into_iter()
-            .map(|e| {
-                let a = match &e.blob {
-                    Some(b) if b.latest > 0 => attrs.next().unwrap_or_default(),
-                    _ => Attrs::new(),
-                };
-                (e, a)
-            })
-            .collect())
-    }
-
-    /// Moves a file or a directory tree to `to` (creating its parents); an existing file at
-    /// `to` is replaced (and its blob deleted), an existing directory is not.
-    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
-        let from = normalize(from)?;
-        let to = normalize(to)?;
-        if from.is_empty() || to.is_empty() {
-            return Err(Error::invalid(
-                "the root directory cannot be renamed or replaced",
-            ));
-        }
-        if from == to {
-            return Ok(());
-        }
-        if to.starts_with(&subtree_prefix(&from)) {
-            return Err(Error::invalid(format!(
-                "cannot move /{from} into itself (/{to})"
-            )));
-        }
-        let _guard = self.lock_settled();
-        self.change_removing(|t, policies| {
-            let record = visible(get(t, &from)?).ok_or_else(|| not_found(&from))?;
-            let mut replaced = match (get(t, &to)?, record) {
-                (None, _) => Vec::new(),
-                // A new file being written there: what is moved takes its place.
-                (Some(Record::Pending { blob: old, .. }), _) => vec![old],
-                (Some(Record::File { blob: old, .. }), Record::File { blob, .. }) => {
-                    // Two names never share a blob; checked so a bug cannot lose the moved file.
-                    if old == blob {
-                        Vec::new()
-                    } else {
-                        vec![old]
-                    }
-                }
-                // A registered file gives way to a file or another registered one (`tomus fs
-                // persist` renames the persisted copy onto it). Its record stays behind in the
-                // `registered` table, unnamed.
-                (
-                    Some(Record::Registered { .. }),
-                    Record::File { .. } | Record::Registered { .. },
-                ) => Vec::new(),
-                (Some(_), _) => return Err(Error::already_exists(format!("/{to} already exists"))),
-            };
-            make_parents(t, &to, now_ms())?;
-            let mut moves = vec![(from.clone(), to.clone())];
-            if let Record::Dir { .. } = record {
-                // A directory's policy, and those of the directories below it, go with it.
-                retention::moved(policies, &from, &to)?;
-                for key in subtree_keys(t, &from)? {
-                    // Pending files stay at the path they were created at.
-                    if let Some(Record::Pending { .. }) = get(t, &key)? {
-                        continue;
-                    }
-                    let moved = format!("{to}{}", &key[from.len()..]);
-                    moves.push((key, moved));
-                }
-            }
-            for (i, (old, new)) in moves.into_iter().enumerate() {
-                let r = get(t, &old)?.ok_or_else(|| not_found(&old))?;
-                if i > 0 {
-                    if let Some(Record::Pending { blob, .. }) = get(t, &new)? {
-                        replaced.push(blob);
-                    }
-                }
-                t.remove(old.as_str()).map_err(db_err)?;
-                put(t, &new, &r)?;
-            }
-            Ok(((), replaced))
-        })
-    }
-
-    /// Removes a file, or a directory (with everything below it when `recursive`; it must be
-    /// empty otherwise). The blobs of removed files are deleted with them; their chunks'
-    /// space comes back with garbage collection.
-    pub fn delete(&self, path: &str, recursive: bool) -> Result<()> {
-        let path = normalize(path)?;
-        if path.is_empty() {
-            return Err(Error::invalid("the root directory cannot be deleted"));
-        }
-        let _guard = self.lock_settled();
-        self.change_removing(|t, policies| {
-            let mut blobs = Vec::new();
-            if let Some(Record::Dir { .. }) = get(t, &path)? {
-                // Refused below unless the directory goes, and then its policies go too.
-                retention::removed(policies, &path)?;
-            }
-            match visible(get(t, &path)?) {
-                None => return Err(not_found(&path)),
-                Some(Record::File { blob, .. } | Record::Pending { blob, .. }) => blobs.push(blob),
-                // Its holders' copies are collected (see `registered.rs`).
-                Some(Record::Registered { .. }) => {}
-                Some(Record::Dir { .. }) if recursive => {
-                    // New files being written below go too (their writers are told).
-                    for key in subtree_keys(t, &path)? {
-                        if let Some(Record::File { blob, .. } | Record::Pending { blob, .. }) =
-                            get(t, &key)?
-                        {
-                            blobs.push(blob);
-                        }
-                        t.remove(key.as_str()).map_err(db_err)?;
-                    }
-                }
-                Some(Record::Dir { .. }) => {
-                    // Empty as far as anyone can see: new files being written below keep
-                    // their paths and make the directory again when published.
-                    for key in subtree_keys(t, &path)? {
-                        if visible(get(t, &key)?).is_some() {
-                            return Err(Error::new(
-                                ErrorKind::NotEmpty,
-                                format!("directory /{path} is not empty"),
-                            ));
-                        }
-                    }
-                }
-            }
-            t.remove(path.as_str()).map_err(db_err)?;
-            Ok(((), blobs))
-        })
     }
 }
