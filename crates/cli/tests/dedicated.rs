@@ -33,10 +33,6 @@ const FILE_CHUNKS: usize = 4;
 const REPLICATION: usize = 2;
 const REPAIR_LIMIT: Duration = Duration::from_secs(60);
 
-fn args(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
-}
-
 /// Deterministic, distinct content per writer.
 fn content(seed: usize, len: usize) -> Vec<u8> {
     (0..len)
@@ -104,38 +100,25 @@ fn locations(hosts: &Hosts, manager: &str, path: &str) -> Vec<(u64, Vec<String>)
 fn dedicated_deployment_places_by_plan_and_repairs() {
     let mut hosts = Hosts::with_switches("dedicated", HOSTS, SWITCHES);
     let netns = hosts.is_netns();
-    let m = hosts.spawn_server(
+    let (_, manager) = hosts.spawn_manager(
         0,
         "manager",
-        &args(&[
-            "--addr",
-            &format!("{}:0", hosts.ip(0)),
-            "manager",
-            "--data",
-            &hosts.dir.join("manager").to_string_lossy(),
+        &[
             "--provider-timeout-ms",
             "1500",
             "--maintenance-interval-ms",
             "300",
             "--repair-rate",
             "0",
-        ]),
+        ],
     );
-    let manager = hosts.proc(m).addr.clone();
     for h in 1..HOSTS {
-        let listen = format!("{}:0", hosts.ip(h));
-        hosts.spawn_server(
+        let (name, label) = (format!("agent-{h}"), format!("h{h}"));
+        hosts.spawn_role(
             h,
-            &format!("agent-{h}"),
-            &args(&[
-                "--addr",
-                &listen,
-                "agent",
-                "--manager",
-                &manager,
-                "--name",
-                &format!("h{h}"),
-            ]),
+            &name,
+            "agent",
+            &["--manager", &manager, "--name", &label],
         );
     }
 

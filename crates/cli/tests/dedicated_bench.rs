@@ -32,49 +32,14 @@ const FILE_MIB: usize = 4;
 const CLIENTS: [usize; 5] = [4, 8, 16, 32, 50];
 const ROUNDS: usize = 3;
 
-fn args(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
-}
-
 /// A manager on host 0 and providers on `on`; answers the manager's address and the
 /// processes to stop after the round.
 fn cluster(hosts: &mut Hosts, label: &str, on: &[usize]) -> (String, Vec<usize>) {
-    let m = hosts.spawn_server(
-        0,
-        &format!("manager-{label}"),
-        &args(&[
-            "--addr",
-            &format!("{}:0", hosts.ip(0)),
-            "manager",
-            "--data",
-            &hosts.dir.join(format!("manager-{label}")).to_string_lossy(),
-            "--no-maintenance",
-        ]),
-    );
-    let manager = hosts.proc(m).addr.clone();
+    let (m, manager) = hosts.spawn_manager(0, &format!("manager-{label}"), &["--no-maintenance"]);
     let mut procs = vec![m];
     for &h in on {
-        procs.push(
-            hosts.spawn_server(
-                h,
-                &format!("provider-{label}-{h}"),
-                &args(&[
-                    "--addr",
-                    &format!("{}:0", hosts.ip(h)),
-                    "provider",
-                    "--manager",
-                    &manager,
-                    "--data",
-                    &hosts
-                        .dir
-                        .join(format!("data-{label}-{h}"))
-                        .to_string_lossy(),
-                    "--no-fsync",
-                    "--heartbeat-ms",
-                    "200",
-                ]),
-            ),
-        );
+        let (name, data) = (format!("provider-{label}-{h}"), format!("data-{label}-{h}"));
+        procs.push(hosts.spawn_provider(h, &name, &manager, &data, &["--no-fsync"]));
     }
     let started = Instant::now();
     loop {

@@ -42,10 +42,6 @@ const BALLAST_MIB: usize = 80;
 const PASSES: usize = 3;
 const ROUNDS: usize = 3;
 
-fn args(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
-}
-
 /// One cgroup per emulated host, in the cpu and memory hierarchies (v1) or the unified one
 /// (v2); removed on drop (their processes must be gone by then).
 struct HostGroups {
@@ -136,42 +132,13 @@ fn cluster(
     label: &str,
     on: &[usize],
 ) -> (String, Vec<usize>) {
-    let m = hosts.spawn_server(
-        0,
-        &format!("manager-{label}"),
-        &args(&[
-            "--addr",
-            &format!("{}:0", hosts.ip(0)),
-            "manager",
-            "--data",
-            &hosts.dir.join(format!("manager-{label}")).to_string_lossy(),
-            "--no-maintenance",
-        ]),
-    );
-    let manager = hosts.proc(m).addr.clone();
+    let (m, manager) = hosts.spawn_manager(0, &format!("manager-{label}"), &["--no-maintenance"]);
+    let memory = (1usize << 30).to_string();
     let mut procs = vec![m];
     for &h in on {
-        let p = hosts.spawn_server(
-            h,
-            &format!("provider-{label}-{h}"),
-            &args(&[
-                "--addr",
-                &format!("{}:0", hosts.ip(h)),
-                "provider",
-                "--manager",
-                &manager,
-                "--data",
-                &hosts
-                    .dir
-                    .join(format!("data-{label}-{h}"))
-                    .to_string_lossy(),
-                "--no-fsync",
-                "--heartbeat-ms",
-                "200",
-                "--memory-class",
-                &(1usize << 30).to_string(),
-            ]),
-        );
+        let (name, data) = (format!("provider-{label}-{h}"), format!("data-{label}-{h}"));
+        let args = ["--no-fsync", "--memory-class", &memory];
+        let p = hosts.spawn_provider(h, &name, &manager, &data, &args);
         groups.join(h, hosts.pid(p).unwrap());
         procs.push(p);
     }

@@ -326,38 +326,11 @@ async fn replicates_through_outages_and_restarts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicates_over_a_cut_and_shaped_link() {
     let mut hosts = Hosts::new("sites", 2);
-    let dir = hosts.dir.clone();
-    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let mut managers = Vec::new();
     for (h, name) in [(0usize, "a"), (1, "b")] {
-        let m = hosts.spawn_server(
-            h,
-            &format!("manager-{name}"),
-            &args(&[
-                "--addr",
-                &format!("{}:0", hosts.ip(h)),
-                "manager",
-                "--data",
-                &dir.join(format!("manager-{name}")).to_string_lossy(),
-            ]),
-        );
-        let addr = hosts.proc(m).addr.clone();
-        hosts.spawn_server(
-            h,
-            &format!("provider-{name}"),
-            &args(&[
-                "--addr",
-                &format!("{}:0", hosts.ip(h)),
-                "provider",
-                "--manager",
-                &addr,
-                "--data",
-                &dir.join(format!("provider-{name}")).to_string_lossy(),
-                "--heartbeat-ms",
-                "200",
-                "--no-fsync",
-            ]),
-        );
+        let (_, addr) = hosts.spawn_manager(h, &format!("manager-{name}"), &[]);
+        let provider = format!("provider-{name}");
+        hosts.spawn_provider(h, &provider, &addr, &provider, &["--no-fsync"]);
         managers.push(addr);
     }
     if hosts.is_netns() {

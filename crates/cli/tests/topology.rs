@@ -30,25 +30,8 @@ const HOST_MBIT: u32 = 80;
 const UPLINK_MBIT: u32 = 32;
 const NOISY_MBIT: u32 = 16;
 
-fn args(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
-}
-
 fn spawn_manager(hosts: &mut Hosts) -> String {
-    let dir = hosts.dir.join("manager");
-    let m = hosts.spawn_server(
-        0,
-        "manager",
-        &args(&[
-            "--addr",
-            &format!("{}:0", hosts.ip(0)),
-            "manager",
-            "--data",
-            &dir.to_string_lossy(),
-            "--no-maintenance",
-        ]),
-    );
-    hosts.proc(m).addr.clone()
+    hosts.spawn_manager(0, "manager", &["--no-maintenance"]).1
 }
 
 /// Runs `tomus ARGS` with the cluster secret against `manager`.
@@ -85,37 +68,18 @@ fn start(label: &str) -> (Hosts, String, HashMap<String, usize>) {
     // Node name -> host.
     let mut host_of = HashMap::new();
     for h in 0..HOSTS {
-        let listen = format!("{}:0", hosts.ip(h));
         let p = if PROVIDERS.contains(&h) {
-            let data = hosts.dir.join(format!("provider-{h}"));
-            hosts.spawn_server(
-                h,
-                &format!("provider-{h}"),
-                &args(&[
-                    "--addr",
-                    &listen,
-                    "provider",
-                    "--manager",
-                    &manager,
-                    "--data",
-                    &data.to_string_lossy(),
-                    "--no-fsync",
-                ]),
-            )
+            let name = format!("provider-{h}");
+            let data = hosts.dir.join(&name).to_string_lossy().into_owned();
+            let args = ["--manager", &manager, "--data", &data, "--no-fsync"];
+            hosts.spawn_role(h, &name, "provider", &args)
         } else {
-            let name = format!("h{h}");
-            hosts.spawn_server(
+            let (name, label) = (format!("agent-{h}"), format!("h{h}"));
+            hosts.spawn_role(
                 h,
-                &format!("agent-{h}"),
-                &args(&[
-                    "--addr",
-                    &listen,
-                    "agent",
-                    "--manager",
-                    &manager,
-                    "--name",
-                    &name,
-                ]),
+                &name,
+                "agent",
+                &["--manager", &manager, "--name", &label],
             )
         };
         let name = if PROVIDERS.contains(&h) {

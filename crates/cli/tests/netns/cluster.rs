@@ -12,47 +12,24 @@ pub(super) struct Net {
 impl Net {
     pub(super) fn start(label: &str) -> Net {
         let mut hosts = Hosts::new(label, 1 + PROVIDERS);
-        let dir = hosts.dir.clone();
-        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let m = hosts.spawn_server(
+        let (_, manager) = hosts.spawn_manager(
             0,
             "manager",
-            &args(&[
-                "--addr",
-                &format!("{}:0", hosts.ip(0)),
-                "manager",
-                "--data",
-                &dir.join("manager").to_string_lossy(),
+            &[
                 "--provider-timeout-ms",
                 &PROVIDER_TIMEOUT_MS.to_string(),
                 "--maintenance-interval-ms",
                 "500",
                 "--repair-rate",
                 "0",
-            ]),
+            ],
         );
-        let manager = hosts.proc(m).addr.clone();
-        let mut providers = Vec::new();
-        for i in 0..PROVIDERS {
-            let host = i + 1;
-            let p = hosts.spawn_server(
-                host,
-                &format!("provider-{i}"),
-                &args(&[
-                    "--addr",
-                    &format!("{}:0", hosts.ip(host)),
-                    "provider",
-                    "--manager",
-                    &manager,
-                    "--data",
-                    &dir.join(format!("provider-{i}")).to_string_lossy(),
-                    "--heartbeat-ms",
-                    "200",
-                    "--no-fsync",
-                ]),
-            );
-            providers.push(p);
-        }
+        let providers = (0..PROVIDERS)
+            .map(|i| {
+                let name = format!("provider-{i}");
+                hosts.spawn_provider(i + 1, &name, &manager, &name, &["--no-fsync"])
+            })
+            .collect();
         Net {
             hosts,
             manager,

@@ -282,6 +282,52 @@ impl Hosts {
         self.procs.len() - 1
     }
 
+    /// Starts the server `role` (`manager`, `provider`, `agent`) as `name` on `host`,
+    /// listening on any port of the host's address, with `args` after the role (see
+    /// [`Hosts::spawn_server`]); returns the process's index.
+    pub fn spawn_role(&mut self, host: usize, name: &str, role: &str, args: &[&str]) -> usize {
+        let mut all = vec![
+            "--addr".to_string(),
+            format!("{}:0", self.ip(host)),
+            role.into(),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        self.spawn_server(host, name, &all)
+    }
+
+    /// A manager named `name` on `host` keeping its state in `name` under the scratch
+    /// directory, with `args`; its process index and address.
+    pub fn spawn_manager(&mut self, host: usize, name: &str, args: &[&str]) -> (usize, String) {
+        let data = self.dir.join(name).to_string_lossy().into_owned();
+        let mut all = vec!["--data", data.as_str()];
+        all.extend_from_slice(args);
+        let m = self.spawn_role(host, name, "manager", &all);
+        (m, self.proc(m).addr.clone())
+    }
+
+    /// A provider named `name` on `host`, registered with `manager`, its data in `data` under
+    /// the scratch directory, sending a heartbeat every 200 ms, with `args`.
+    pub fn spawn_provider(
+        &mut self,
+        host: usize,
+        name: &str,
+        manager: &str,
+        data: &str,
+        args: &[&str],
+    ) -> usize {
+        let data = self.dir.join(data).to_string_lossy().into_owned();
+        let mut all = vec![
+            "--manager",
+            manager,
+            "--data",
+            &data,
+            "--heartbeat-ms",
+            "200",
+        ];
+        all.extend_from_slice(args);
+        self.spawn_role(host, name, "provider", &all)
+    }
+
     /// `tomus --secret-file F ARGS...` as a client on host `host` against the manager at
     /// `manager`, ready to run or spawn.
     pub fn command(&self, host: usize, manager: &str, args: &[&str]) -> Command {
