@@ -47,22 +47,7 @@ async fn a_slow_disk_sync_does_not_stall_requests_that_need_none() {
         file: redb::backends::FileBackend::new(file).unwrap(),
         delay_ms: delay_ms.clone(),
     };
-    let store = Arc::new(Store::open_on(backend, "slow").unwrap());
-    let workers = tomus_worker::Workers::default();
-    let versions = VersionManager::open(store.clone(), &workers).unwrap();
-    let namespace = Arc::new(Namespace::open(store.clone(), versions.clone()).unwrap());
-    let registry = Arc::new(Registry::open(store.clone(), TIMEOUT).unwrap());
-    let topology = Arc::new(Topology::new(store.clone(), None, TIMEOUT));
-    let steward = Arc::new(tomus_manager::steward::Steward::open(store.clone()).unwrap());
-    let m = Arc::new(ManagerService {
-        versions,
-        namespace,
-        registry,
-        store,
-        workers,
-        topology,
-        steward,
-    });
+    let m = open_on(Arc::new(Store::open_on(backend, "slow").unwrap()), TIMEOUT);
     register(&m, None, "127.0.0.1:7001").await;
     let blob = create_blob(&m, 1).await.unwrap().id;
     let pending = assign(&m, blob, 10).await.unwrap();

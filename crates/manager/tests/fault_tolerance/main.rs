@@ -46,7 +46,11 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A manager on the state in `dir`, as `tomus_manager::run` assembles it.
 fn open(dir: &Path, provider_timeout: Duration) -> Arc<ManagerService> {
-    let store = Arc::new(Store::open(dir).unwrap());
+    open_on(Arc::new(Store::open(dir).unwrap()), provider_timeout)
+}
+
+/// A manager on `store`.
+fn open_on(store: Arc<Store>, provider_timeout: Duration) -> Arc<ManagerService> {
     let workers = tomus_worker::Workers::default();
     let versions = VersionManager::open(store.clone(), &workers).unwrap();
     let namespace = Arc::new(Namespace::open(store.clone(), versions.clone()).unwrap());
