@@ -302,6 +302,7 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
             "abandoned new files",
             "backup",
             "committer",
+            "deleted blobs' rows",
             "geo-replication",
             "leases",
             "registered copies",
@@ -334,6 +335,7 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
         "retention",
         "abandoned new files",
         "backup",
+        "deleted blobs' rows",
         "geo-replication",
         "registered copies",
     ] {

@@ -1,5 +1,5 @@
-//! The manager's periodic work: writer leases, retention, and the removal of registered
-//! files' copies. (The committer, fed by a queue,
+//! The manager's periodic work: writer leases, retention, the version rows of deleted
+//! blobs, and the removal of registered files' copies. (The committer, fed by a queue,
 //! lives with the version manager.)
 
 use std::sync::{Arc, Weak};
@@ -11,6 +11,7 @@ use tomus_worker::{Round, Worker};
 
 use crate::namespace::Namespace;
 use crate::registry::Registry;
+use crate::store::Store;
 use crate::versions::{now_ms, VersionManager};
 
 /// Drops new files (create-on-commit) whose writers showed no sign of life for `grace`: they
@@ -110,6 +111,46 @@ impl Worker for Retention {
 
     fn summary(&self) -> String {
         format!("versions expired in {} blobs since start", self.expired)
+    }
+}
+
+/// Removes the version rows of deleted blobs ([`Store::purge_deleted`]), a batch per
+/// transaction and batches back to back while any are left, so that deleting a blob with
+/// many versions holds publications for one batch at a time, not for the whole blob.
+pub struct DeletedBlobRows {
+    pub store: Weak<Store>,
+    pub removed: u64,
+}
+
+/// Rows per transaction: tens of milliseconds here.
+const PURGE_BATCH: u64 = 16_384;
+
+impl Worker for DeletedBlobRows {
+    fn name(&self) -> &'static str {
+        "deleted blobs' rows"
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_millis(500)
+    }
+
+    async fn work(&mut self) -> Result<Round> {
+        let Some(store) = self.store.upgrade() else {
+            return Ok(Round::Done);
+        };
+        let n = tokio::task::spawn_blocking(move || store.purge_deleted(PURGE_BATCH))
+            .await
+            .map_err(|e| Error::internal(format!("removing deleted blobs' rows failed: {e}")))??;
+        self.removed += n;
+        Ok(if n == PURGE_BATCH {
+            Round::Busy
+        } else {
+            Round::Idle
+        })
+    }
+
+    fn summary(&self) -> String {
+        format!("{} rows of deleted blobs removed since start", self.removed)
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 use tomus_metadata::{BlobId, ChunkId, NodeKey, NodeRef, Version};
+use tomus_tables::remove_range;
 use tomus_wire::Result;
 
 use super::{
@@ -467,15 +468,9 @@ impl<'t> Tables<'t> {
         for (id, n) in held {
             self.release_n(id, n, now_ms, &mut applied)?;
         }
-        self.leaves
-            .retain_in(
-                (blob, 0, 0, 0)..=(blob, u64::MAX, u64::MAX, u64::MAX),
-                |_, _| false,
-            )
-            .map_err(db_err)?;
-        self.superseded
-            .retain_in((blob, 0)..=(blob, u64::MAX), |_, _| false)
-            .map_err(db_err)?;
+        let leaves = (blob, 0, 0, 0)..=(blob, u64::MAX, u64::MAX, u64::MAX);
+        remove_range(&mut self.leaves, leaves).map_err(db_err)?;
+        remove_range(&mut self.superseded, (blob, 0)..=(blob, u64::MAX)).map_err(db_err)?;
         self.blobs.remove(blob).map_err(db_err)?;
         Ok(())
     }

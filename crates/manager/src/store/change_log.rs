@@ -3,6 +3,7 @@
 //! granted to it.
 
 use redb::{ReadableTable, WriteTransaction};
+use tomus_tables::remove_range;
 use tomus_wire::{Change, ChangePage, Cutoffs, Result};
 
 use super::{db_err, decode, encode, Store, CHANGES, COUNTERS, MAX_CHANGES, META};
@@ -20,8 +21,7 @@ pub(super) fn log_change(txn: &WriteTransaction, change: &Change) -> Result<()> 
     log.insert(seq, encode(change)?.as_slice())
         .map_err(db_err)?;
     if seq > MAX_CHANGES {
-        log.retain_in(..=seq - MAX_CHANGES, |_, _| false)
-            .map_err(db_err)?;
+        remove_range(&mut log, 0..=seq - MAX_CHANGES).map_err(db_err)?;
     }
     Ok(())
 }
@@ -60,7 +60,7 @@ impl Store {
         let txn = self.write()?;
         {
             let mut log = txn.open_table(CHANGES).map_err(db_err)?;
-            log.retain_in(..=upto, |_, _| false).map_err(db_err)?;
+            remove_range(&mut log, 0..=upto).map_err(db_err)?;
         }
         txn.commit().map_err(db_err)
     }

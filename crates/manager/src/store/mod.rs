@@ -63,6 +63,13 @@ const REPLICAS: TableDefinition<u128, &[u8]> = TableDefinition::new("replicas");
 /// the transaction that removes its records: garbage collection deletes a blob's data only
 /// on this positive record, never because a listing happened not to show the blob.
 const DELETED: TableDefinition<u64, u64> = TableDefinition::new("deleted");
+/// Key: a deleted blob whose version rows (versions, attributes, aborted ranges) are still to
+/// be removed. Deleting a blob leaves them to [`Store::purge_deleted`], a batch per
+/// transaction: removing a million rows in the deleting transaction held every publication
+/// for seconds. Nothing reads them meanwhile: every read goes through the blob's record,
+/// and blob ids are never reused. Needs no format bump: a build that does not know the table
+/// leaves it, and those rows, alone.
+const PURGING: TableDefinition<u64, ()> = TableDefinition::new("purging");
 /// Key: "matrix"; value: the [`TopologyMatrix`](tomus_wire::TopologyMatrix) last measured.
 /// Needs no format bump: a build that does not know the table leaves it alone and loses
 /// nothing but the matrix (re-measured at will), and an older store simply has none.
@@ -391,6 +398,7 @@ impl Store {
             txn.open_table(DRAINING).map_err(db_err)?;
             txn.open_table(REPLICAS).map_err(db_err)?;
             txn.open_table(DELETED).map_err(db_err)?;
+            txn.open_table(PURGING).map_err(db_err)?;
             txn.open_table(CHANGES).map_err(db_err)?;
             txn.open_table(TOPOLOGY).map_err(db_err)?;
         }

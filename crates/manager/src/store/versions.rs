@@ -8,6 +8,7 @@ use std::time::Instant;
 use redb::{ReadableTable, Table, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, Version};
+use tomus_tables::remove_range;
 use tomus_wire::{Attrs, Change, Error, Result, VersionInfo};
 
 use super::blobs::{blob_exists, deleted, remove_blobs_in};
@@ -281,8 +282,7 @@ pub(super) fn remove_versions<V: redb::Value + 'static>(
 ) -> Result<()> {
     let (from, to) = range.into_inner();
     if from <= to {
-        t.retain_in((blob, from)..=(blob, to), |_, _| false)
-            .map_err(db_err)?;
+        remove_range(t, (blob, from)..=(blob, to)).map_err(db_err)?;
     }
     Ok(())
 }
