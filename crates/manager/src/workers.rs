@@ -14,6 +14,17 @@ use crate::registry::Registry;
 use crate::store::Store;
 use crate::versions::{now_ms, VersionManager};
 
+/// Runs `f`, which waits for the disk (a redb transaction), off the async workers; `what`
+/// names it in the error if its task fails.
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::internal(format!("{what} failed: {e}")))?
+}
+
 /// Drops new files (create-on-commit) whose writers showed no sign of life for `grace`: they
 /// were never visible, and their blobs go like any deleted blob's.
 pub struct AbandonedFiles {
@@ -36,9 +47,10 @@ impl Worker for AbandonedFiles {
             return Ok(Round::Done);
         };
         let grace = self.grace;
-        let n = tokio::task::spawn_blocking(move || ns.collect_abandoned(grace))
-            .await
-            .map_err(|e| Error::internal(format!("dropping abandoned new files failed: {e}")))??;
+        let n = blocking("dropping abandoned new files", move || {
+            ns.collect_abandoned(grace)
+        })
+        .await?;
         self.dropped += n as u64;
         Ok(Round::Idle)
     }
@@ -70,9 +82,7 @@ impl Worker for Leases {
         };
         let lease = self.lease;
         // Giving versions up records them durably: off the async workers.
-        let n = tokio::task::spawn_blocking(move || vm.expire_leases(lease))
-            .await
-            .map_err(|e| Error::internal(format!("checking writer leases failed: {e}")))??;
+        let n = blocking("checking writer leases", move || vm.expire_leases(lease)).await?;
         self.given_up += n as u64;
         Ok(Round::Idle)
     }
@@ -102,9 +112,10 @@ impl Worker for Retention {
         let Some(vm) = self.versions.upgrade() else {
             return Ok(Round::Done);
         };
-        let n = tokio::task::spawn_blocking(move || vm.enforce_retention(now_ms()))
-            .await
-            .map_err(|e| Error::internal(format!("applying retention policies failed: {e}")))?;
+        let n = blocking("applying retention policies", move || {
+            Ok(vm.enforce_retention(now_ms()))
+        })
+        .await?;
         self.expired += n as u64;
         Ok(Round::Idle)
     }
@@ -138,9 +149,10 @@ impl Worker for DeletedBlobRows {
         let Some(store) = self.store.upgrade() else {
             return Ok(Round::Done);
         };
-        let n = tokio::task::spawn_blocking(move || store.purge_deleted(PURGE_BATCH))
-            .await
-            .map_err(|e| Error::internal(format!("removing deleted blobs' rows failed: {e}")))??;
+        let n = blocking("removing deleted blobs' rows", move || {
+            store.purge_deleted(PURGE_BATCH)
+        })
+        .await?;
         self.removed += n;
         Ok(if n == PURGE_BATCH {
             Round::Busy
@@ -179,12 +191,11 @@ impl Worker for RegisteredCopies {
             return Ok(Round::Done);
         };
         let collect = ns.clone();
-        let garbage = tokio::task::spawn_blocking(move || {
+        let garbage = blocking("collecting registered copies", move || {
             collect.collect_unnamed_registered()?;
             collect.registered_garbage()
         })
-        .await
-        .map_err(|e| Error::internal(format!("collecting registered copies failed: {e}")))??;
+        .await?;
         if garbage.is_empty() {
             return Ok(Round::Idle);
         }
@@ -209,17 +220,19 @@ impl Worker for RegisteredCopies {
                         }
                         self.removed += batch.len() as u64;
                         let (ns, batch) = (ns.clone(), batch.to_vec());
-                        tokio::task::spawn_blocking(move || ns.forget_garbage(id, &batch))
-                            .await
-                            .map_err(|e| Error::internal(e.to_string()))??;
+                        blocking("forgetting removed copies", move || {
+                            ns.forget_garbage(id, &batch)
+                        })
+                        .await?;
                     }
                     continue;
                 }
             }
             let ns = ns.clone();
-            tokio::task::spawn_blocking(move || ns.forget_garbage(id, &names))
-                .await
-                .map_err(|e| Error::internal(e.to_string()))??;
+            blocking("forgetting removed copies", move || {
+                ns.forget_garbage(id, &names)
+            })
+            .await?;
         }
         Ok(Round::Idle)
     }
