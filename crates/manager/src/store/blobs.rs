@@ -172,11 +172,11 @@ pub(crate) fn remove_blobs_in(txn: &WriteTransaction, blobs: &[BlobId]) -> Resul
         if records.remove(blob).map_err(db_err)?.is_some() {
             tombstones.insert(blob, now).map_err(db_err)?;
             log_change(txn, &Change::Deleted { blob })?;
+            // Its version rows go in batches, later (see `PURGING`).
+            purging.insert(blob, ()).map_err(db_err)?;
         }
         reserved.remove(blob).map_err(db_err)?;
         retention.remove(blob).map_err(db_err)?;
-        // Its version rows go in batches, later (see `PURGING`).
-        purging.insert(blob, ()).map_err(db_err)?;
     }
     Ok(())
 }
