@@ -302,11 +302,11 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
             "abandoned new files",
             "backup",
             "committer",
-            "deleted blobs' rows",
             "geo-replication",
             "leases",
             "registered copies",
-            "retention"
+            "retention",
+            "row purge"
         ],
         "{status}"
     );
@@ -335,9 +335,9 @@ fn status_lists_the_workers_of_the_manager_and_of_maintenance() {
         "retention",
         "abandoned new files",
         "backup",
-        "deleted blobs' rows",
         "geo-replication",
         "registered copies",
+        "row purge",
     ] {
         assert!(
             text.contains(&format!("manager worker {name}")),

@@ -79,11 +79,11 @@ pub async fn run(
         expired: 0,
     };
     let stopped_copies = stopped.clone();
-    let deleted_rows = workers::DeletedBlobRows {
+    let purge = workers::RowPurge {
         store: Arc::downgrade(&store),
         removed: 0,
     };
-    workers.spawn(deleted_rows, stopped.clone(), None);
+    workers.spawn(purge, stopped.clone(), None);
     workers.spawn(retention, stopped, None);
     let registry = Arc::new(registry::Registry::open(
         store.clone(),

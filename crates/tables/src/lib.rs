@@ -3,8 +3,8 @@
 //! [`remove_range`]: redb's `retain_in` removes each row on a copy of its path, since it
 //! iterates the tree it changes; a range of 100,000 rows took about 4 s, and its commit
 //! another second, where removing the same keys one by one in batches took 0.4 s and a
-//! commit of 1 ms (redb 2.6 on this machine). Deleting a blob with many versions runs in the
-//! manager's write transaction, which every publication waits for.
+//! commit of 1 ms (redb 2.6 on this machine). Every write of the manager waits for the
+//! transaction that removes rows: its row purge, the change log's trims.
 
 use std::ops::{Bound, RangeInclusive};
 

@@ -1,19 +1,16 @@
 //! Blob records: listing them, creating one with the next id, and removing them (with a
 //! tombstone each, in the caller's transaction) when their files go; their version rows
-//! follow in batches ([`Store::purge_deleted`]).
+//! follow in batches (`purge.rs`).
 
 use redb::{ReadableTable, WriteTransaction};
 use tomus_metadata::BlobId;
-use tomus_tables::remove_range_at_most;
 use tomus_wire::{Change, Error, Result, Retention};
 
+use super::purge::{queue_purge, DELETED_BLOB};
 use super::{
-    db_err, decode, encode, log_change, BlobRecord, RetentionRecord, Store, ABORTED, ATTRS, BLOBS,
-    COUNTERS, DELETED, PURGING, RESERVED, RETENTION, VERSIONS,
+    db_err, decode, encode, log_change, BlobRecord, RetentionRecord, Store, BLOBS, COUNTERS,
+    DELETED, PURGING, RESERVED, RETENTION,
 };
-
-/// Deleted blobs whose rows one [`Store::purge_deleted`] looks at, at most.
-const PURGE_BLOBS: usize = 256;
 
 impl Store {
     pub fn blobs(&self) -> Result<Vec<BlobRecord>> {
@@ -92,48 +89,6 @@ impl Store {
             .collect()
     }
 
-    /// Removes up to `at_most` version rows (versions, attributes, aborted ranges) of deleted
-    /// blobs in one transaction, and forgets the blobs that have none left; returns how many
-    /// rows. Fewer than `at_most`: none are left. Nothing to remove costs a read transaction,
-    /// not a commit.
-    pub fn purge_deleted(&self, at_most: u64) -> Result<u64> {
-        {
-            let txn = self.db.begin_read().map_err(db_err)?;
-            let purging = txn.open_table(PURGING).map_err(db_err)?;
-            if purging.first().map_err(db_err)?.is_none() {
-                return Ok(0);
-            }
-        }
-        let txn = self.write()?;
-        let mut removed = 0;
-        {
-            let mut purging = txn.open_table(PURGING).map_err(db_err)?;
-            let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;
-            let mut attrs = txn.open_table(ATTRS).map_err(db_err)?;
-            let mut aborted = txn.open_table(ABORTED).map_err(db_err)?;
-            let mut blobs = Vec::new();
-            for row in purging.iter().map_err(db_err)?.take(PURGE_BLOBS) {
-                blobs.push(row.map_err(db_err)?.0.value());
-            }
-            for blob in blobs {
-                let all = (blob, 0)..=(blob, u64::MAX);
-                removed += remove_range_at_most(&mut versions, all.clone(), at_most - removed)
-                    .map_err(db_err)?;
-                removed += remove_range_at_most(&mut attrs, all.clone(), at_most - removed)
-                    .map_err(db_err)?;
-                removed +=
-                    remove_range_at_most(&mut aborted, all, at_most - removed).map_err(db_err)?;
-                if removed == at_most {
-                    // It may have more: the next call looks again.
-                    break;
-                }
-                purging.remove(blob).map_err(db_err)?;
-            }
-        }
-        txn.commit().map_err(db_err)?;
-        Ok(removed)
-    }
-
     /// The next blob id to be handed out: ids below it were created at some point.
     pub fn next_blob_id(&self) -> Result<BlobId> {
         let txn = self.read()?;
@@ -172,8 +127,8 @@ pub(crate) fn remove_blobs_in(txn: &WriteTransaction, blobs: &[BlobId]) -> Resul
         if records.remove(blob).map_err(db_err)?.is_some() {
             tombstones.insert(blob, now).map_err(db_err)?;
             log_change(txn, &Change::Deleted { blob })?;
-            // Its version rows go in batches, later (see `PURGING`).
-            purging.insert(blob, ()).map_err(db_err)?;
+            // Its version rows go in batches, later.
+            queue_purge(&mut purging, blob, DELETED_BLOB)?;
         }
         reserved.remove(blob).map_err(db_err)?;
         retention.remove(blob).map_err(db_err)?;

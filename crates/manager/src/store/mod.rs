@@ -14,6 +14,8 @@ mod change_log;
 mod journal;
 /// Providers, their drains, and repaired chunks' replica sets.
 mod providers;
+/// The version rows deletions and expiries leave, removed a batch per transaction.
+mod purge;
 /// Retention policies and the expiry of versions they no longer keep.
 mod retention;
 /// The measured network matrix (DataSteward topology).
@@ -63,13 +65,12 @@ const REPLICAS: TableDefinition<u128, &[u8]> = TableDefinition::new("replicas");
 /// the transaction that removes its records: garbage collection deletes a blob's data only
 /// on this positive record, never because a listing happened not to show the blob.
 const DELETED: TableDefinition<u64, u64> = TableDefinition::new("deleted");
-/// Key: a deleted blob whose version rows (versions, attributes, aborted ranges) are still to
-/// be removed. Deleting a blob leaves them to [`Store::purge_deleted`], a batch per
-/// transaction: removing a million rows in the deleting transaction held every publication
-/// for seconds. Nothing reads them meanwhile: every read goes through the blob's record,
-/// and blob ids are never reused. Needs no format bump: a build that does not know the table
-/// leaves it, and those rows, alone.
-const PURGING: TableDefinition<u64, ()> = TableDefinition::new("purging");
+/// Key: a blob; value: its version rows below this version are still to be removed
+/// (`purge.rs`); [`purge::DELETED_BLOB`] for a deleted blob, whose aborted ranges go too.
+/// Deleting a blob or expiring versions only records this: removing a million rows in that
+/// transaction held every publication for seconds. Needs no format bump: a build that does
+/// not know the table leaves it, and those rows, alone.
+const PURGING: TableDefinition<u64, u64> = TableDefinition::new("purging");
 /// Key: "matrix"; value: the [`TopologyMatrix`](tomus_wire::TopologyMatrix) last measured.
 /// Needs no format bump: a build that does not know the table leaves it alone and loses
 /// nothing but the matrix (re-measured at will), and an older store simply has none.

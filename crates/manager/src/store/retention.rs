@@ -1,14 +1,14 @@
 //! Retention: each blob's policy, where it moves the first retained version, and the expiry
-//! that removes the published versions below it.
+//! that moves it (the rows of the versions below follow in batches, `purge.rs`).
 
 use redb::ReadableTable;
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::{Change, Result, Retention, VersionInfo};
 
 use super::blobs::{blob_exists, deleted};
-use super::versions::remove_versions;
+use super::purge::queue_purge;
 use super::{
-    db_err, decode, encode, log_change, RetentionRecord, Store, ATTRS, RETENTION, VERSIONS,
+    db_err, decode, encode, log_change, RetentionRecord, Store, PURGING, RETENTION, VERSIONS,
 };
 
 /// Where `policy` stands for `blob` at a given time.
@@ -28,15 +28,21 @@ impl ExpiryPlan {
     };
 }
 
-/// What `policy` removes among the published versions of `blob` still stored (read through
-/// `versions`) at `now_ms`. The latest published version is always retained.
+/// What `policy` removes among the published versions of `blob` from `retained_from` on (read
+/// through `versions`; rows below it may still wait for their purge) at `now_ms`. The latest
+/// published version is always retained.
 fn plan_expiry(
     versions: &impl ReadableTable<(u64, u64), &'static [u8]>,
     blob: BlobId,
+    retained_from: Version,
     policy: Retention,
     now_ms: u64,
 ) -> Result<ExpiryPlan> {
-    let rows = || versions.range((blob, 0)..=(blob, u64::MAX)).map_err(db_err);
+    let rows = || {
+        versions
+            .range((blob, retained_from)..=(blob, u64::MAX))
+            .map_err(db_err)
+    };
     let first_stored = match rows()?.next() {
         Some(row) => row.map_err(db_err)?.0.value().1,
         None => return Ok(ExpiryPlan::NOTHING),
@@ -111,20 +117,24 @@ impl Store {
     /// when time alone would move it next. A read transaction.
     pub fn plan_expiry(&self, blob: BlobId, policy: Retention, now_ms: u64) -> Result<ExpiryPlan> {
         let txn = self.read()?;
+        let retention = txn.open_table(RETENTION).map_err(db_err)?;
+        let retained_from = match retention.get(blob).map_err(db_err)? {
+            Some(v) => decode::<RetentionRecord>(v.value())?.retained_from,
+            None => 0,
+        };
         let t = txn.open_table(VERSIONS).map_err(db_err)?;
-        plan_expiry(&t, blob, policy, now_ms)
+        plan_expiry(&t, blob, retained_from, policy, now_ms)
     }
 
-    /// Removes, for each `(blob, keep_from)`, the published versions of `blob` below
-    /// `keep_from` (their records and attributes) and records `keep_from` as its first
-    /// retained version, all in one transaction: a retention round over many blobs costs one
+    /// Records, for each `(blob, keep_from)`, `keep_from` as the first retained version of
+    /// `blob` and queues the rows of the versions below it (records and attributes) for
+    /// their purge, all in one transaction: a retention round over many blobs costs one
     /// sync, not one per blob. Deleted blobs are left alone.
     pub fn expire(&self, expiries: &[(BlobId, Version)]) -> Result<()> {
         let txn = self.write()?;
         {
             let mut retention = txn.open_table(RETENTION).map_err(db_err)?;
-            let mut versions = txn.open_table(VERSIONS).map_err(db_err)?;
-            let mut attrs = txn.open_table(ATTRS).map_err(db_err)?;
+            let mut purging = txn.open_table(PURGING).map_err(db_err)?;
             for &(blob, keep_from) in expiries {
                 if keep_from == 0 || !blob_exists(&txn, blob)? {
                     continue;
@@ -140,9 +150,7 @@ impl Store {
                 retention
                     .insert(blob, encode(&record)?.as_slice())
                     .map_err(db_err)?;
-                let below = 0..=keep_from.saturating_sub(1);
-                remove_versions(&mut versions, blob, below.clone())?;
-                remove_versions(&mut attrs, blob, below)?;
+                queue_purge(&mut purging, blob, keep_from)?;
                 let retained_from = keep_from;
                 log_change(
                     &txn,

@@ -5,10 +5,9 @@ use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 use std::time::Instant;
 
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, Version};
-use tomus_tables::remove_range;
 use tomus_wire::{Attrs, Change, Error, Result, VersionInfo};
 
 use super::blobs::{blob_exists, deleted, remove_blobs_in};
@@ -272,17 +271,4 @@ pub(super) fn publish_rows(txn: &WriteTransaction, batch: &[Publication]) -> Res
     let unnamed: Vec<BlobId> = dropped.unnamed.iter().map(|(b, _)| *b).collect();
     remove_blobs_in(txn, &unnamed)?;
     Ok(dropped)
-}
-
-/// Removes the rows of `blob`'s versions in `range` from a table keyed by (blob, version).
-pub(super) fn remove_versions<V: redb::Value + 'static>(
-    t: &mut Table<(u64, u64), V>,
-    blob: BlobId,
-    range: std::ops::RangeInclusive<Version>,
-) -> Result<()> {
-    let (from, to) = range.into_inner();
-    if from <= to {
-        remove_range(t, (blob, from)..=(blob, to)).map_err(db_err)?;
-    }
-    Ok(())
 }

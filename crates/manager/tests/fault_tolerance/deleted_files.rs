@@ -166,7 +166,7 @@ async fn a_file_removed_after_journaled_versions_stays_removed_after_a_restart()
 }
 
 /// Deleting a blob removes its record at once; its version rows go after it, a batch at a
-/// time (`Store::purge_deleted`, run by the manager's "deleted blobs' rows" worker), and a
+/// time (`Store::purge_rows`, run by the manager's "row purge" worker), and a
 /// restart halfway leaves the rest to the next batch. Other blobs keep theirs.
 #[tokio::test]
 async fn a_deleted_blobs_version_rows_go_in_batches_across_a_restart() {
@@ -181,21 +181,21 @@ async fn a_deleted_blobs_version_rows_go_in_batches_across_a_restart() {
     for _ in 0..3 {
         publish(&m, kept).await;
     }
-    assert_eq!(m.store.purge_deleted(4).unwrap(), 0, "nothing deleted yet");
+    assert_eq!(m.store.purge_rows(4).unwrap(), 0, "nothing deleted yet");
     call(&m, DeleteBlob { blob: gone }).await.unwrap();
     let e = version(&m, gone, Some(1)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
     assert_eq!(m.store.versions(gone, 0).unwrap().len(), 10);
 
-    assert_eq!(m.store.purge_deleted(4).unwrap(), 4);
+    assert_eq!(m.store.purge_rows(4).unwrap(), 4);
     close(m).await;
     let m = open(dir.path(), TIMEOUT);
     let e = version(&m, gone, Some(9)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
     assert_eq!(m.store.versions(gone, 0).unwrap().len(), 6);
-    assert_eq!(m.store.purge_deleted(4).unwrap(), 4);
-    assert_eq!(m.store.purge_deleted(4).unwrap(), 2);
-    assert_eq!(m.store.purge_deleted(4).unwrap(), 0);
+    assert_eq!(m.store.purge_rows(4).unwrap(), 4);
+    assert_eq!(m.store.purge_rows(4).unwrap(), 2);
+    assert_eq!(m.store.purge_rows(4).unwrap(), 0);
     assert!(m.store.versions(gone, 0).unwrap().is_empty());
     assert_eq!(listed(&m, kept).await, vec![1, 2, 3]);
     assert_eq!(m.store.versions(kept, 0).unwrap().len(), 3);

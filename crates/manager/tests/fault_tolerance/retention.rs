@@ -197,3 +197,44 @@ async fn retention_keeps_the_version_a_pending_writer_builds_on() {
         ErrorKind::NotFound
     );
 }
+
+/// Expired versions' rows wait for the row purge (`Store::purge_rows`), and nothing sees
+/// them meanwhile: listings, reads and the policy's next rounds start at the first retained
+/// version. The purge then takes exactly the rows below it.
+#[tokio::test]
+async fn expired_versions_rows_wait_for_the_purge_unseen() {
+    let dir = TempDir::new("expiry-purge");
+    let m = open(dir.path(), TIMEOUT);
+    let blob = create_blob(&m, 1).await.unwrap().id;
+    for _ in 0..6 {
+        publish(&m, blob).await;
+    }
+    set_retention(&m, blob, Retention::KeepLast(2))
+        .await
+        .unwrap();
+    assert_eq!(listed(&m, blob).await, [5, 6]);
+    assert_eq!(m.store.versions(blob, 0).unwrap().len(), 6, "rows wait");
+    let now = tomus_manager::versions::now_ms;
+    assert_eq!(
+        m.versions.enforce_retention(now()),
+        0,
+        "nothing more to expire"
+    );
+    publish(&m, blob).await;
+    assert_eq!(m.versions.enforce_retention(now()), 1);
+    assert_eq!(listed(&m, blob).await, [6, 7]);
+    let e = version(&m, blob, Some(5)).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+
+    assert_eq!(m.store.purge_rows(100).unwrap(), 5);
+    assert_eq!(m.store.purge_rows(100).unwrap(), 0);
+    let stored: Vec<Version> = m
+        .store
+        .versions(blob, 0)
+        .unwrap()
+        .iter()
+        .map(|v| v.version)
+        .collect();
+    assert_eq!(stored, [6, 7]);
+    assert_eq!(listed(&m, blob).await, [6, 7]);
+}
