@@ -300,15 +300,14 @@ async fn unreachable_servers_fail_fast() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_secret_is_required_off_loopback_and_checked() {
-    // Refuses to listen on a non-loopback address without a secret.
+    // Refuses to listen on a non-loopback address without a secret. (The manager opens its
+    // store first: a scratch directory, not a fixed path that would outlive the test.)
+    let dir = tomus_cli::scratch_dir("secret");
+    std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(exe())
-        .args([
-            "manager",
-            "--data",
-            "/nonexistent-not-used",
-            "--addr",
-            "0.0.0.0:0",
-        ])
+        .args(["manager", "--data"])
+        .arg(dir.join("refused"))
+        .args(["--addr", "0.0.0.0:0"])
         .env_remove("TOMUS_CLUSTER_SECRET")
         .output()
         .unwrap();
@@ -321,8 +320,6 @@ async fn cluster_secret_is_required_off_loopback_and_checked() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cluster secret"));
 
     // A manager with a secret refuses clients without it or with the wrong one.
-    let dir = tomus_cli::scratch_dir("secret");
-    std::fs::create_dir_all(&dir).unwrap();
     let secret_file = dir.join("secret");
     std::fs::write(&secret_file, "correct horse battery staple").unwrap();
     let mut child = Command::new(exe())

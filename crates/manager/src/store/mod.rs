@@ -69,8 +69,9 @@ const DELETED: TableDefinition<u64, u64> = TableDefinition::new("deleted");
 /// (`purge.rs`); [`purge::DELETED_BLOB`] for a deleted blob, whose aborted ranges go too.
 /// Deleting a blob or expiring versions only records this: removing a million rows in that
 /// transaction held every publication for seconds. Needs no format bump: a build that does
-/// not know the table leaves it, and those rows, alone.
-const PURGING: TableDefinition<u64, u64> = TableDefinition::new("purging");
+/// not know the table leaves it, and those rows, alone. (Named `row_purge`: stores of a
+/// development build have a `purging` table of another type.)
+const PURGING: TableDefinition<u64, u64> = TableDefinition::new("row_purge");
 /// Key: "matrix"; value: the [`TopologyMatrix`](tomus_wire::TopologyMatrix) last measured.
 /// Needs no format bump: a build that does not know the table leaves it alone and loses
 /// nothing but the matrix (re-measured at will), and an older store simply has none.

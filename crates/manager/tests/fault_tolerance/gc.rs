@@ -189,15 +189,7 @@ async fn the_change_log_records_what_became_referenced_and_what_died() {
     let file = fs_create(&m, "f").await;
     abandon(&m, "f", file).await;
 
-    let page = call(
-        &m,
-        Changes {
-            after: 0,
-            limit: 100,
-        },
-    )
-    .await
-    .unwrap();
+    let page = all_changes(&m).await;
     let kinds: Vec<String> = page
         .changes
         .iter()
@@ -235,15 +227,7 @@ async fn the_change_log_records_what_became_referenced_and_what_died() {
     call(&m, TrimChanges { upto: seqs[2] }).await.unwrap();
     close(m).await;
     let m = open(dir.path(), TIMEOUT);
-    let page = call(
-        &m,
-        Changes {
-            after: 0,
-            limit: 100,
-        },
-    )
-    .await
-    .unwrap();
+    let page = all_changes(&m).await;
     assert_eq!(page.first_kept, seqs[3]);
     assert_eq!(
         page.changes[..2]
@@ -258,4 +242,17 @@ async fn the_change_log_records_what_became_referenced_and_what_died() {
         "{:?}",
         page.changes[2..].to_vec()
     );
+}
+
+/// The change log from its start (at most 100 entries).
+async fn all_changes(m: &ManagerService) -> tomus_wire::ChangePage {
+    call(
+        m,
+        Changes {
+            after: 0,
+            limit: 100,
+        },
+    )
+    .await
+    .unwrap()
 }

@@ -205,6 +205,21 @@ impl Hosts {
         }
     }
 
+    /// `tomus --secret-file F` on host `host` (in its namespace), arguments to follow.
+    fn tomus_on(&self, host: usize) -> Command {
+        let exe = super::exe();
+        let mut cmd = match self.mode {
+            Mode::Netns => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &self.hosts[host].ns]).arg(&exe);
+                c
+            }
+            Mode::Loopback => Command::new(&exe),
+        };
+        cmd.arg("--secret-file").arg(&self.secret_file);
+        cmd
+    }
+
     /// Starts `tomus --secret-file F ARGS...` on host `host` and waits until it prints
     /// `... listening on ADDR`; returns the process's index. Its stdout and stderr go to
     /// `logs/NAME.log` in the scratch directory.
@@ -215,18 +230,8 @@ impl Hosts {
             .append(true)
             .open(&log_path)
             .expect("open log file");
-        let exe = super::exe();
-        let mut cmd = match self.mode {
-            Mode::Netns => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", &self.hosts[host].ns]).arg(&exe);
-                c
-            }
-            Mode::Loopback => Command::new(&exe),
-        };
-        cmd.arg("--secret-file")
-            .arg(&self.secret_file)
-            .args(args)
+        let mut cmd = self.tomus_on(host);
+        cmd.args(args)
             .env_remove("TOMUS_ADDR")
             .env_remove("TOMUS_MANAGER")
             .env_remove("TOMUS_CLUSTER_SECRET")
@@ -331,18 +336,8 @@ impl Hosts {
     /// `tomus --secret-file F ARGS...` as a client on host `host` against the manager at
     /// `manager`, ready to run or spawn.
     pub fn command(&self, host: usize, manager: &str, args: &[&str]) -> Command {
-        let exe = super::exe();
-        let mut cmd = match self.mode {
-            Mode::Netns => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", &self.hosts[host].ns]).arg(&exe);
-                c
-            }
-            Mode::Loopback => Command::new(&exe),
-        };
-        cmd.arg("--secret-file")
-            .arg(&self.secret_file)
-            .args(args)
+        let mut cmd = self.tomus_on(host);
+        cmd.args(args)
             .env("TOMUS_ADDR", manager)
             .env_remove("TOMUS_MANAGER")
             .env_remove("TOMUS_CLUSTER_SECRET")
