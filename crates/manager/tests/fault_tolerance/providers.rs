@@ -127,12 +127,7 @@ async fn providers_are_removed_only_when_drained_or_down() {
     // A write whose data began storing before the horizon, assigned only now, may have put
     // it on the removed provider: refused. One whose data is newer (past the margin for its
     // request's transit) is not.
-    let since_drain = DataAge {
-        stored_ms: tomus_wire::now_ms() - drained_at + 1,
-        reused_ms: None,
-    };
-    let e = assign_aged(&m, blob, since_drain).await.unwrap_err();
-    assert_eq!(e.kind, ErrorKind::WriteExpired);
+    let e = refused_stored_before(&m, blob, drained_at).await;
     assert!(
         e.message.contains("drained provider was removed"),
         "{}",
@@ -175,12 +170,7 @@ async fn providers_are_removed_only_when_drained_or_down() {
     let left: Vec<ProviderId> = providers(&m).await.iter().map(|p| p.id).collect();
     assert_eq!(left, [again]);
     // A restarted manager still refuses a write that may have data on the removed provider.
-    let since_drain = DataAge {
-        stored_ms: tomus_wire::now_ms() - drained_at + 1,
-        reused_ms: None,
-    };
-    let e = assign_aged(&m, blob, since_drain).await.unwrap_err();
-    assert_eq!(e.kind, ErrorKind::WriteExpired, "{e}");
+    refused_stored_before(&m, blob, drained_at).await;
     assign(&m, blob, 100).await.unwrap();
 }
 
@@ -269,4 +259,20 @@ async fn status_shows_providers_blobs_and_the_last_maintenance_report() {
     assert_eq!(after.maintenance, report);
     let now = tomus_manager::versions::now_ms();
     assert!(after.maintenance_reported_ms > 0 && after.maintenance_reported_ms <= now);
+}
+
+/// Assigns a write to `blob` whose data began storing just before `drained_at`, the drain of
+/// a provider removed since (so it may have put data there): refused, with the error.
+async fn refused_stored_before(
+    m: &ManagerService,
+    blob: BlobId,
+    drained_at: u64,
+) -> tomus_wire::Error {
+    let since_drain = DataAge {
+        stored_ms: tomus_wire::now_ms() - drained_at + 1,
+        reused_ms: None,
+    };
+    let e = assign_aged(m, blob, since_drain).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::WriteExpired, "{e}");
+    e
 }
