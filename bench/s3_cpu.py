@@ -15,7 +15,8 @@ set, not the server's.
 
     cargo build --release -p tomus-cli
     bench/.venv/bin/python bench/s3_cpu.py [--processes 8] [--small-ops 300] [--rounds 3]
-        [--object-mib 0] [--minio PATH] [--fresh-keys] [--out bench/results/s3-cpu.json]
+        [--object-mib 0] [--get-repeats 1] [--minio PATH] [--fresh-keys]
+        [--out bench/results/s3-cpu.json]
 
 Needs MinIO (``go install github.com/minio/minio@latest``); what it writes is removed.
 """
@@ -134,6 +135,13 @@ def main() -> None:
         help="also one PutObject and one GetObject of this many MiB per process, "
         "counted per MiB (0: the small phases only)",
     )
+    ap.add_argument(
+        "--get-repeats",
+        type=int,
+        default=1,
+        help="GETs of its large object per process in get_big (the first reads what the PUT "
+        "left on disk, the others the page cache)",
+    )
     ap.add_argument("--providers", type=int, default=4)
     ap.add_argument(
         "--fresh-keys",
@@ -150,7 +158,7 @@ def main() -> None:
     # What s3.py's phases read from their arguments (no ranged GETs here).
     args = argparse.Namespace(
         processes=cli.processes, small_ops=cli.small_ops, object_mib=max(cli.object_mib, 1),
-        range_object_mib=2,
+        get_repeats=cli.get_repeats, range_object_mib=2,
         range_ops=1, providers=cli.providers, no_fsync=False,
     )  # fmt: skip
     phases = SMALL_PHASES + (BIG_PHASES if cli.object_mib > 0 else [])
@@ -177,6 +185,8 @@ def main() -> None:
                         used = cpu_seconds(proc.pid) - before
                         big = phase in BIG_PHASES
                         ops = cli.processes * (cli.object_mib if big else cli.small_ops)
+                        if phase == "get_big":
+                            ops *= cli.get_repeats
                         row = {
                             "ops_s": rate / common.MIB if big else rate,
                             "server_us_per_op": used / ops * 1e6,
@@ -212,7 +222,7 @@ def main() -> None:
     out.write_text(json.dumps({
         "bench": "s3-cpu",
         "note": f"{cli.processes} boto3 processes, {cli.small_ops} requests each per phase, "
-                f"{f'one {cli.object_mib} MiB object each in put_big/get_big (per MiB), ' if cli.object_mib else ''}"
+                f"{f'one {cli.object_mib} MiB object each in put_big/get_big (per MiB; read {cli.get_repeats} times), ' if cli.object_mib else ''}"
                 f"{'new keys in every PUT round' if cli.fresh_keys else 'PUTs overwrite after round 1'}, "
                 f"servers alternating over {cli.rounds} rounds, fsync on, "
                 f"{cli.providers} providers in tomus up; server CPU from /proc "

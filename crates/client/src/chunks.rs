@@ -1,5 +1,6 @@
 //! Chunk transfers: parallel replicated stores and ranged reads that fail over between replicas.
 
+use bytes::Bytes;
 use rand::Rng;
 use tomus_metadata::{ChunkId, ChunkPiece, ProviderId, StoredChunk};
 use tomus_wire::chunk_file::{encode_header, whole_crc};
@@ -173,6 +174,26 @@ async fn repaired_replicas(cluster: &Cluster, chunk: ChunkId) -> Vec<ProviderId>
             Vec::new()
         }
     }
+}
+
+/// `piece` mapped from the chunk file of one of its replicas on this host that is healthy
+/// (see [`crate::local::map_piece`]); `None` when none is or none checks out.
+pub async fn map_piece(cluster: &Cluster, piece: &ChunkPiece) -> Option<Bytes> {
+    if !cluster.local.wants_read(piece) {
+        return None;
+    }
+    for id in cluster.read_order(&piece.replicas).await {
+        if cluster.local.on_this_host(id) == Some(false) || !cluster.healthy(id).await {
+            continue;
+        }
+        let Ok(addr) = cluster.addr_of(id).await else {
+            continue;
+        };
+        if let Some(bytes) = cluster.local.map(&cluster.pool, id, &addr, piece).await {
+            return Some(bytes);
+        }
+    }
+    None
 }
 
 async fn read_from(

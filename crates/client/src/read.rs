@@ -7,6 +7,7 @@
 
 use std::time::Instant;
 
+use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tomus_metadata::{resolve_range, ChunkPiece, NodeRef, Segment, Span, Version};
 use tomus_wire::trace::operation;
@@ -122,6 +123,53 @@ impl Blob {
             self.fetch(info, segments, buf).await
         })
         .await
+    }
+
+    /// The bytes `[offset, offset + len)` of the published version `info` describes, for a
+    /// caller that hands them on (a socket) rather than keeps them. Where every piece is in a
+    /// chunk file of a provider on this host, they are those files' pages, mapped and checked
+    /// ([`crate::local::map_piece`]): no copy. Otherwise they are read into one buffer of
+    /// `len` bytes from `buffer` (which lets the caller recycle its buffers) as
+    /// [`Blob::read_version_into`] does.
+    pub async fn read_version_bytes<B>(
+        &self,
+        info: &VersionInfo,
+        offset: u64,
+        len: u64,
+        buffer: impl FnOnce(usize) -> B,
+    ) -> Result<Vec<Bytes>>
+    where
+        B: AsRef<[u8]> + AsMut<[u8]> + Send + 'static,
+    {
+        if info.blob != self.id {
+            return Err(Error::invalid(format!(
+                "version record of blob {} used to read blob {}",
+                info.blob, self.id
+            )));
+        }
+        operation(async {
+            let segments = self.segments_at(info, offset, len).await?;
+            if let Some(mapped) = self.map_segments(&segments).await {
+                return Ok(mapped);
+            }
+            let mut buf = buffer(len as usize);
+            self.fetch(info, segments, buf.as_mut()).await?;
+            Ok(vec![Bytes::from_owner(buf)])
+        })
+        .await
+    }
+
+    /// Every one of `segments` as bytes without a copy (holes as zeros), or `None` when a
+    /// piece cannot be mapped from a chunk file on this host.
+    async fn map_segments(&self, segments: &[Segment]) -> Option<Vec<Bytes>> {
+        let mut out = Vec::with_capacity(segments.len());
+        for seg in segments {
+            out.push(match seg {
+                Segment::Zeros(span) => Bytes::from(vec![0; span.size as usize]),
+                Segment::Data(piece) => chunks::map_piece(self.cluster(), piece).await?,
+            });
+        }
+        Some(out)
     }
 
     /// Fetches `segments` of the version `info` into `buf`. Data gone (a version removed by

@@ -200,18 +200,18 @@ impl ByteStream for Windows {
     }
 }
 
+/// Bytes `[offset, offset + len)` of a version, in pieces: the chunk files' own pages where
+/// they are on this host (no copy), else a window from `pool`.
 async fn read_window(
     pool: &Arc<WindowPool>,
     blob: &Blob,
     info: &VersionInfo,
     offset: u64,
     len: u64,
-) -> S3Result<Bytes> {
-    let mut window = pool.take(len as usize);
-    blob.read_version_into(info, offset, window.as_mut())
+) -> S3Result<Vec<Bytes>> {
+    blob.read_version_bytes(info, offset, len, |n| pool.take(n))
         .await
-        .map_err(object_err)?;
-    Ok(window.into_bytes())
+        .map_err(object_err)
 }
 
 /// The body of bytes `[start, end)` of a version. One window is read before answering, so a
@@ -225,28 +225,37 @@ async fn body(
     end: u64,
 ) -> S3Result<StreamingBlob> {
     let first = (end - start).min(FIRST_WINDOW);
-    let head = read_window(&pool, &blob, &info, start, first).await?;
-    if start + first == end {
-        return Ok(StreamingBlob::from(Body::from(head)));
+    let mut head = read_window(&pool, &blob, &info, start, first).await?;
+    if start + first == end && head.len() == 1 {
+        return Ok(StreamingBlob::from(Body::from(head.remove(0))));
     }
-    let (tx, rx) = mpsc::channel(2);
-    let _ = tx.try_send(Ok(head));
+    // Room for the pieces of the windows in flight (a window spans at most two chunks).
+    let (tx, rx) = mpsc::channel(2 * WINDOWS_AHEAD);
     tokio::spawn(async move {
         let windows = (start + first..end)
             .step_by(WINDOW as usize)
             .map(|o| (o, WINDOW.min(end - o)));
-        let mut reads = futures::stream::iter(windows)
+        let reads = futures::stream::iter(windows)
             .map(|(o, n)| {
                 let (pool, blob, info) = (&pool, &blob, &info);
                 async move { read_window(pool, blob, info, o, n).await }
             })
             .buffered(WINDOWS_AHEAD);
+        let mut reads = std::pin::pin!(futures::stream::once(async { Ok(head) }).chain(reads));
         while let Some(r) = reads.next().await {
-            let failed = r.is_err();
-            let item = r.map_err(|e| -> StdError { Box::new(e) });
-            // A closed channel: the client went away.
-            if tx.send(item).await.is_err() || failed {
-                break;
+            match r {
+                Ok(pieces) => {
+                    for piece in pieces {
+                        // A closed channel: the client went away.
+                        if tx.send(Ok(piece)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(Box::new(e) as StdError)).await;
+                    return;
+                }
             }
         }
     });

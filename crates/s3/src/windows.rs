@@ -9,8 +9,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-
 /// Windows shorter than this are allocated exactly and not recycled (a 4 KiB GET must not
 /// pin a whole window).
 const POOLED_MIN: usize = 1 << 20;
@@ -71,12 +69,15 @@ pub(crate) struct Window {
 }
 
 impl Window {
-    pub fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.len]
+    #[cfg(test)]
+    fn into_bytes(self) -> bytes::Bytes {
+        bytes::Bytes::from_owner(self)
     }
+}
 
-    pub fn into_bytes(self) -> Bytes {
-        Bytes::from_owner(self)
+impl AsMut<[u8]> for Window {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
     }
 }
 

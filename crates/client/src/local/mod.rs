@@ -6,7 +6,9 @@
 //! the reader's buffer, plus the TCP stack's work on both ends. A write is copied three times:
 //! into the socket, out of it, and into the file. Read directly, a byte is copied once, from
 //! the page cache into the reader's buffer, and checked there against the file's block
-//! checksums (`read.rs`). Written directly, it is copied once, into a temporary file in the
+//! checksums (`read.rs`). A reader that hands the bytes on to a socket (the S3 gateway) gets
+//! the file's pages mapped instead, checked in place, so the socket's copy is the only one
+//! (`mapped.rs`). Written directly, it is copied once, into a temporary file in the
 //! provider's directory, which the provider then checks, names and syncs as its own chunk
 //! (`write.rs`; `AdoptChunk`).
 //!
@@ -23,8 +25,14 @@
 //! adoption. `TOMUS_LOCAL_READS=0` and `TOMUS_LOCAL_WRITES=0` in the environment turn each
 //! off.
 
+/// Mapping a piece of a chunk file, checked, for bytes handed on to a socket.
+mod mapped;
 /// Reading a piece of a chunk file, checked.
 mod read;
+/// Surviving a SIGBUS while a mapped chunk file is checked.
+mod sigbus;
+#[cfg(test)]
+mod test_chunks;
 /// Writing a chunk file for the provider to adopt.
 mod write;
 
@@ -33,11 +41,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use bytes::Bytes;
 use tomus_metadata::{ChunkId, ChunkPiece, ProviderId};
 use tomus_wire::chunk_file::{net_namespace, TOKEN_FILE};
 use tomus_wire::provider::{AdoptChunk, LocalChunkDir};
 use tomus_wire::{ErrorKind, LocalChunks, Pool};
 
+pub use mapped::map_piece;
 pub use read::read_piece;
 pub use write::write_chunk_file;
 
@@ -137,6 +147,30 @@ impl LocalProviders {
                 let chunk = piece.chunk;
                 tracing::debug!("reading chunk {chunk} of provider {id} through it: {e}");
                 false
+            }
+        }
+    }
+
+    /// Maps `piece` (one it [`LocalProviders::wants_read`]) from the chunk file of provider
+    /// `id` (at `addr`) when that provider is on this host and the file checks out; `None`
+    /// otherwise (the piece must be read another way).
+    pub async fn map(
+        &self,
+        pool: &Pool,
+        id: ProviderId,
+        addr: &str,
+        piece: &ChunkPiece,
+    ) -> Option<Bytes> {
+        let dir = self.dir_of(pool, id, addr).await?;
+        match blocking_here(|| map_piece(&dir, piece.chunk, piece.chunk_offset, piece.len)) {
+            Ok(bytes) => {
+                self.read_bytes.fetch_add(piece.len, Ordering::Relaxed);
+                Some(bytes)
+            }
+            Err(e) => {
+                let chunk = piece.chunk;
+                tracing::debug!("mapping chunk {chunk} of provider {id}: {e}");
+                None
             }
         }
     }

@@ -11,50 +11,99 @@ use tomus_wire::chunk_file::{
 };
 use tomus_wire::{Error, Result};
 
+/// A chunk file opened for a read of bytes `[offset, end)` of its data: its header and length
+/// checked, and the stored CRC32Cs of the blocks the range touches read.
+pub(super) struct Opened {
+    pub file: File,
+    pub data_len: u64,
+    /// Where the data starts in the file (after the header and every block's CRC).
+    pub data_start: u64,
+    /// The first and last blocks the range touches.
+    pub first: u64,
+    pub last: u64,
+    crcs: Vec<u8>,
+}
+
+impl Opened {
+    /// Opens chunk `id`'s file in `dir` for bytes `[offset, offset + len)` (`len` > 0).
+    pub fn new(dir: &Path, id: ChunkId, offset: u64, len: u64) -> Result<Opened> {
+        let file = File::open(chunk_path(dir, id))
+            .map_err(|e| Error::not_found(format!("chunk file {id}: {e}")))?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| Error::not_found(format!("chunk file {id}: {e}")))?
+            .len();
+        let mut header = [0u8; HEADER_LEN as usize];
+        read_at(&file, id, &mut header, 0)?;
+        let data_len = parse_header(&header, id)?;
+        if file_len_for(data_len) != Some(file_len) {
+            return Err(Error::corrupt(format!(
+                "chunk file {id}: {file_len} bytes, its header says {data_len} bytes of data"
+            )));
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= data_len)
+            .ok_or_else(|| {
+                Error::out_of_range(format!(
+                    "chunk {id} holds {data_len} bytes, not {offset}+{len}"
+                ))
+            })?;
+        let block = u64::from(BLOCK_SIZE);
+        let (first, last) = (offset / block, (end.max(1) - 1) / block);
+        // An empty range touches no block.
+        let mut crcs = vec![
+            0u8;
+            if len == 0 {
+                0
+            } else {
+                ((last - first + 1) * CRC_LEN) as usize
+            }
+        ];
+        read_at(&file, id, &mut crcs, HEADER_LEN + first * CRC_LEN)?;
+        Ok(Opened {
+            file,
+            data_len,
+            data_start: HEADER_LEN + data_len.div_ceil(block) * CRC_LEN,
+            first,
+            last,
+            crcs,
+        })
+    }
+
+    /// The stored CRC32C of block `b` (one the range touches).
+    pub fn stored(&self, b: u64) -> u32 {
+        let i = ((b - self.first) * CRC_LEN) as usize;
+        let c = &self.crcs;
+        u32::from_le_bytes([c[i], c[i + 1], c[i + 2], c[i + 3]])
+    }
+
+    /// Where block `b`'s data ends (the last block may be short).
+    pub fn block_end(&self, b: u64) -> u64 {
+        ((b + 1) * u64::from(BLOCK_SIZE)).min(self.data_len)
+    }
+}
+
+fn read_at(file: &File, id: ChunkId, buf: &mut [u8], pos: u64) -> Result<()> {
+    file.read_exact_at(buf, pos)
+        .map_err(|e| Error::corrupt(format!("chunk file {id} at {pos}: {e}")))
+}
+
 /// Reads bytes `[offset, offset + out.len())` of chunk `id` from its file in `dir` into
 /// `out`, checking every block they touch against its stored CRC32C.
 pub fn read_piece(dir: &Path, id: ChunkId, offset: u64, out: &mut [u8]) -> Result<()> {
-    let file = File::open(chunk_path(dir, id))
-        .map_err(|e| Error::not_found(format!("chunk file {id}: {e}")))?;
-    let at = |buf: &mut [u8], pos: u64| {
-        file.read_exact_at(buf, pos)
-            .map_err(|e| Error::corrupt(format!("chunk file {id} at {pos}: {e}")))
-    };
-    let file_len = file
-        .metadata()
-        .map_err(|e| Error::not_found(format!("chunk file {id}: {e}")))?
-        .len();
-    let mut header = [0u8; HEADER_LEN as usize];
-    at(&mut header, 0)?;
-    let data_len = parse_header(&header, id)?;
-    if file_len_for(data_len) != Some(file_len) {
-        return Err(Error::corrupt(format!(
-            "chunk file {id}: {file_len} bytes, its header says {data_len} bytes of data"
-        )));
-    }
-    let end = offset
-        .checked_add(out.len() as u64)
-        .filter(|&end| end <= data_len)
-        .ok_or_else(|| {
-            Error::out_of_range(format!(
-                "chunk {id} holds {data_len} bytes, not {offset}+{}",
-                out.len()
-            ))
-        })?;
+    let len = out.len() as u64;
+    let f = Opened::new(dir, id, offset, len)?;
     if out.is_empty() {
         return Ok(());
     }
+    let end = offset + len;
     let block = u64::from(BLOCK_SIZE);
-    let (first, last) = (offset / block, (end - 1) / block);
-    let mut crcs = vec![0u8; ((last - first + 1) * CRC_LEN) as usize];
-    at(&mut crcs, HEADER_LEN + first * CRC_LEN)?;
-    let data_start = HEADER_LEN + data_len.div_ceil(block) * CRC_LEN;
-    let stored = |b: u64| {
-        let i = ((b - first) * CRC_LEN) as usize;
-        u32::from_le_bytes([crcs[i], crcs[i + 1], crcs[i + 2], crcs[i + 3]])
-    };
+    let (first, last, data_start) = (f.first, f.last, f.data_start);
+    let at = |buf: &mut [u8], pos: u64| read_at(&f.file, id, buf, pos);
+    let stored = |b: u64| f.stored(b);
+    let block_end = |b: u64| f.block_end(b);
     let check = |b: u64, data: &[u8]| check_block(id, b, data, stored(b));
-    let block_end = |b: u64| ((b + 1) * block).min(data_len);
     // Blocks wholly inside the range are read in one call, straight into `out`, and checked
     // there; the (at most two) blocks the range cuts go through a block-sized buffer.
     let whole_from = if offset.is_multiple_of(block) {
@@ -100,56 +149,17 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
     use super::*;
-    use std::path::PathBuf;
-    use tomus_wire::chunk_file::{encode_header, net_namespace, TOKEN_FILE};
+    use tomus_wire::chunk_file::{net_namespace, TOKEN_FILE};
     use tomus_wire::{ErrorKind, LocalChunks};
 
+    use crate::local::test_chunks::{ranges, ChunkDir, B};
     use crate::local::usable_dir;
 
-    /// A chunk directory holding one chunk of `data` (removed when dropped).
-    struct ChunkDir(PathBuf);
-
     impl ChunkDir {
-        fn with(id: ChunkId, data: &[u8]) -> ChunkDir {
-            let dir = std::env::temp_dir().join(format!(
-                "tomus-local-reads-{}-{:x}",
-                std::process::id(),
-                rand::random::<u64>()
-            ));
-            let path = chunk_path(&dir, id);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            let mut file = encode_header(data);
-            file.extend_from_slice(data);
-            std::fs::write(path, file).unwrap();
-            ChunkDir(dir)
-        }
-
         fn read(&self, id: ChunkId, offset: u64, len: usize) -> Result<Vec<u8>> {
             let mut out = vec![0xee; len];
             read_piece(&self.0, id, offset, &mut out).map(|()| out)
         }
-    }
-
-    impl Drop for ChunkDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    const B: u64 = BLOCK_SIZE as u64;
-
-    /// Three whole blocks and a short one: ranges on and off block edges.
-    fn ranges(len: u64) -> Vec<(u64, u64)> {
-        let points = [0, 1, B - 1, B, B + 7, 2 * B, 3 * B - 3, 3 * B, len - 1, len];
-        let mut out = Vec::new();
-        for &a in &points {
-            for &b in &points {
-                if a <= b && b <= len {
-                    out.push((a, b - a));
-                }
-            }
-        }
-        out
     }
 
     #[test]
