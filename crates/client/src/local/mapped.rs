@@ -117,46 +117,28 @@ mod tests {
 
     use std::io::Write;
 
-    use tomus_wire::chunk_file::{chunk_path, CRC_LEN, HEADER_LEN};
-    use tomus_wire::ErrorKind;
+    use tomus_wire::chunk_file::chunk_path;
 
     use super::*;
-    use crate::local::test_chunks::{ranges, ChunkDir, B};
+    use crate::local::test_chunks::{self, ChunkDir};
+
+    fn map(dir: &Path, id: ChunkId, offset: u64, len: u64) -> Result<Vec<u8>> {
+        map_piece(dir, id, offset, len).map(|b| b.to_vec())
+    }
 
     #[test]
     fn every_range_maps_the_stored_bytes() {
-        let id = ChunkId(0xabc1_1234);
-        let data: Vec<u8> = (0..3 * B + 1000).map(|i| (i * 29 % 251) as u8).collect();
-        let dir = ChunkDir::with(id, &data);
-        for (offset, len) in ranges(data.len() as u64) {
-            let got = map_piece(&dir.0, id, offset, len).unwrap();
-            let want = &data[offset as usize..(offset + len) as usize];
-            assert!(got == want, "range {offset}+{len} differs");
-        }
+        test_chunks::every_range_comes_back(map);
     }
 
     #[test]
     fn a_damaged_block_fails_the_ranges_that_touch_it_only() {
-        let id = ChunkId(0xabc1_5678);
-        let data: Vec<u8> = (0..3 * B + 1000).map(|i| (i * 13 % 253) as u8).collect();
-        let dir = ChunkDir::with(id, &data);
-        let path = chunk_path(&dir.0, id);
-        let mut file = std::fs::read(&path).unwrap();
-        file[(HEADER_LEN + 4 * CRC_LEN + 2 * B + 5) as usize] ^= 0x01;
-        std::fs::write(&path, file).unwrap();
-        for (offset, len) in ranges(data.len() as u64) {
-            let touches = len > 0 && offset < 3 * B && offset + len > 2 * B;
-            match map_piece(&dir.0, id, offset, len) {
-                Ok(got) => {
-                    assert!(!touches, "range {offset}+{len} mapped a damaged block");
-                    assert!(got == data[offset as usize..(offset + len) as usize]);
-                }
-                Err(e) => {
-                    assert!(touches, "range {offset}+{len}: {e}");
-                    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
-                }
-            }
-        }
+        test_chunks::a_damaged_block_fails_only_the_ranges_on_it(map);
+    }
+
+    #[test]
+    fn missing_short_and_out_of_range_are_errors() {
+        test_chunks::missing_short_and_out_of_range_are_errors(map);
     }
 
     /// A file of `pages` pages, mapped, then truncated to nothing under the mapping.

@@ -150,69 +150,29 @@ mod tests {
 
     use super::*;
     use tomus_wire::chunk_file::{net_namespace, TOKEN_FILE};
-    use tomus_wire::{ErrorKind, LocalChunks};
+    use tomus_wire::LocalChunks;
 
-    use crate::local::test_chunks::{ranges, ChunkDir, B};
+    use crate::local::test_chunks::{self, ChunkDir};
     use crate::local::usable_dir;
 
-    impl ChunkDir {
-        fn read(&self, id: ChunkId, offset: u64, len: usize) -> Result<Vec<u8>> {
-            let mut out = vec![0xee; len];
-            read_piece(&self.0, id, offset, &mut out).map(|()| out)
-        }
+    fn read(dir: &Path, id: ChunkId, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let mut out = vec![0xee; len as usize];
+        read_piece(dir, id, offset, &mut out).map(|()| out)
     }
 
     #[test]
     fn every_range_reads_the_stored_bytes() {
-        let id = ChunkId(0xabc0_1234);
-        let data: Vec<u8> = (0..3 * B + 1000).map(|i| (i * 31 % 251) as u8).collect();
-        let dir = ChunkDir::with(id, &data);
-        for (offset, len) in ranges(data.len() as u64) {
-            let got = dir.read(id, offset, len as usize).unwrap();
-            let want = &data[offset as usize..(offset + len) as usize];
-            assert!(got == want, "range {offset}+{len} differs");
-        }
+        test_chunks::every_range_comes_back(read);
     }
 
     #[test]
     fn a_damaged_block_fails_the_ranges_that_touch_it_only() {
-        let id = ChunkId(0xabc0_5678);
-        let data: Vec<u8> = (0..3 * B + 1000).map(|i| (i * 17 % 253) as u8).collect();
-        let dir = ChunkDir::with(id, &data);
-        let path = chunk_path(&dir.0, id);
-        let mut file = std::fs::read(&path).unwrap();
-        let data_start = HEADER_LEN + 4 * CRC_LEN;
-        file[(data_start + B + 100) as usize] ^= 0x40;
-        std::fs::write(&path, file).unwrap();
-        for (offset, len) in ranges(data.len() as u64) {
-            let touches = len > 0 && offset < 2 * B && offset + len > B;
-            match dir.read(id, offset, len as usize) {
-                Ok(got) => {
-                    assert!(!touches, "range {offset}+{len} read a damaged block");
-                    assert!(got == data[offset as usize..(offset + len) as usize]);
-                }
-                Err(e) => {
-                    assert!(touches, "range {offset}+{len}: {e}");
-                    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
-                }
-            }
-        }
+        test_chunks::a_damaged_block_fails_only_the_ranges_on_it(read);
     }
 
     #[test]
     fn missing_short_and_out_of_range_are_errors() {
-        let id = ChunkId(0xabc0_9abc);
-        let data = vec![7u8; (2 * B) as usize];
-        let dir = ChunkDir::with(id, &data);
-        let e = dir.read(ChunkId(0xdead), 0, 10).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
-        let e = dir.read(id, 2 * B - 5, 10).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::OutOfRange, "{e}");
-        let path = chunk_path(&dir.0, id);
-        let file = std::fs::read(&path).unwrap();
-        std::fs::write(&path, &file[..file.len() - 1]).unwrap();
-        let e = dir.read(id, 0, 10).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+        test_chunks::missing_short_and_out_of_range_are_errors(read);
     }
 
     #[test]
