@@ -15,7 +15,7 @@ use tomus_wire::{Error, Result};
 /// checked, and the stored CRC32Cs of the blocks the range touches read.
 pub(super) struct Opened {
     pub file: File,
-    pub data_len: u64,
+    data_len: u64,
     /// Where the data starts in the file (after the header and every block's CRC).
     pub data_start: u64,
     /// The first and last blocks the range touches.
@@ -25,7 +25,7 @@ pub(super) struct Opened {
 }
 
 impl Opened {
-    /// Opens chunk `id`'s file in `dir` for bytes `[offset, offset + len)` (`len` > 0).
+    /// Opens chunk `id`'s file in `dir` for bytes `[offset, offset + len)` of its data.
     pub fn new(dir: &Path, id: ChunkId, offset: u64, len: u64) -> Result<Opened> {
         let file = File::open(chunk_path(dir, id))
             .map_err(|e| Error::not_found(format!("chunk file {id}: {e}")))?;
@@ -52,14 +52,8 @@ impl Opened {
         let block = u64::from(BLOCK_SIZE);
         let (first, last) = (offset / block, (end.max(1) - 1) / block);
         // An empty range touches no block.
-        let mut crcs = vec![
-            0u8;
-            if len == 0 {
-                0
-            } else {
-                ((last - first + 1) * CRC_LEN) as usize
-            }
-        ];
+        let touched = if len == 0 { 0 } else { last - first + 1 };
+        let mut crcs = vec![0u8; (touched * CRC_LEN) as usize];
         read_at(&file, id, &mut crcs, HEADER_LEN + first * CRC_LEN)?;
         Ok(Opened {
             file,
