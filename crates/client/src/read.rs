@@ -149,7 +149,18 @@ impl Blob {
         }
         operation(async {
             let segments = self.segments_at(info, offset, len).await?;
+            let started = Instant::now();
             if let Some(mapped) = self.map_segments(&segments).await {
+                // The same line as a buffered read's (`fetch`), for the logs.
+                tracing::debug!(
+                    blob = %self.id,
+                    version = info.version,
+                    bytes = len,
+                    pieces = segments.len(),
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    mapped = true,
+                    "read"
+                );
                 return Ok(mapped);
             }
             let mut buf = buffer(len as usize);
