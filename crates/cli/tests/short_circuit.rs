@@ -1,9 +1,10 @@
 //! Short-circuit reads and writes against real provider processes on this host: pieces are
 //! read from the providers' chunk files and chunks written as files they adopt (counted by
-//! the client), a damaged file sends the read through its provider (which quarantines it, and
-//! the replica serves the bytes), a provider whose token is not found where it says is used
-//! through its socket, and adoption requests naming other files or carrying a wrong checksum
-//! are refused without storing anything.
+//! the client), bytes handed on to a socket are the files' mapped pages, a damaged file sends
+//! the read through its provider (which quarantines it, and the replica serves the bytes), a
+//! provider whose token is not found where it says is used through its socket, and adoption
+//! requests naming other files or carrying a wrong checksum are refused without storing
+//! anything.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
@@ -94,6 +95,61 @@ async fn a_damaged_file_is_read_through_its_provider_and_quarantined() {
         "{quarantined} copies quarantined, 8 damaged"
     );
     assert!(reader.local_read_bytes() > 0);
+}
+
+/// `read_version_bytes` (what the S3 gateway streams): the files' own pages, one piece per
+/// chunk, where every piece maps; one buffer where one does not (a piece under 64 KiB, a
+/// reader on another host); and never a damaged file's bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_handed_on_are_the_files_pages_else_one_buffer_never_damage() {
+    let tc = TestCluster::start(2);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 1).await.unwrap();
+    let data = pattern::generate(15, 4 * CHUNK as usize);
+    blob.write(0, &data).await.unwrap();
+    let info = blob.stat(None).await.unwrap();
+    let read = |client: &tomus_client::Client, offset: u64, len: u64| {
+        let (client, info) = (client.clone(), info.clone());
+        async move {
+            let blob = client.open_blob(info.blob).await?;
+            blob.read_version_bytes(&info, offset, len, |n| vec![0u8; n])
+                .await
+        }
+    };
+    let whole = |pieces: &[bytes::Bytes]| pieces.concat();
+
+    let pieces = read(&client, CHUNK / 2, 3 * CHUNK).await.unwrap();
+    assert_eq!(pieces.len(), 4, "one mapped piece per chunk touched");
+    assert!(whole(&pieces) == data[(CHUNK / 2) as usize..(CHUNK / 2 + 3 * CHUNK) as usize]);
+    assert_eq!(client.local_read_bytes(), 3 * CHUNK);
+    // A 100-byte piece at the start: read, with the rest, into one buffer.
+    let (offset, len) = (CHUNK - 100, CHUNK + 300);
+    let pieces = read(&client, offset, len).await.unwrap();
+    assert_eq!(pieces.len(), 1);
+    assert!(whole(&pieces) == data[offset as usize..(offset + len) as usize]);
+
+    let remote = tc.client_through_providers().await;
+    let pieces = read(&remote, 0, data.len() as u64).await.unwrap();
+    assert_eq!(pieces.len(), 1);
+    assert!(whole(&pieces) == data);
+    assert_eq!(remote.local_read_bytes(), 0);
+
+    // The only copy of chunk 2 damaged: neither mapped nor read, an error.
+    let start = &data[(2 * CHUNK) as usize..][..64];
+    for dir in (0..2).map(|i| tc.cluster.provider_dir(i)) {
+        for path in chunk_files(&dir) {
+            let mut bytes = std::fs::read(&path).unwrap();
+            if let Some(at) = bytes.windows(64).position(|w| w == start) {
+                bytes[at + 10] ^= 0x08;
+                std::fs::write(&path, &bytes).unwrap();
+            }
+        }
+    }
+    let reader = tc.client().await;
+    let e = read(&reader, 2 * CHUNK, CHUNK).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    let pieces = read(&reader, 0, 2 * CHUNK).await.unwrap();
+    assert!(whole(&pieces) == data[..(2 * CHUNK) as usize]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
