@@ -229,7 +229,7 @@ async fn body(
     if start + first == end && head.len() == 1 {
         return Ok(StreamingBlob::from(Body::from(head.remove(0))));
     }
-    // Room for the pieces of the windows in flight (a window spans at most two chunks).
+    // Pieces, not windows: a window comes as one piece per chunk it spans.
     let (tx, rx) = mpsc::channel(2 * WINDOWS_AHEAD);
     tokio::spawn(async move {
         let windows = (start + first..end)
