@@ -19,7 +19,8 @@ says so and measures tomus alone.
     cargo build --release -p tomus-cli
     python3 -m venv bench/.venv && bench/.venv/bin/pip install boto3
     bench/.venv/bin/python bench/s3.py [--processes 8] [--object-mib 128] [--get-repeats 1]
-        [--small-ops 250] [--range-object-mib 1024] [--range-ops 64] [--rounds 3] [--minio PATH] [--no-minio]
+        [--small-ops 250] [--range-object-mib 1024] [--range-ops 64] [--rounds 3]
+        [--minio PATH] [--no-minio]
         [--providers 4] [--no-fsync] [--through-sockets] [--out bench/results/s3.json]
 
 Not a test: it takes minutes and wants the machine to itself; what it writes is removed.
@@ -89,7 +90,8 @@ def worker(phase: str, index: int, endpoint: str, args, barrier, results) -> Non
         s3.put_object(Bucket=BUCKET, Key=big, Body=payload)
         moved = len(payload)
     elif phase == "get_big":
-        # Reads after the first find the object in the page cache (it was just written).
+        # The first GET reads what its PUT left (tomus's providers drop written pages from
+        # the page cache, so from the disk); the ones after it read the page cache.
         for _ in range(args.get_repeats):
             body = s3.get_object(Bucket=BUCKET, Key=big)["Body"]
             while chunk := body.read(4 * MIB):
