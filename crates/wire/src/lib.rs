@@ -16,6 +16,8 @@ pub mod human;
 pub mod maintenance;
 /// The requests of the manager.
 pub mod manager;
+/// Chunk files mapped into memory and checked in place (surviving SIGBUS).
+pub mod mapping;
 /// The client's pool of connections and typed calls.
 pub mod pool;
 /// The requests of a provider.

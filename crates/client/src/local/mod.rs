@@ -29,8 +29,6 @@
 mod mapped;
 /// Reading a piece of a chunk file, checked.
 mod read;
-/// Surviving a SIGBUS while a mapped chunk file is checked.
-mod sigbus;
 #[cfg(test)]
 mod test_chunks;
 /// Writing a chunk file for the provider to adopt.

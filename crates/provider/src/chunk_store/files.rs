@@ -19,15 +19,15 @@ use super::format::{
     data_len_for, encode_header, file_len_for, parse_header, read_at, whole_crc, write_chunk_file,
     BLOCK_SIZE, CRC_LEN, HEADER_LEN,
 };
-use super::verify::{verify_blocks, verify_file_blocks, RangeCrc};
+use super::verify::{verify_blocks, verify_mapped_blocks, RangeCrc};
 use super::{check_range, small_range, to_usize, ChunkRange, ChunkStats};
 use crate::small_chunks::SmallChunks;
 use crate::{io_error, sync_dir};
 
 /// Suffix of files being written; leftovers of a crash are removed at startup.
 pub(super) const TMP_SUFFIX: &str = ".tmp";
-/// Ranges at least this large are verified in pieces and then sent from the file with
-/// sendfile; smaller ones are read into memory once, verified and sent from there.
+/// Ranges at least this large are verified in a mapping of the file and then sent from the
+/// file with sendfile; smaller ones are read into memory once, verified and sent from there.
 pub(super) const SENDFILE_THRESHOLD: usize = 512 << 10;
 /// Where corrupt chunk files go, inside the store's directory.
 const QUARANTINE_DIR: &str = "quarantine";
@@ -153,7 +153,7 @@ impl Inner {
     }
 
     /// Verified bytes `[offset, offset + len)` of chunk `id`, with their CRC32C: small
-    /// ranges in memory, large ones as a file range (checked with positioned reads) to be
+    /// ranges in memory, large ones as a file range (checked in a mapping of the file) to be
     /// sent with sendfile.
     pub(super) fn read_range(
         &self,
@@ -184,11 +184,9 @@ impl Inner {
         let skip = to_usize(offset - data_start, id)?;
         let mut sent = RangeCrc::new(skip as u64..(skip + range.len()) as u64);
         if span >= SENDFILE_THRESHOLD {
-            // Check the blocks a few at a time, then let the kernel send the verified range
-            // from the page cache. Not through a memory map: the file may be cut short after
-            // the size check above (another process, a failing disk), and a mapped page past
-            // the end raises SIGBUS, killing the process, where pread returns short.
-            verify_file_blocks(&file, id, file_start, first, span as u64, &crcs, &mut sent)?;
+            // Check the blocks where they are, then let the kernel send the verified range
+            // from the page cache.
+            verify_mapped_blocks(&file, id, file_start, first, span, &crcs, &mut sent)?;
             let data = ChunkRange::File(FileRange {
                 file,
                 offset: file_start + skip as u64,

@@ -13,13 +13,15 @@
 //! quarantine directory (kept, not deleted), and the chunk is read and repaired from its
 //! replicas.
 //!
-//! Reads check every block they touch before any byte leaves the provider. Data is read with
-//! positioned reads (pread) into a small buffer, never through a memory map: a chunk file
-//! truncated underneath (another process, an operator) or a bad sector would raise SIGBUS on
-//! a mapped page and kill the whole provider, where pread returns a short read or EIO, which
-//! are reported as `Corrupt` for that chunk alone. Ranges of `SENDFILE_THRESHOLD` (512 KiB)
-//! or more are then sent from the file with sendfile (the verified blocks are in the page
-//! cache by then); if the file shrinks between the check and sendfile, sendfile comes back
+//! Reads check every block they touch before any byte leaves the provider. Ranges under
+//! `SENDFILE_THRESHOLD` (512 KiB) are read with positioned reads (pread) into memory, checked
+//! and sent from there. Larger ones are checked in place in a memory map of the file, then
+//! sent from the file with sendfile (the checked blocks are in the page cache by then):
+//! copying them out only to check them cost twice what the checks did. A chunk file truncated
+//! underneath (another process, an operator) or a bad sector raises SIGBUS on a mapped page;
+//! the checksum pass survives it (`tomus_wire::mapping::guarded`) and the range is checked
+//! again with positioned reads, which return a short read or EIO, reported as `Corrupt` for
+//! that chunk alone. If the file shrinks between the check and sendfile, sendfile comes back
 //! short, the response fails and its connection is closed.
 //!
 //! A chunk file found corrupt is moved to `<dir>/quarantine/<id>` (kept for inspection, no

@@ -7,14 +7,15 @@ use std::ops::Range;
 
 use tomus_metadata::ChunkId;
 use tomus_wire::chunk_file::check_block;
+use tomus_wire::mapping::{guarded, Mapping};
 use tomus_wire::{Error, Result};
 
 use super::files::Inner;
 use super::format::{block_shift, read_at, BLOCK_SIZE, CRC_LEN, HEADER_LEN};
 use super::to_usize;
 
-/// Blocks checked per positioned read when a range is verified without being kept (before
-/// sendfile, and by verify and scrub): 4 x 64 KiB = 256 KiB, small enough to stay in the L2
+/// Blocks checked per positioned read when a range is verified without being kept (by verify
+/// and scrub, and before sendfile where the range could not be checked mapped): 4 x 64 KiB = 256 KiB, small enough to stay in the L2
 /// cache between the read that copies it and the CRC32C that checks it, large enough that
 /// the system calls cost little.
 const VERIFY_BLOCKS: u64 = 4;
@@ -80,6 +81,7 @@ pub(super) fn verify_blocks(
 /// inside the range adds its stored checksum (combined with a precomputed operator, a few
 /// dozen shifts), the range's partial edge blocks and a chunk's short last block add their
 /// bytes. What a reader checks the bytes it got against; no second pass over the data.
+#[derive(Clone)]
 pub(super) struct RangeCrc {
     /// The range, in bytes from the start of the verified span.
     want: Range<u64>,
@@ -144,4 +146,32 @@ pub(super) fn verify_file_blocks(
     })();
     VERIFY_BUF.set(buf);
     result
+}
+
+/// Checks `len` bytes of chunk data at `pos` in `file` as [`verify_file_blocks`] does, in
+/// place in a mapping of the file instead of copied out: the bytes are about to be sent with
+/// sendfile, and under 8 remote readers the copy cost the providers about twice what the
+/// checksums did (12% less provider CPU without it). Where the file cannot be mapped, or a page of it cannot be read while mapped
+/// (truncated under the mapping, a disk error), positioned reads check it instead and say
+/// what is wrong.
+pub(super) fn verify_mapped_blocks(
+    file: &File,
+    id: ChunkId,
+    pos: u64,
+    first: u64,
+    len: usize,
+    crcs: &[u8],
+    sent: &mut RangeCrc,
+) -> Result<()> {
+    if let Ok((mapping, at)) = Mapping::covering(file, pos, len) {
+        let data = &mapping.as_ref()[at..];
+        let mut mapped = sent.clone();
+        if let Ok(checked) = guarded(data, || {
+            verify_blocks(id, first, data, crcs, &mut mapped, 0)
+        }) {
+            *sent = mapped;
+            return checked;
+        }
+    }
+    verify_file_blocks(file, id, pos, first, len as u64, crcs, sent)
 }

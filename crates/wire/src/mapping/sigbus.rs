@@ -2,13 +2,14 @@
 //!
 //! A read of a mapped page the file no longer has (truncated under the mapping) or the disk
 //! cannot give (an I/O error while the page is read in) raises SIGBUS, whose default action
-//! ends the process. The only place this crate reads mapped pages itself is the checksum pass
-//! of [`super::mapped`]; the copy into the socket is the kernel's, which answers such a page
-//! with `EFAULT` from the system call instead of a signal. So that pass runs under
-//! [`guarded`]: on this thread, a SIGBUS inside the range it names puts a page of zeros over
-//! the faulting page (the read goes on, its checksum fails) and marks the pass damaged. Any
-//! other SIGBUS goes to the handler that was there before (Rust's own, for stack guard
-//! pages), or ends the process as it would have.
+//! ends the process. The only code that reads mapped chunk pages in user mode is a checksum
+//! pass (the client's mapped pieces, the provider's check before `sendfile`); copies into a
+//! socket are the kernel's, which answers such a page with `EFAULT` from the system call
+//! instead of a signal. So those passes run under [`guarded`]: on this thread, a SIGBUS
+//! inside the range it names puts a page of zeros over the faulting page (the read goes on,
+//! its checksum fails) and marks the pass damaged. Any other SIGBUS goes to the handler that
+//! was there before (Rust's own, for stack guard pages), or ends the process as it would
+//! have.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
