@@ -1,9 +1,10 @@
 //! Short-circuit reads and writes: chunks of providers on this host go through their chunk
 //! files directly instead of through their sockets, as HDFS's short-circuit local reads do.
 //!
-//! Through the provider's socket, a byte is copied four times on a read: from the page cache
-//! into the provider's verify buffer, into the socket by sendfile, and out of the socket into
-//! the reader's buffer, plus the TCP stack's work on both ends. A write is copied three times:
+//! Through the provider's socket, a read passes a byte through two processes: the provider
+//! checks it in the page cache and hands the page to the socket (sendfile), the reader copies
+//! it out of the socket into its buffer and checks it again, plus the TCP stack's work on
+//! both ends and a request and its answer. A write is copied three times:
 //! into the socket, out of it, and into the file. Read directly, a byte is copied once, from
 //! the page cache into the reader's buffer, and checked there against the file's block
 //! checksums (`read.rs`). A reader that hands the bytes on to a socket (the S3 gateway) gets
