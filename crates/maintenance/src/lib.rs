@@ -126,6 +126,7 @@ pub async fn run(config: MaintenanceConfig, stop: watch::Receiver<bool>) -> Resu
         audit_wanted: AtomicBool::new(false),
         wake_audit: Arc::new(Notify::new()),
         wake_gc: Arc::new(Notify::new()),
+        bytes_summed: Mutex::new(None),
         config,
     });
     let workers = Workers::default();

@@ -72,8 +72,6 @@ pub struct LedgerStats {
     pub chunks: u64,
     /// Chunks no leaf refers to any more, waiting for the reuse cutoff.
     pub unreferenced_chunks: u64,
-    /// Their bytes on the providers (each chunk's length times its copies).
-    pub unreferenced_bytes: u64,
     /// Deletions owed to providers.
     pub doomed: u64,
 }
@@ -287,27 +285,33 @@ impl Ledger {
         Ok(bytes)
     }
 
+    /// The ledger's counts: one table length each, however much the ledger holds.
     pub fn stats(&self) -> Result<LedgerStats> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let len = |n: std::result::Result<u64, redb::StorageError>| n.map_err(db_err);
-        // Read row by row, but only the chunks waiting for deletion, not what is live.
-        let zeros = txn.open_table(ZEROS).map_err(db_err)?;
-        let chunks = txn.open_table(CHUNKS).map_err(db_err)?;
-        let mut unreferenced_bytes = 0u64;
-        for row in zeros.iter().map_err(db_err)? {
-            let (k, _) = row.map_err(db_err)?;
-            if let Some(track) = chunk_track(&chunks, ChunkId(k.value().1))? {
-                let copies = track.replicas.len().max(1) as u64;
-                unreferenced_bytes = unreferenced_bytes.saturating_add(track.len * copies);
-            }
-        }
         Ok(LedgerStats {
-            unreferenced_bytes,
             blobs: len(txn.open_table(BLOBS).map_err(db_err)?.len())?,
             leaves: len(txn.open_table(LEAVES).map_err(db_err)?.len())?,
             chunks: len(txn.open_table(CHUNKS).map_err(db_err)?.len())?,
             unreferenced_chunks: len(txn.open_table(ZEROS).map_err(db_err)?.len())?,
             doomed: len(txn.open_table(DOOMED).map_err(db_err)?.len())?,
         })
+    }
+
+    /// The bytes on the providers of the chunks waiting for deletion (each chunk's length
+    /// times its copies). Reads each of those chunks' rows: its cost grows with them.
+    pub fn unreferenced_bytes(&self) -> Result<u64> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let zeros = txn.open_table(ZEROS).map_err(db_err)?;
+        let chunks = txn.open_table(CHUNKS).map_err(db_err)?;
+        let mut bytes = 0u64;
+        for row in zeros.iter().map_err(db_err)? {
+            let (k, _) = row.map_err(db_err)?;
+            if let Some(track) = chunk_track(&chunks, ChunkId(k.value().1))? {
+                let copies = track.replicas.len().max(1) as u64;
+                bytes = bytes.saturating_add(track.len * copies);
+            }
+        }
+        Ok(bytes)
     }
 }
