@@ -179,7 +179,7 @@ async fn repaired_replicas(cluster: &Cluster, chunk: ChunkId) -> Vec<ProviderId>
 /// `piece` mapped from the chunk file of one of its replicas on this host that is healthy
 /// (see [`crate::local::map_piece`]); `None` when none is or none checks out.
 pub async fn map_piece(cluster: &Cluster, piece: &ChunkPiece) -> Option<Bytes> {
-    if !cluster.local.wants_read(piece) {
+    if !cluster.local.wants_map(piece) {
         return None;
     }
     for id in cluster.read_order(&piece.replicas).await {

@@ -54,6 +54,14 @@ pub use write::write_chunk_file;
 /// the provider's small-chunk log, not in files, and for a few KiB the request costs little.
 pub const MIN_PIECE: u64 = 64 << 10;
 
+/// Pieces shorter than this are not mapped, even where they could be: mapping one and
+/// unmapping it costs more than copying it. Measured here (a 4 MiB chunk file in the page
+/// cache, checked either way, 2 threads, two sittings; `crossover_of_mapping_and_copying`,
+/// `bench/results/mapped-piece-crossover-2026-11-29.json`): 64 KiB 19-21 us mapped against
+/// 7-8 copied, 512 KiB 37-49 against 33-45, 1 MiB 65-76 against 66-85, 4 MiB 190-251
+/// against 375-428.
+pub const MIN_MAPPED_PIECE: u64 = 1 << 20;
+
 /// Whether the environment variable `name` leaves its switch on (anything but `0`, `false`,
 /// `off` or `no`).
 pub fn enabled_by_env(name: &str) -> bool {
@@ -117,6 +125,12 @@ impl LocalProviders {
         self.reads && piece.len >= MIN_PIECE && !piece.chunk.is_memory()
     }
 
+    /// Whether `piece` is one to map from a chunk file on this host, when its bytes are
+    /// handed on rather than kept (see [`MIN_MAPPED_PIECE`]).
+    pub fn wants_map(&self, piece: &ChunkPiece) -> bool {
+        self.wants_read(piece) && piece.len >= MIN_MAPPED_PIECE
+    }
+
     /// Whether chunk `id` of `len` bytes is one to write directly where a replica's
     /// provider is on this host.
     pub fn wants_write(&self, id: ChunkId, len: usize) -> bool {
@@ -150,7 +164,7 @@ impl LocalProviders {
         }
     }
 
-    /// Maps `piece` (one it [`LocalProviders::wants_read`]) from the chunk file of provider
+    /// Maps `piece` (one it [`LocalProviders::wants_map`]) from the chunk file of provider
     /// `id` (at `addr`) when that provider is on this host and the file checks out; `None`
     /// otherwise (the piece must be read another way).
     pub async fn map(

@@ -109,3 +109,59 @@ pub fn missing_short_and_out_of_range_are_errors(read: Reader) {
     let e = read(&dir.0, id, 0, 10).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
 }
+
+/// Not a test: what mapping and checking a piece costs against reading and checking it, by
+/// piece length, on 1 and 2 threads (where [`super::MIN_MAPPED_PIECE`] comes from). Run with
+/// `cargo test --release -p tomus-client --lib crossover_of_mapping -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a test"]
+fn crossover_of_mapping_and_copying() {
+    use std::time::Instant;
+    let id = ChunkId(0xabc0_9999);
+    let data: Vec<u8> = (0..(4u64 << 20)).map(|i| (i * 31 % 251) as u8).collect();
+    let dir = ChunkDir::with(id, &data);
+    for len in [
+        64u64 << 10,
+        128 << 10,
+        256 << 10,
+        512 << 10,
+        1 << 20,
+        4 << 20,
+    ] {
+        for threads in [1usize, 2] {
+            let iters = ((256u64 << 20) / len).max(64) as usize;
+            let run = |map: bool| {
+                let started = Instant::now();
+                std::thread::scope(|s| {
+                    for t in 0..threads {
+                        let dir = &dir.0;
+                        s.spawn(move || {
+                            let mut buf = vec![0u8; len as usize];
+                            for i in 0..iters / threads {
+                                let off = ((i + t) as u64 * len) % (4 << 20);
+                                let off = off.min((4 << 20) - len);
+                                if map {
+                                    let b = super::map_piece(dir, id, off, len).unwrap();
+                                    std::hint::black_box(b.len());
+                                } else {
+                                    super::read_piece(dir, id, off, &mut buf).unwrap();
+                                    std::hint::black_box(buf[0]);
+                                }
+                            }
+                        });
+                    }
+                });
+                started.elapsed().as_secs_f64() * 1e6 / iters as f64
+            };
+            let (r1, m1, r2, m2) = (run(false), run(true), run(false), run(true));
+            println!(
+                "len {:>5} KiB threads {threads}: read {:.1} {:.1} us/op, map {:.1} {:.1} us/op",
+                len >> 10,
+                r1,
+                r2,
+                m1,
+                m2
+            );
+        }
+    }
+}
