@@ -128,7 +128,7 @@ impl Blob {
     /// The bytes `[offset, offset + len)` of the published version `info` describes, for a
     /// caller that hands them on (a socket) rather than keeps them. Where every piece is in a
     /// chunk file of a provider on this host and long enough to be worth it
-    /// ([`crate::local::MIN_MAPPED_PIECE`]), they are those files' pages, mapped and checked
+    /// ([`tomus_wire::mapping::MIN_MAPPED_LEN`]), they are those files' pages, mapped and checked
     /// ([`crate::local::map_piece`]): no copy. Otherwise they are read into one buffer of
     /// `len` bytes from `buffer` (which lets the caller recycle its buffers) as
     /// [`Blob::read_version_into`] does.

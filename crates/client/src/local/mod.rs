@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use tomus_metadata::{ChunkId, ChunkPiece, ProviderId};
 use tomus_wire::chunk_file::{net_namespace, TOKEN_FILE};
+use tomus_wire::mapping::MIN_MAPPED_LEN;
 use tomus_wire::provider::{AdoptChunk, LocalChunkDir};
 use tomus_wire::{ErrorKind, LocalChunks, Pool};
 
@@ -53,14 +54,6 @@ pub use write::write_chunk_file;
 /// Chunks and pieces shorter than this go through the provider: chunks under 64 KiB live in
 /// the provider's small-chunk log, not in files, and for a few KiB the request costs little.
 pub const MIN_PIECE: u64 = 64 << 10;
-
-/// Pieces shorter than this are not mapped, even where they could be: mapping one and
-/// unmapping it costs more than copying it. Measured here (a 4 MiB chunk file in the page
-/// cache, checked either way, 2 threads, two sittings; `crossover_of_mapping_and_copying`,
-/// `bench/results/mapped-piece-crossover-2026-11-29.json`): 64 KiB 19-21 us mapped against
-/// 7-8 copied, 512 KiB 37-49 against 33-45, 1 MiB 65-76 against 66-85, 4 MiB 190-251
-/// against 375-428.
-pub const MIN_MAPPED_PIECE: u64 = 1 << 20;
 
 /// Whether the environment variable `name` leaves its switch on (anything but `0`, `false`,
 /// `off` or `no`).
@@ -126,9 +119,9 @@ impl LocalProviders {
     }
 
     /// Whether `piece` is one to map from a chunk file on this host, when its bytes are
-    /// handed on rather than kept (see [`MIN_MAPPED_PIECE`]).
+    /// handed on rather than kept (see [`MIN_MAPPED_LEN`]).
     pub fn wants_map(&self, piece: &ChunkPiece) -> bool {
-        self.wants_read(piece) && piece.len >= MIN_MAPPED_PIECE
+        self.wants_read(piece) && piece.len >= MIN_MAPPED_LEN
     }
 
     /// Whether chunk `id` of `len` bytes is one to write directly where a replica's

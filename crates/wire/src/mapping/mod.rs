@@ -18,6 +18,14 @@ use std::os::fd::AsRawFd;
 
 pub use sigbus::{guarded, page_size, Damaged};
 
+/// Ranges shorter than this are copied out rather than mapped, even where they could be:
+/// mapping one and unmapping it costs more than copying it. Measured here (a 4 MiB chunk
+/// file in the page cache, checked either way, 2 threads, two sittings; the client's
+/// `crossover_of_mapping_and_copying`, `bench/results/mapped-piece-crossover-2026-11-29.json`):
+/// 64 KiB 19-21 us mapped against 7-8 copied, 512 KiB 37-49 against 33-45, 1 MiB 65-76
+/// against 66-85, 4 MiB 190-251 against 375-428.
+pub const MIN_MAPPED_LEN: u64 = 1 << 20;
+
 /// A read-only shared mapping of part of a file, unmapped when dropped.
 pub struct Mapping {
     ptr: *mut libc::c_void,

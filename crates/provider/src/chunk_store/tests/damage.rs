@@ -141,8 +141,7 @@ fn truncate_to_half(path: &Path) {
 
 /// A chunk file cut short after a read checked its size: the read of a range large enough
 /// for sendfile, a verify and a scrub all report `Corrupt` (a positioned read comes back
-/// short), and the process lives on. Through a memory map, touching the pages past the
-/// new end raised SIGBUS and killed the whole provider.
+/// short), and the process lives on.
 #[tokio::test]
 async fn a_file_truncated_under_a_large_read_is_corrupt() {
     let dir = TempDir::new("chunks-truncated");
@@ -186,6 +185,31 @@ async fn a_file_truncated_under_a_large_read_is_corrupt() {
         .join("chunks/quarantine")
         .join(ids[2].to_string());
     assert!(quarantined.exists());
+}
+
+/// The same under a range large enough to be checked in a mapping of the file: the pages
+/// past the new end raise SIGBUS in the checksum pass, which must not end the process; the
+/// range is checked again with positioned reads, and the read is `Corrupt`.
+#[tokio::test]
+async fn a_file_truncated_under_a_mapped_check_is_corrupt() {
+    let dir = TempDir::new("chunks-truncated-mapped");
+    let store = store(&dir).await;
+    let id = ChunkId(0x65 << 120);
+    store
+        .put(id, Bytes::from(pattern(4 << 20, 5)))
+        .await
+        .unwrap();
+    // 2 MiB from 1 MiB on: its first half before the new end, its second half past it.
+    let range = 2 << 20;
+    assert!(range >= tomus_wire::mapping::MIN_MAPPED_LEN);
+    store.after_open(truncate_to_half);
+    let err = match store.read_range(id, 1 << 20, range).await {
+        Ok(_) => panic!("a truncated chunk was read"),
+        Err(e) => e,
+    };
+    assert_eq!(err.kind, ErrorKind::Corrupt, "{err}");
+    assert!(err.message.contains(&id.to_string()), "{err}");
+    assert!(err.message.contains("truncated"), "{err}");
 }
 
 /// The service quarantines a chunk truncated under a large read: the read fails with
