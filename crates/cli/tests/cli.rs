@@ -29,6 +29,29 @@ fn json_out(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A manager refused an address (not loopback, and no cluster secret) says why and leaves
+/// no state in its data directory, for either of its two addresses.
+#[test]
+fn a_manager_refused_its_address_leaves_no_state() {
+    let dir = std::env::temp_dir().join(format!("tomus-refused-{}", std::process::id()));
+    let data = dir.join("manager");
+    for extra in [&["--addr", "0.0.0.0:0"][..], &["--http-addr", "0.0.0.0:0"]] {
+        let mut args = vec!["manager", "--data", data.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = Command::new(exe())
+            .env_remove("TOMUS_CLUSTER_SECRET")
+            .env("TOMUS_ADDR", "127.0.0.1:0")
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains("without a cluster secret"), "{args:?}: {err}");
+        assert!(!data.exists(), "{args:?} left {}", data.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn demo_verifies_its_data_and_reports_json() {
     let out = Command::new(exe())

@@ -56,6 +56,16 @@ pub async fn run(
     config: ManagerConfig,
     ready: Option<tokio::sync::oneshot::Sender<String>>,
 ) -> Result<()> {
+    // Both addresses before the store is opened: a manager refused one leaves no state behind.
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| Error::invalid(format!("cannot listen on {}: {e}", config.listen)))?;
+    let local = listener.local_addr()?;
+    check_bind(&local, config.secret.as_ref())?;
+    let http = match &config.http_listen {
+        Some(addr) => Some(tomus_metrics::bind(addr, config.secret.as_ref()).await?),
+        None => None,
+    };
     let store = Arc::new(store::Store::open(&config.data_dir)?);
     let workers = config.workers.clone();
     let versions = VersionManager::open(store.clone(), &workers)?;
@@ -91,11 +101,6 @@ pub async fn run(
     )?);
     // Drains that were under way before a restart.
     versions.watch_drain(registry.drain_horizon_ms());
-    let listener = TcpListener::bind(&config.listen)
-        .await
-        .map_err(|e| Error::invalid(format!("cannot listen on {}: {e}", config.listen)))?;
-    let local = listener.local_addr()?;
-    check_bind(&local, config.secret.as_ref())?;
     tracing::info!(
         "manager listening on {local}, state in {}",
         config.data_dir.display()
@@ -129,8 +134,7 @@ pub async fn run(
         topology,
         steward,
     });
-    if let Some(http_listen) = &config.http_listen {
-        let http = tomus_metrics::bind(http_listen, config.secret.as_ref()).await?;
+    if let Some(http) = http {
         tracing::info!(
             "manager dashboard and metrics on http://{}/",
             http.local_addr()?
