@@ -68,18 +68,32 @@ mod tests {
     const ROWS: TableDefinition<(u64, u64), u64> = TableDefinition::new("rows");
     const LOG: TableDefinition<u64, u64> = TableDefinition::new("log");
 
-    fn scratch(name: &str) -> (Database, std::path::PathBuf) {
+    /// A scratch database, its file removed when dropped (when a test fails too).
+    struct Scratch {
+        db: Database,
+        path: std::path::PathBuf,
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    fn scratch(name: &str) -> Scratch {
         let path =
             std::env::temp_dir().join(format!("tomus-tables-{name}-{}.redb", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        (Database::create(&path).expect("create a database"), path)
+        let db = Database::create(&path).expect("create a database");
+        Scratch { db, path }
     }
 
     /// Ranges across batch boundaries, at the ends of the key space and empty ones remove
     /// exactly their rows, in the transaction that asked and after its commit.
     #[test]
     fn removes_exactly_the_range() {
-        let (db, path) = scratch("range");
+        let scratch = scratch("range");
+        let db = &scratch.db;
         let per_blob = 2 * BATCH as u64 + 5;
         let txn = db.begin_write().expect("write");
         {
@@ -132,13 +146,12 @@ mod tests {
         let t = read.open_table(ROWS).expect("table");
         assert!(t.get((1, 3)).expect("get").is_none());
         assert_eq!(t.get((2, 20)).expect("get").map(|v| v.value()), Some(20));
-        drop(db);
-        let _ = std::fs::remove_file(path);
     }
 
     #[test]
     fn removes_a_prefix_of_single_keys() {
-        let (db, path) = scratch("prefix");
+        let scratch = scratch("prefix");
+        let db = &scratch.db;
         let txn = db.begin_write().expect("write");
         {
             let mut t = txn.open_table(LOG).expect("table");
@@ -164,7 +177,5 @@ mod tests {
             assert_eq!(remove_range(&mut t, 0..=0).expect("remove"), 0);
         }
         txn.commit().expect("commit");
-        drop(db);
-        let _ = std::fs::remove_file(path);
     }
 }
