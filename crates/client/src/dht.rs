@@ -182,9 +182,18 @@ pub async fn put_small_write(
     for (key, node) in &keyed {
         cluster.cache.insert(*key, Arc::new(node.clone()));
     }
-    let puts = owners.iter().map(|(p, addr)| {
+    // The last owner's request takes the nodes, the others a copy (a flattened leaf holds
+    // hundreds of pieces).
+    let mut keyed = Some(keyed);
+    let last = owners.len().saturating_sub(1);
+    let puts = owners.iter().enumerate().map(|(i, (p, addr))| {
+        let nodes = if i == last {
+            keyed.take()
+        } else {
+            keyed.clone()
+        };
         let req = PutSmallWrite {
-            nodes: keyed.clone(),
+            nodes: nodes.unwrap_or_default(),
             id,
             crc,
         };
