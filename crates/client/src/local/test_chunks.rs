@@ -111,7 +111,8 @@ pub fn missing_short_and_out_of_range_are_errors(read: Reader) {
 }
 
 /// Not a test: what mapping and checking a piece costs against reading and checking it, by
-/// piece length, on 1 and 2 threads (where [`tomus_wire::mapping::MIN_MAPPED_LEN`] comes from). Run with
+/// piece length, on 1 and 2 threads (where [`tomus_wire::mapping::MIN_MAPPED_LEN`] comes
+/// from). Run with
 /// `cargo test --release -p tomus-client --lib crossover_of_mapping -- --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement, not a test"]

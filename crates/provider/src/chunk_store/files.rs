@@ -26,8 +26,9 @@ use crate::{io_error, sync_dir};
 
 /// Suffix of files being written; leftovers of a crash are removed at startup.
 pub(super) const TMP_SUFFIX: &str = ".tmp";
-/// Ranges at least this large are verified in a mapping of the file and then sent from the
-/// file with sendfile; smaller ones are read into memory once, verified and sent from there.
+/// Ranges at least this large are verified where they are (see `verify_mapped_blocks`) and
+/// then sent from the file with sendfile; smaller ones are read into memory once, verified
+/// and sent from there.
 pub(super) const SENDFILE_THRESHOLD: usize = 512 << 10;
 /// Where corrupt chunk files go, inside the store's directory.
 const QUARANTINE_DIR: &str = "quarantine";

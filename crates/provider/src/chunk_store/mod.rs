@@ -15,14 +15,16 @@
 //!
 //! Reads check every block they touch before any byte leaves the provider. Ranges under
 //! `SENDFILE_THRESHOLD` (512 KiB) are read with positioned reads (pread) into memory, checked
-//! and sent from there. Larger ones are checked in place in a memory map of the file, then
-//! sent from the file with sendfile (the checked blocks are in the page cache by then):
-//! copying them out only to check them cost twice what the checks did. A chunk file truncated
-//! underneath (another process, an operator) or a bad sector raises SIGBUS on a mapped page;
-//! the checksum pass survives it (`tomus_wire::mapping::guarded`) and the range is checked
-//! again with positioned reads, which return a short read or EIO, reported as `Corrupt` for
-//! that chunk alone. If the file shrinks between the check and sendfile, sendfile comes back
-//! short, the response fails and its connection is closed.
+//! and sent from there. Larger ones are checked where they are, then sent from the file with
+//! sendfile (the checked blocks are in the page cache by then): from 1 MiB
+//! (`tomus_wire::mapping::MIN_MAPPED_LEN`) in place in a memory map of the file, since
+//! copying them out only to check them cost twice what the checks did; below that with
+//! positioned reads into a small buffer, which costs no more than the mapping. A chunk file
+//! truncated underneath (another process, an operator) or a bad sector raises SIGBUS on a
+//! mapped page; the checksum pass survives it (`tomus_wire::mapping::guarded`) and the range
+//! is checked again with positioned reads, which return a short read or EIO, reported as
+//! `Corrupt` for that chunk alone. If the file shrinks between the check and sendfile,
+//! sendfile comes back short, the response fails and its connection is closed.
 //!
 //! A chunk file found corrupt is moved to `<dir>/quarantine/<id>` (kept for inspection, no
 //! longer listed or served); a small chunk found corrupt is deleted from its log.

@@ -15,9 +15,9 @@ use super::format::{block_shift, read_at, BLOCK_SIZE, CRC_LEN, HEADER_LEN};
 use super::to_usize;
 
 /// Blocks checked per positioned read when a range is verified without being kept (by verify
-/// and scrub, and before sendfile where the range could not be checked mapped): 4 x 64 KiB = 256 KiB, small enough to stay in the L2
-/// cache between the read that copies it and the CRC32C that checks it, large enough that
-/// the system calls cost little.
+/// and scrub, and before sendfile for ranges not checked in a mapping): 4 x 64 KiB = 256 KiB,
+/// small enough to stay in the L2 cache between the read that copies it and the CRC32C that
+/// checks it, large enough that the system calls cost little.
 const VERIFY_BLOCKS: u64 = 4;
 
 thread_local! {
