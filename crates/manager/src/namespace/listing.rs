@@ -27,7 +27,7 @@ impl Namespace {
                 "list limit {limit} must be between 1 and {MAX_LIST}"
             )));
         }
-        let txn = self.store.read()?;
+        let txn = self.store.read_unjournaled()?;
         let table = txn.open_table(NAMESPACE).map_err(db_err)?;
         match visible(get(&table, &path)?) {
             Some(Record::Dir { .. }) => {}

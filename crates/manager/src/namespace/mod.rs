@@ -215,7 +215,7 @@ impl Namespace {
     }
 
     fn read(&self, path: &str) -> Result<Option<Record>> {
-        let txn = self.store.read()?;
+        let txn = self.store.read_unjournaled()?;
         let table = txn.open_table(NAMESPACE).map_err(db_err)?;
         get(&table, path)
     }
@@ -375,7 +375,7 @@ impl Namespace {
             return Err(not_a_dir(&parent));
         }
         let inherited = {
-            let txn = self.store.read()?;
+            let txn = self.store.read_unjournaled()?;
             let table = txn.open_table(NAMESPACE).map_err(db_err)?;
             check_parents(&table, path)?;
             retention::effective_in(&txn, path)?.0
