@@ -98,8 +98,8 @@ async fn a_damaged_file_is_read_through_its_provider_and_quarantined() {
 }
 
 /// `read_version_bytes` (what the S3 gateway streams): the files' own pages, one piece per
-/// chunk, where every piece maps; one buffer where one does not (a piece under 64 KiB, a
-/// reader on another host); and never a damaged file's bytes.
+/// chunk, where every piece maps; one buffer where one does not (a piece under 1 MiB,
+/// `MIN_MAPPED_LEN`, a reader on another host); and never a damaged file's bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_handed_on_are_the_files_pages_else_one_buffer_never_damage() {
     let tc = TestCluster::start(2);

@@ -62,17 +62,16 @@ impl Service {
     /// waiting for deletion when they are due (see [`SUM_AFTER_TAKING`]) or `now`.
     async fn refresh_ledger_stats(&self, now: bool) -> Result<()> {
         let stats = on_ledger(&self.ledger, |l| l.stats()).await?;
-        let due = now
-            || stats.unreferenced_chunks == 0
-            || self
-                .bytes_summed
+        let due = || {
+            self.bytes_summed
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .is_none_or(|(at, took)| at.elapsed() >= took * SUM_AFTER_TAKING);
-        let bytes = if !due {
-            None
-        } else if stats.unreferenced_chunks == 0 {
+                .is_none_or(|(at, took)| at.elapsed() >= took * SUM_AFTER_TAKING)
+        };
+        let bytes = if stats.unreferenced_chunks == 0 {
             Some(0)
+        } else if !now && !due() {
+            None
         } else {
             let started = Instant::now();
             let bytes = on_ledger(&self.ledger, |l| l.unreferenced_bytes()).await?;
