@@ -160,6 +160,8 @@ pub struct ProviderInfo {
     pub alive: bool,
     /// Being drained (`tomus provider drain`): no new data; repair moves its data away.
     pub draining: bool,
+    /// Why it reported it cannot keep data (its data directory vanished); `None` when sound.
+    pub fault: Option<String>,
 }
 
 impl From<&tomus_wire::ProviderInfo> for ProviderInfo {
@@ -174,6 +176,7 @@ impl From<&tomus_wire::ProviderInfo> for ProviderInfo {
             load: p.load,
             alive: p.alive,
             draining: p.draining,
+            fault: p.fault.clone(),
         }
     }
 }
@@ -182,14 +185,18 @@ impl From<&tomus_wire::ProviderInfo> for ProviderInfo {
 impl ProviderInfo {
     fn __repr__(&self) -> String {
         format!(
-            "ProviderInfo(id={}, addr='{}', alive={}, draining={}, capacity={}, free={}, chunks={})",
+            "ProviderInfo(id={}, addr='{}', alive={}, draining={}, capacity={}, free={}, chunks={}{})",
             self.id,
             self.addr,
             if self.alive { "True" } else { "False" },
             if self.draining { "True" } else { "False" },
             self.capacity,
             self.free,
-            self.chunks
+            self.chunks,
+            match &self.fault {
+                Some(f) => format!(", fault={f:?}"),
+                None => String::new(),
+            }
         )
     }
 }

@@ -90,6 +90,9 @@ pub async fn status(client: &Client) -> Result<ClusterStatus> {
 }
 
 fn state_of(p: &ProviderInfo) -> &'static str {
+    if p.fault.is_some() {
+        return "failed";
+    }
     match (p.alive, p.draining) {
         (true, false) => "up",
         (true, true) => "draining",
@@ -111,7 +114,7 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
             "{}",
             serde_json::to_string(&json!({
                 "providers": s.providers.iter().map(|p| json!({"id": p.id, "addr": p.addr, "state": state_of(p),
-                    "alive": p.alive, "draining": p.draining, "capacity": p.capacity, "free": p.free, "chunks": p.chunks})).collect::<Vec<_>>(),
+                    "alive": p.alive, "draining": p.draining, "fault": p.fault, "capacity": p.capacity, "free": p.free, "chunks": p.chunks})).collect::<Vec<_>>(),
                 "blobs": s.blobs,
                 "provider_timeout_ms": s.provider_timeout_ms,
                 "maintenance": m,
@@ -155,6 +158,11 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
             format_size(p.free),
             p.chunks
         )?;
+    }
+    for p in &s.providers {
+        if let Some(fault) = &p.fault {
+            outln!("provider {} ({}) failed: {fault}", p.id, p.addr)?;
+        }
     }
     if !memory.is_empty() {
         let used: u64 = memory.iter().map(|u| u.used).sum();

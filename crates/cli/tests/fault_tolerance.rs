@@ -169,6 +169,72 @@ async fn a_killed_provider_is_detected_and_its_copies_recreated() {
     assert_eq!(b2.read(0, data.len() as u64, None).await.unwrap(), data);
 }
 
+/// A provider whose data directory is removed under it (a scratch cleanup's `rm -rf`) keeps
+/// running but says so: the manager lists it failed with the reason instead of up and full,
+/// places nothing on it, repair copies what it held, and `tomus status` names the fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_loses_its_data_directory_is_failed_and_its_copies_recreated() {
+    let tc = TestCluster::start_with(3, fast);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 2).await.unwrap();
+    let data = pattern::generate(5, 30 * CHUNK as usize + 9);
+    blob.write(0, &data).await.unwrap();
+    let victim = tc.cluster.provider_addr(0).to_string();
+    let victim_id = provider_at(&client.providers().await.unwrap(), &victim).id;
+    let before = holders(&client).await;
+    assert!(
+        before.values().any(|h| h.contains(&victim_id)),
+        "provider 0 holds none of 31 chunks"
+    );
+
+    std::fs::remove_dir_all(tc.cluster.provider_dir(0)).unwrap();
+    wait_until(
+        "the manager to list provider 0 failed",
+        Duration::from_secs(10),
+        || async {
+            provider_at(&client.providers().await.unwrap(), &victim)
+                .fault
+                .is_some()
+        },
+    )
+    .await;
+    let failed = provider_at(&client.providers().await.unwrap(), &victim);
+    assert!(!failed.alive, "{failed:?}");
+    let fault = failed.fault.unwrap();
+    assert!(
+        fault.contains("was removed under the running provider"),
+        "{fault}"
+    );
+    assert!(tc.cluster.is_running(0), "the provider exited");
+
+    // Nothing is placed on it: a new blob's chunks all go to the two others.
+    let other = client.create_blob(CHUNK, 2).await.unwrap();
+    let more = pattern::generate(6, 8 * CHUNK as usize);
+    other.write(0, &more).await.unwrap();
+    assert_eq!(other.read(0, more.len() as u64, None).await.unwrap(), more);
+    assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
+
+    wait_repaired(&client, Duration::from_secs(30)).await;
+    let after = holders(&client).await;
+    assert!(after.len() >= before.len(), "chunks vanished");
+    for (chunk, h) in &after {
+        assert!(h.len() >= 2, "chunk {chunk} has copies on {h:?} only");
+        assert!(
+            !h.contains(&victim_id),
+            "chunk {chunk} listed on the failed provider"
+        );
+    }
+
+    let out = tomus(&tc.addr(), &["status"]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("failed"), "{shown}");
+    assert!(
+        shown.contains(&format!("provider {victim_id} ({victim}) failed: ")),
+        "{shown}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_copy_is_served_from_the_replica_and_scrub_repairs_it() {
     let tc = TestCluster::start_with(3, fast);

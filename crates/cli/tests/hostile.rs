@@ -435,6 +435,7 @@ async fn absurd_counts_get_typed_errors() {
             load: 0,
             lost: Vec::new(),
             stored_bytes: 0,
+            fault: None,
         },
     };
     invalid(

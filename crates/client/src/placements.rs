@@ -93,6 +93,7 @@ mod tests {
             load: 0,
             alive: true,
             draining: false,
+            fault: None,
         }]
     }
 

@@ -109,6 +109,7 @@ mod tests {
                 load: 0,
                 alive: true,
                 draining: false,
+                fault: None,
             },
             free,
         )

@@ -11,8 +11,20 @@ use tomus_wire::{
     ProviderReport, Result, MAX_ITEMS, PROVIDER_VIEW_TTL,
 };
 
-/// Longest last-error message a maintenance report keeps.
+/// Longest last-error message a maintenance report or a provider's fault keeps.
 const MAX_REPORTED_ERROR: usize = 4096;
+
+/// Cuts `text` to at most `max` bytes on a character boundary: reports shown by `tomus status`
+/// come from the network and are not a place to store a book.
+fn truncate_at_char(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+}
 
 use crate::store::{ProviderRecord, Store};
 use crate::versions::{drain_horizon, now_ms, removal_fence};
@@ -82,6 +94,7 @@ impl Registry {
                         load: 0,
                         alive: true,
                         draining: drains.contains_key(&r.id),
+                        fault: None,
                     },
                     last_seen: Some(now),
                     reported: false,
@@ -111,12 +124,14 @@ impl Registry {
         self.timeout
     }
 
+    /// Heard from within the timeout, and not reporting a fault.
     fn alive(&self, e: &Entry, now: Instant) -> bool {
-        e.last_seen
-            .is_some_and(|t| now.duration_since(t) < self.timeout)
+        e.info.fault.is_none()
+            && e.last_seen
+                .is_some_and(|t| now.duration_since(t) < self.timeout)
     }
 
-    /// The entry's info with `alive` from the heartbeat timeout.
+    /// The entry's info with `alive` from the heartbeat timeout and the reported fault.
     fn view(&self, e: &Entry, now: Instant) -> ProviderInfo {
         ProviderInfo {
             alive: self.alive(e, now),
@@ -164,6 +179,7 @@ impl Registry {
                     load: report.load,
                     alive: true,
                     draining,
+                    fault: None,
                 },
                 last_seen: Some(Instant::now()),
                 reported: true,
@@ -174,6 +190,7 @@ impl Registry {
             },
         );
         drop(entries);
+        self.note_fault(id, report.fault);
         self.note_lost(id, report.lost);
         tracing::info!("provider {id} registered");
         Ok(id)
@@ -194,8 +211,32 @@ impl Registry {
         e.placed_since_report = 0;
         e.placed_chunks_since_report = 0;
         drop(entries);
+        self.note_fault(id, report.fault);
         self.note_lost(id, report.lost);
         Ok(())
+    }
+
+    /// Keeps the fault a provider reports (bounded: the text comes from the network), and
+    /// logs it when it is new. A provider clears its fault only by restarting.
+    fn note_fault(&self, id: ProviderId, fault: Option<String>) {
+        let fault = fault.map(|mut f| {
+            truncate_at_char(&mut f, MAX_REPORTED_ERROR);
+            f
+        });
+        let mut entries = self.lock();
+        let Some(e) = entries.get_mut(&id) else {
+            return;
+        };
+        if e.info.fault != fault {
+            match &fault {
+                Some(f) => tracing::error!(
+                    "provider {id} ({}) reports a fault and counts as down: {f}",
+                    e.info.addr
+                ),
+                None => tracing::info!("provider {id} ({}) no longer reports a fault", e.info.addr),
+            }
+        }
+        e.info.fault = fault;
     }
 
     fn note_lost(&self, provider: ProviderId, chunks: Vec<ChunkId>) {
@@ -247,6 +288,43 @@ impl Registry {
             .values()
             .filter(|e| self.alive(e, now) && !e.info.draining)
             .count()
+    }
+
+    /// The providers' states, for an error that says placement failed: how many take data and
+    /// the most free space among them, how many are down, draining or failed, and the first
+    /// faults reported.
+    pub fn states_summary(&self) -> String {
+        const FAULTS_SHOWN: usize = 3;
+        let now = Instant::now();
+        let entries = self.lock();
+        let (mut taking, mut most_free, mut down, mut draining) = (0, 0u64, 0, 0);
+        let mut faults = Vec::new();
+        for e in entries.values() {
+            if let Some(f) = &e.info.fault {
+                faults.push(format!("provider {} ({}): {f}", e.info.id, e.info.addr));
+            } else if !self.alive(e, now) {
+                down += 1;
+            } else if e.info.draining {
+                draining += 1;
+            } else {
+                taking += 1;
+                most_free = most_free.max(e.info.free.saturating_sub(e.placed_since_report));
+            }
+        }
+        let mut out = format!(
+            "of {} providers, {taking} take data (the most free space on one: {most_free}              bytes), {down} down, {draining} draining, {} failed",
+            entries.len(),
+            faults.len()
+        );
+        faults.sort();
+        for f in faults.iter().take(FAULTS_SHOWN) {
+            out.push_str("; ");
+            out.push_str(f);
+        }
+        if faults.len() > FAULTS_SHOWN {
+            out.push_str(&format!("; {} more failed", faults.len() - FAULTS_SHOWN));
+        }
+        out
     }
 
     /// Alive providers that are not draining, with their free space minus what was placed
@@ -440,14 +518,7 @@ impl Registry {
     pub fn report_maintenance(&self, mut status: MaintenanceStatus) -> Result<()> {
         check_count("draining providers", status.draining.len(), MAX_ITEMS)?;
         if let Some(e) = status.last_error.as_mut() {
-            // Shown by `tomus status`; a report is not a place to store a book.
-            if e.len() > MAX_REPORTED_ERROR {
-                let mut cut = MAX_REPORTED_ERROR;
-                while !e.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                e.truncate(cut);
-            }
+            truncate_at_char(e, MAX_REPORTED_ERROR);
         }
         let mut m = lock(&self.maintenance);
         m.status = status;

@@ -513,6 +513,10 @@ impl ManagerService {
             tomus_wire::ErrorKind::NoSpace if memory => {
                 Error::new(e.kind, format!("memory storage class: {}", e.message))
             }
+            tomus_wire::ErrorKind::NoSpace | tomus_wire::ErrorKind::Unavailable => Error::new(
+                e.kind,
+                format!("{} ({})", e.message, self.registry.states_summary()),
+            ),
             _ => e,
         })?;
         let charged: Vec<_> = placed

@@ -279,6 +279,7 @@ mod tests {
             load: 0,
             alive: true,
             draining: false,
+            fault: None,
         };
         (info, 1 << 40)
     }

@@ -290,8 +290,8 @@ pub struct ManagerMetrics {
     pub versions_aborted: Counter,
     /// `tomus_versions_in_flight`: assigned, neither published nor aborted yet.
     pub versions_in_flight: Gauge,
-    /// `tomus_cluster_providers{state}`: state is `up`, `down` or `draining` (a draining
-    /// provider that is down counts as down).
+    /// `tomus_cluster_providers{state}`: state is `up`, `down`, `draining` or `failed` (a
+    /// draining provider that is down counts as down; one that reports a fault, as failed).
     pub cluster_providers: Gauges,
     /// `tomus_cluster_stored_bytes`, `..._chunks`, `..._capacity_bytes`, `..._free_bytes`:
     /// sums of the live providers' last heartbeats.

@@ -13,6 +13,7 @@ use tomus_wire::{Error, ErrorKind, LoadGauge, Pool, ProviderReport, Result};
 use tomus_worker::{Round, Worker};
 
 use crate::chunk_store::ChunkStore;
+use crate::data_dir::DataDirWatch;
 use crate::{blocking, disk_space, io_error};
 
 const ID_FILE: &str = "provider.id";
@@ -34,6 +35,7 @@ pub(crate) struct Heartbeat {
     pub manager: String,
     pub advertise: String,
     pub data_dir: PathBuf,
+    pub watch: Arc<DataDirWatch>,
     pub chunks: ChunkStore,
     pub load: Arc<LoadGauge>,
     pub interval: Duration,
@@ -105,9 +107,19 @@ impl Heartbeat {
 
     async fn report(&self) -> ProviderReport {
         let dir = self.data_dir.clone();
-        let (capacity, free) = blocking(move || Ok(disk_space(&dir)))
-            .await
-            .unwrap_or((0, 0));
+        let watch = self.watch.clone();
+        let ((capacity, free), fault) = blocking(move || {
+            // A faulted provider takes no data; its directory's space is beside the point
+            // (and statvfs of a removed directory would only log a warning every beat).
+            let fault = watch.check();
+            let space = match fault {
+                Some(_) => (0, 0),
+                None => disk_space(&dir),
+            };
+            Ok((space, fault))
+        })
+        .await
+        .unwrap_or(((0, 0), None));
         let stats = self.chunks.stats();
         ProviderReport {
             capacity,
@@ -116,6 +128,7 @@ impl Heartbeat {
             load: self.load.current(),
             lost: self.chunks.take_lost(LOST_PER_REPORT),
             stored_bytes: stats.bytes,
+            fault,
         }
     }
 }

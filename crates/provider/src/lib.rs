@@ -3,6 +3,8 @@
 
 /// Immutable chunks as checksummed files, their pages dropped behind sustained writes.
 pub mod chunk_store;
+/// Whether the data directory the provider opened is still there.
+mod data_dir;
 /// Free space, sweeps of dead clients' files, directory syncs, blocking I/O, I/O errors.
 mod disk;
 /// One sync for many records of the provider's append-only logs.

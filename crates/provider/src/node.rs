@@ -11,6 +11,7 @@ use tomus_wire::{
 };
 
 use crate::chunk_store::ChunkStore;
+use crate::data_dir::DataDirWatch;
 use crate::disk::io_error;
 use crate::heartbeat::{Beats, Heartbeat};
 use crate::memory_tier::MemoryTier;
@@ -103,6 +104,10 @@ pub async fn run(
         }
     };
     let meta = MetaStore::open(config.data_dir.join("meta.log"), config.fsync).await?;
+    let watch = Arc::new(DataDirWatch::open(&[
+        &config.data_dir,
+        &config.data_dir.join("chunks"),
+    ])?);
     let tier = (config.memory_tier_bytes > 0).then(|| MemoryTier::new(config.memory_tier_bytes));
     let stats = chunks.stats();
     tracing::info!(
@@ -157,6 +162,7 @@ pub async fn run(
         manager: config.manager.clone(),
         advertise: advertise.clone(),
         data_dir: config.data_dir.clone(),
+        watch,
         chunks,
         load: load.clone(),
         interval: config.heartbeat_interval,
@@ -480,6 +486,7 @@ mod tests {
             load: 0,
             lost: Vec::new(),
             stored_bytes: 0,
+            fault: None,
         };
         let pool = Pool::new(RpcConfig::default());
         let err = pool

@@ -159,9 +159,13 @@ pub struct ProviderInfo {
     pub chunks: u64,
     /// Requests in progress when it last reported.
     pub load: u32,
+    /// Heartbeats arrive and it reported no fault: it takes data and serves what it holds.
     pub alive: bool,
     /// Being drained: it receives no new data and repair moves what it holds elsewhere.
     pub draining: bool,
+    /// Why it reported it cannot keep data (its data directory vanished under it): such a
+    /// provider is not alive, so nothing is placed on it and repair copies what it held.
+    pub fault: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -183,6 +187,8 @@ pub struct ProviderReport {
     pub lost: Vec<ChunkId>,
     /// Bytes of the chunks it stores (all tiers on disk; the memory tier only caches).
     pub stored_bytes: u64,
+    /// Why it cannot keep data (its data directory is gone or was replaced), once found.
+    pub fault: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

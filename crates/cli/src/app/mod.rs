@@ -413,8 +413,8 @@ async fn providers(addr: &str, secret: Option<ClusterSecret>, json_out: bool) ->
         let rows: Vec<_> = list
             .iter()
             .map(|p| {
-                json!({"id": p.id, "addr": p.addr, "alive": p.alive, "capacity": p.capacity,
-                            "free": p.free, "chunks": p.chunks, "load": p.load})
+                json!({"id": p.id, "addr": p.addr, "alive": p.alive, "fault": p.fault,
+                            "capacity": p.capacity, "free": p.free, "chunks": p.chunks, "load": p.load})
             })
             .collect();
         outln!("{}", serde_json::Value::Array(rows))?;

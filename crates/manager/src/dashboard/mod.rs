@@ -68,10 +68,11 @@ impl Pages for ManagerPages {
     fn before_scrape(&self) {
         let m = tomus_metrics::manager();
         let providers = self.service.registry.list_with_stored();
-        let (mut up, mut down, mut draining) = (0, 0, 0);
+        let (mut up, mut down, mut draining, mut failed) = (0, 0, 0, 0);
         let (mut stored, mut chunks, mut capacity, mut free) = (0u64, 0u64, 0u64, 0u64);
         for (p, bytes) in &providers {
             match (p.alive, p.draining) {
+                _ if p.fault.is_some() => failed += 1,
                 (false, _) => down += 1,
                 (true, true) => draining += 1,
                 (true, false) => up += 1,
@@ -83,7 +84,12 @@ impl Pages for ManagerPages {
                 free += p.free;
             }
         }
-        for (state, n) in [("up", up), ("down", down), ("draining", draining)] {
+        for (state, n) in [
+            ("up", up),
+            ("down", down),
+            ("draining", draining),
+            ("failed", failed),
+        ] {
             m.cluster_providers
                 .get_or_create(&label("state", state))
                 .set(n);

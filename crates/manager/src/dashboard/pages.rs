@@ -61,6 +61,7 @@ pub(super) fn overview(
     );
     for (p, stored) in providers {
         let state = match (p.alive, p.draining) {
+            _ if p.fault.is_some() => "failed",
             (false, _) => "down",
             (true, true) => "draining",
             (true, false) => "up",
@@ -70,12 +71,14 @@ pub(super) fn overview(
         let _ = write!(
             b,
             "<tr class=\"provider\"><td class=\"num\">{}</td><td>{}</td>\
-             <td class=\"{state}\">{state}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"{state}\" title=\"{}\">{state}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td>\
              <td><span class=\"barbox\"><span class=\"bar\" style=\"width:{pct:.0}%\"></span>\
              </span> {pct:.0}%</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td></tr>",
             p.id,
             esc(&p.addr),
+            esc(p.fault.as_deref().unwrap_or("")),
             size(p.capacity),
             size(p.free),
             p.chunks,

@@ -87,6 +87,7 @@ fn report() -> ProviderReport {
         load: 0,
         lost: Vec::new(),
         stored_bytes: 0,
+        fault: None,
     }
 }
 

@@ -276,3 +276,62 @@ async fn refused_stored_before(
     assert_eq!(e.kind, ErrorKind::WriteExpired, "{e}");
     e
 }
+
+/// A provider that reports a fault (its data directory vanished) counts as down although it
+/// heartbeats: nothing is placed on it, the placement error says why, and the reported text is
+/// bounded. A provider restarted on a sound directory reports no fault and takes data again.
+#[tokio::test]
+async fn a_faulted_provider_gets_no_chunks_and_placement_errors_name_its_fault() {
+    let dir = TempDir::new("fault");
+    let m = open(dir.path(), TIMEOUT);
+    let ids = [
+        register(&m, None, "127.0.0.1:7001").await,
+        register(&m, None, "127.0.0.1:7002").await,
+    ];
+    let blob = create_blob(&m, 2).await.unwrap().id;
+    let faulted = |fault: Option<String>| Heartbeat {
+        id: ids[1],
+        report: ProviderReport { fault, ..report() },
+    };
+    let long = format!(
+        "/data/p2 was removed under the running provider{}",
+        "!".repeat(1 << 20)
+    );
+    call(&m, faulted(Some(long))).await.unwrap();
+
+    let listed = providers(&m).await;
+    let p = listed.iter().find(|p| p.id == ids[1]).unwrap();
+    assert!(!p.alive);
+    let fault = p.fault.as_deref().unwrap();
+    assert!(fault.starts_with("/data/p2 was removed"), "{fault}");
+    assert!(fault.len() <= 4096, "a {} byte fault kept", fault.len());
+
+    let req = Allocate {
+        blob,
+        chunks: 1,
+        chunk_bytes: None,
+        placement: Placement::Balanced,
+        client_host: None,
+        avoid: Vec::new(),
+    };
+    let e = call(&m, req).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable);
+    assert!(e.message.contains("1 take data"), "{}", e.message);
+    assert!(e.message.contains("1 failed"), "{}", e.message);
+    assert!(
+        e.message.contains(&format!(
+            "provider {} (127.0.0.1:7002): /data/p2 was removed",
+            ids[1]
+        )),
+        "{}",
+        e.message
+    );
+
+    call(&m, faulted(None)).await.unwrap();
+    assert!(providers(&m)
+        .await
+        .iter()
+        .all(|p| p.alive && p.fault.is_none()));
+    let on = placed_on(&m, blob, 4).await;
+    assert!(on.contains(&ids[1]), "{on:?}");
+}

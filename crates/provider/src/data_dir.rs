@@ -1,0 +1,122 @@
+//! Whether the directories the provider opened are still there. A data directory removed
+//! under a running provider (a scratch cleanup's `rm -rf`, an unmounted volume) takes every
+//! chunk with it; without this check the provider would go on heartbeating as up, with 0
+//! bytes free, and writes would fail with "not enough free space" while the disk is empty.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use tomus_wire::Result;
+
+use crate::io_error;
+
+/// The directories to watch, each held open: the open handle keeps the directory's inode
+/// allocated, so one removed and made again under the same name gets another inode and is told
+/// apart from the one that held the chunks (a removed directory's handle shows no links).
+pub(crate) struct DataDirWatch {
+    dirs: Vec<(PathBuf, File)>,
+    fault: OnceLock<String>,
+}
+
+impl DataDirWatch {
+    /// Opens each directory of `dirs`, which must exist.
+    pub fn open(dirs: &[&Path]) -> Result<Self> {
+        let dirs = dirs
+            .iter()
+            .map(|dir| {
+                let file = File::open(dir)
+                    .map_err(|e| io_error(format_args!("opening {}", dir.display()), e))?;
+                Ok((dir.to_path_buf(), file))
+            })
+            .collect::<Result<_>>()?;
+        Ok(DataDirWatch {
+            dirs,
+            fault: OnceLock::new(),
+        })
+    }
+
+    /// What is wrong, if anything (blocking: it stats each directory twice). A fault stays
+    /// once found: chunks that vanished with a directory do not come back when one of the
+    /// same name does, and the provider's index of them is only rebuilt by a restart.
+    pub fn check(&self) -> Option<String> {
+        if let Some(fault) = self.fault.get() {
+            return Some(fault.clone());
+        }
+        let problem = self
+            .dirs
+            .iter()
+            .find_map(|(path, held)| problem(path, held))?;
+        let fault = self.fault.get_or_init(|| {
+            tracing::error!(
+                "{problem}: the chunks stored there are lost to this provider; it reports the \
+                 fault to the manager, which places nothing here and has repair copy what it \
+                 held from other replicas. Restart the provider to serve again."
+            );
+            problem
+        });
+        Some(fault.clone())
+    }
+}
+
+/// What is wrong with the directory at `path` that `held` was opened on, if anything.
+fn problem(path: &Path, held: &File) -> Option<String> {
+    let dir = path.display();
+    let held = match held.metadata() {
+        Ok(meta) if meta.nlink() == 0 => {
+            return Some(format!("{dir} was removed under the running provider"))
+        }
+        Ok(meta) => meta,
+        Err(e) => return Some(format!("{dir} cannot be read: {e}")),
+    };
+    match std::fs::metadata(path) {
+        Ok(now) if (now.dev(), now.ino()) != (held.dev(), held.ino()) => Some(format!(
+            "{dir} was replaced under the running provider (another directory is at its path)"
+        )),
+        Ok(_) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Some(format!("{dir} was removed under the running provider"))
+        }
+        Err(e) => Some(format!("{dir} cannot be read: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    #[test]
+    fn removed_and_replaced_directories_are_faults_that_stay() {
+        let root = TempDir::new("watch");
+        let data = root.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let watch = DataDirWatch::open(&[&data]).unwrap();
+        assert_eq!(watch.check(), None);
+
+        std::fs::remove_dir(&data).unwrap();
+        let fault = watch.check().unwrap();
+        assert!(fault.contains("was removed"), "{fault}");
+        // Made again under the same name: still the first fault.
+        std::fs::create_dir(&data).unwrap();
+        assert_eq!(watch.check(), Some(fault));
+
+        // Moved aside and another made in its place (a plain removal and re-creation reads as
+        // removed: the old directory has no links left).
+        let replaced = DataDirWatch::open(&[&data]).unwrap();
+        std::fs::rename(&data, root.path().join("aside")).unwrap();
+        std::fs::create_dir(&data).unwrap();
+        let fault = replaced.check().unwrap();
+        assert!(fault.contains("was replaced"), "{fault}");
+    }
+
+    #[test]
+    fn a_missing_directory_cannot_be_watched() {
+        let root = TempDir::new("watch-missing");
+        let err = DataDirWatch::open(&[&root.path().join("absent")])
+            .err()
+            .unwrap();
+        assert!(err.message.contains("absent"), "{}", err.message);
+    }
+}
