@@ -35,6 +35,10 @@ pub struct Cluster {
     /// the others until [`SUSPECT_FOR`] passes, so one dead provider delays only the first
     /// request that meets it, not every later one until the manager notices.
     suspects: Mutex<HashMap<ProviderId, Instant>>,
+    /// Providers that refused data recently for want of disk space: no new data goes to them
+    /// for [`SUSPECT_FOR`] (the manager learns of it with their next heartbeat), but they are
+    /// read from as before.
+    full: Mutex<HashMap<ProviderId, Instant>>,
     /// Providers on this host, whose chunk files are used directly.
     pub local: LocalProviders,
 }
@@ -47,6 +51,7 @@ impl Cluster {
             cache: NodeCache::default(),
             view: RwLock::new(None),
             suspects: Mutex::new(HashMap::new()),
+            full: Mutex::new(HashMap::new()),
             local: LocalProviders::new(
                 enabled_by_env("TOMUS_LOCAL_READS"),
                 enabled_by_env("TOMUS_LOCAL_WRITES"),
@@ -112,21 +117,32 @@ impl Cluster {
             .ok_or_else(|| Error::not_found(format!("provider {id} is not registered")))
     }
 
-    /// Remembers that provider `id` just failed a request in a way that says it may be down.
+    /// Remembers that provider `id` just failed a request in a way that says it may be down,
+    /// or that its disk is full.
     pub fn suspect(&self, id: ProviderId, error: &Error) {
         // Corrupt: a copy found damaged there, or bytes damaged on the way (a bad link or
         // NIC): either way, the provider is tried last for a while.
-        if matches!(error.kind, ErrorKind::Unavailable | ErrorKind::Corrupt) {
-            let mut s = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
-            s.insert(id, Instant::now());
-        }
+        let list = match error.kind {
+            ErrorKind::Unavailable | ErrorKind::Corrupt => &self.suspects,
+            ErrorKind::NoSpace => &self.full,
+            _ => return,
+        };
+        list.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Instant::now());
     }
 
     /// Providers that failed a request within the last [`SUSPECT_FOR`].
     pub(crate) fn suspected(&self) -> Vec<ProviderId> {
-        let mut s = self.suspects.lock().unwrap_or_else(|p| p.into_inner());
-        s.retain(|_, since| since.elapsed() < SUSPECT_FOR);
-        s.keys().copied().collect()
+        recent(&self.suspects)
+    }
+
+    /// Providers no new data should go to now: suspected, or refused data for want of space
+    /// within the last [`SUSPECT_FOR`].
+    pub(crate) fn avoided_by_writes(&self) -> Vec<ProviderId> {
+        let mut ids = self.suspected();
+        ids.extend(recent(&self.full));
+        ids
     }
 
     /// Whether provider `id` is listed alive and did not fail a request recently. Only such
@@ -171,9 +187,9 @@ impl Cluster {
     }
 
     /// The providers of `candidates` (in order) that may receive new data: alive, not
-    /// draining, not failing recently.
+    /// draining, neither failing nor full recently.
     pub async fn writable(&self, candidates: &[ProviderId]) -> Result<Vec<ProviderId>> {
-        let suspects = self.suspected();
+        let suspects = self.avoided_by_writes();
         let ok = self
             .fresh_view(|v| {
                 Some(
@@ -190,4 +206,11 @@ impl Cluster {
             .await?;
         Ok(ok.unwrap_or_default())
     }
+}
+
+/// The providers of `list` noted within the last [`SUSPECT_FOR`] (older notes are dropped).
+fn recent(list: &Mutex<HashMap<ProviderId, Instant>>) -> Vec<ProviderId> {
+    let mut l = list.lock().unwrap_or_else(|p| p.into_inner());
+    l.retain(|_, since| since.elapsed() < SUSPECT_FOR);
+    l.keys().copied().collect()
 }

@@ -40,9 +40,11 @@ impl Blob {
             .await
     }
 
-    /// Stores one chunk on `replicas`; when a provider fails or the chunk reached it damaged,
-    /// on a fresh replica set without the providers that failed (the manager may not have
-    /// noticed yet that one is down).
+    /// Stores one chunk on `replicas`; when a provider fails, the chunk reached it damaged or
+    /// its disk is full, on a fresh replica set without the providers that failed (the
+    /// manager may not have noticed yet that one is down or full: it learns a provider's free
+    /// space from its heartbeats). A memory-class chunk refused for want of room is the
+    /// caller's error: placement already chose the providers with the most room in memory.
     async fn put_chunk_with_failover(
         &self,
         data: &[u8],
@@ -53,7 +55,8 @@ impl Blob {
         loop {
             match chunks::put_chunk(self.cluster(), data, &replicas, memory).await {
                 Err(e)
-                    if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Corrupt)
+                    if (matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Corrupt)
+                        || (e.kind == ErrorKind::NoSpace && !memory))
                         && attempt < CHUNK_ATTEMPTS =>
                 {
                     tracing::info!("blob {}: {e}; storing the chunk elsewhere", self.id);
@@ -98,7 +101,7 @@ impl Blob {
                 chunk_bytes,
                 placement: self.client.options.placement,
                 client_host: self.client.host.clone(),
-                avoid: self.cluster().suspected(),
+                avoid: self.cluster().avoided_by_writes(),
             };
             let placed = self.cluster().manager(req).await?;
             if placed.len() != n {
@@ -121,7 +124,7 @@ impl Blob {
             self.replication,
             self.client.is_memory_class(self.id).await?,
         );
-        let avoid = self.cluster().suspected();
+        let avoid = self.cluster().avoided_by_writes();
         if let Some(p) = cache.take(key, &avoid) {
             return Ok(p);
         }

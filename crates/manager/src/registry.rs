@@ -312,7 +312,8 @@ impl Registry {
             }
         }
         let mut out = format!(
-            "of {} providers, {taking} take data (the most free space on one: {most_free}              bytes), {down} down, {draining} draining, {} failed",
+            "of {} providers, {taking} take data (the most free space on one: {most_free} \
+             bytes), {down} down, {draining} draining, {} failed",
             entries.len(),
             faults.len()
         );

@@ -129,8 +129,9 @@ pub fn check_count(what: &str, count: usize, max: usize) -> Result<()> {
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        if e.raw_os_error() == Some(28) {
-            return Error::new(ErrorKind::NoSpace, format!("no space left on device: {e}"));
+        if e.kind() == std::io::ErrorKind::StorageFull {
+            // The OS's text says it ("No space left on device (os error 28)").
+            return Error::new(ErrorKind::NoSpace, e.to_string());
         }
         Error::internal(format!("I/O error: {e}"))
     }
