@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tomus_cli::embedded::ClusterSpec;
+use tomus_cli::embedded::{ClusterSpec, Exited};
 use tomus_cli::pattern;
 use tomus_client::Client;
 use tomus_wire::ErrorKind;
@@ -234,4 +234,152 @@ async fn a_cluster_out_of_space_refuses_writes_and_takes_them_again_after_a_dele
     let mut model = kept;
     model.extend_from_slice(&more);
     assert_eq!(keep.read(0, model.len() as u64, None).await.unwrap(), model);
+}
+
+/// A cluster of `providers` whose manager keeps its state on a tmpfs of `bytes`.
+fn cluster_with_a_small_manager_disk(
+    providers: usize,
+    bytes: u64,
+    manager_args: &[&str],
+) -> (Tmpfs, TestCluster) {
+    let disk = Tmpfs::mount(bytes);
+    let tc = TestCluster::start_with(providers, |spec| {
+        std::fs::create_dir_all(&spec.data_dir).unwrap();
+        std::os::unix::fs::symlink(disk.path(), spec.data_dir.join("manager")).unwrap();
+        spec.manager_args = manager_args.iter().map(|a| a.to_string()).collect();
+    });
+    (disk, tc)
+}
+
+/// Appends until one is refused; returns what was acknowledged and the refusal.
+async fn append_until_refused(blob: &tomus_client::Blob, model: &mut Vec<u8>) -> tomus_wire::Error {
+    for i in 0..1000u64 {
+        let data = pattern::generate(500 + i, 100_000);
+        match blob.append(&data).await {
+            Ok(_) => model.extend_from_slice(&data),
+            Err(e) => return e,
+        }
+    }
+    panic!("1000 appends taken on a full disk");
+}
+
+/// The manager's own disk runs low: under its reserve (`--min-free-space`) new writes and new
+/// blobs are refused with `NoSpace` (exit status 7 from the CLI) while reads and deletions go
+/// on, and writes are taken again as soon as space is back, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_its_disk_reserve_the_manager_refuses_new_writes_and_serves_reads() {
+    let (disk, tc) = cluster_with_a_small_manager_disk(2, 32 << 20, &["--min-free-space", "8MiB"]);
+    let client = tc.client().await;
+    let blob = client.create_blob(64 << 10, 2).await.unwrap();
+    let doomed = client.create_blob(64 << 10, 2).await.unwrap();
+    let mut model = pattern::generate(1, 300_000);
+    blob.append(&model).await.unwrap();
+
+    // 4 MiB left: under the reserve.
+    fill(disk.path());
+    let filler = disk.path().join("filler");
+    let len = std::fs::metadata(&filler).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .set_len(len - (4 << 20))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // the manager's last look ages out
+
+    let e = append_until_refused(&blob, &mut model).await;
+    assert_eq!(e.kind, ErrorKind::NoSpace, "{e}");
+    assert!(e.message.contains("reserve"), "{e}");
+    let e = client.create_blob(64 << 10, 2).await.err().unwrap();
+    assert_eq!(e.kind, ErrorKind::NoSpace, "{e}");
+    let local = tc.dir.join("small.bin");
+    std::fs::write(&local, b"hello").unwrap();
+    let out = common::tomus(
+        &tc.addr(),
+        &["fs", "put", local.to_str().unwrap(), "/small"],
+    );
+    assert_eq!(out.status.code(), Some(7), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("--min-free-space"),
+        "{}",
+        common::stderr(&out)
+    );
+
+    let len = model.len() as u64;
+    assert_eq!(blob.read(0, len, None).await.unwrap(), model);
+    client.delete_blob(doomed.id()).await.unwrap();
+
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let more = pattern::generate(2, 50_000);
+    loop {
+        match blob.append(&more).await {
+            Ok(_) => break,
+            Err(e) if e.kind == ErrorKind::NoSpace && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("writes not taken again: {e}"),
+        }
+    }
+    model.extend_from_slice(&more);
+    assert_eq!(blob.read(0, model.len() as u64, None).await.unwrap(), model);
+}
+
+/// The manager's disk fills to the last byte under a manager without a reserve: a write meets
+/// the full disk in the manager's stores and is refused with `NoSpace`; the manager then ends
+/// itself (its stores take nothing more until reopened) instead of refusing every write
+/// forever, and once restarted with space it has every acknowledged write and takes new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_whose_disk_fills_ends_and_restarts_with_everything_acknowledged() {
+    let (disk, mut tc) = cluster_with_a_small_manager_disk(2, 32 << 20, &["--min-free-space", "0"]);
+    let client = tc.client().await;
+    let blob = client.create_blob(64 << 10, 2).await.unwrap();
+    let mut model = pattern::generate(1, 300_000);
+    blob.append(&model).await.unwrap();
+
+    fill(disk.path());
+    let e = append_until_refused(&blob, &mut model).await;
+    assert!(
+        matches!(e.kind, ErrorKind::NoSpace | ErrorKind::Unavailable),
+        "{e}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        // Its next use of the stores ends it; writes are what use them.
+        let _ = blob.append(b"x").await;
+        if let Some(exited) = tc.cluster.reap().into_iter().find_map(|e| match e {
+            Exited::Manager(status) => Some(status),
+            Exited::Provider(..) => None,
+        }) {
+            break exited;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the manager kept running on a wedged store"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        status.code(),
+        Some(tomus_tables::EXIT_REOPEN_STORE),
+        "{status}"
+    );
+
+    std::fs::remove_file(disk.path().join("filler")).unwrap();
+    tc.cluster.start_manager().unwrap();
+    let again = tc.client().await;
+    let reopened = again.open_blob(blob.id()).await.unwrap();
+    let size = reopened.size(None).await.unwrap();
+    assert!(
+        size >= model.len() as u64,
+        "{size} bytes, {} acknowledged",
+        model.len()
+    );
+    assert_eq!(
+        reopened.read(0, model.len() as u64, None).await.unwrap(),
+        model,
+        "acknowledged appends lost"
+    );
+    let more = pattern::generate(3, 50_000);
+    reopened.append(&more).await.unwrap();
 }

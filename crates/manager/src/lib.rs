@@ -4,6 +4,8 @@
 
 /// The HTTP side: `/metrics` with cluster-wide figures, and the web dashboard.
 pub mod dashboard;
+/// A reserve of free space on the manager's disk, below which new writes are refused.
+pub mod disk_reserve;
 pub mod namespace;
 pub mod placement;
 pub mod registry;
@@ -48,6 +50,8 @@ pub struct ManagerConfig {
     /// Where the manager's workers (committer, leases, retention) report, for `tomus
     /// status`; other background work of the process (the backup service) reports here too.
     pub workers: Workers,
+    /// Bytes kept free on the disk of `data_dir`: below, new writes are refused (0: none).
+    pub min_free_space: u64,
 }
 
 /// Runs the manager until the process ends (or the future is dropped). Sends the bound
@@ -133,6 +137,7 @@ pub async fn run(
         workers,
         topology,
         steward,
+        reserve: disk_reserve::DiskReserve::new(config.data_dir.clone(), config.min_free_space),
     });
     if let Some(http) = http {
         tracing::info!(

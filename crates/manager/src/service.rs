@@ -11,6 +11,7 @@ use tomus_wire::{
     MAX_LISTING,
 };
 
+use crate::disk_reserve::DiskReserve;
 use crate::namespace::registered::{Registration, Stored};
 use crate::namespace::Namespace;
 use crate::placement::place;
@@ -32,6 +33,8 @@ pub struct ManagerService {
     pub topology: Arc<Topology>,
     /// Storage classes, memory-class room and the placement plan (dedicated storage).
     pub steward: Arc<Steward>,
+    /// Free space kept on the manager's disk: requests that start new state wait for it.
+    pub reserve: DiskReserve,
 }
 
 /// Runs `op` (which commits fsynced transactions) off the async workers: a slow disk sync
@@ -108,6 +111,11 @@ impl ManagerService {
 
     async fn manager(&self, req: ManagerRequest) -> Reply {
         use ManagerRequest as M;
+        if starts_new_state(&req) {
+            if let Err(e) = self.reserve.check() {
+                return Reply::error(e);
+            }
+        }
         match req {
             M::CreateBlob(r) => {
                 let r = CreateBlobIn {
@@ -531,6 +539,26 @@ impl ManagerService {
         }
         Ok(placed)
     }
+}
+
+/// Whether `req` starts new state (a blob, a file, a directory, a version, chunk
+/// placements): such requests wait for the manager's disk reserve. Completions of writes
+/// under way, deletions, renames and settings do not (they are what frees space, or small and
+/// bounded by the writes already admitted).
+fn starts_new_state(req: &ManagerRequest) -> bool {
+    use ManagerRequest as M;
+    matches!(
+        req,
+        M::CreateBlob(_)
+            | M::CreateBlobIn(_)
+            | M::Allocate(_)
+            | M::Assign(_)
+            | M::FsMkdir(_)
+            | M::FsCreate(_)
+            | M::FsCreateIn(_)
+            | M::FsCreateRetained(_)
+            | M::FsRegister(_)
+    )
 }
 
 /// Replica sets repair records: a bounded number, each no larger than any replication.

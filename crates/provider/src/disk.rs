@@ -1,38 +1,11 @@
-//! What the provider asks of its disk beyond chunks and logs: free space, sweeping files
-//! dead clients left, directory syncs, blocking I/O off the async threads, and I/O errors
-//! that say what was being done.
+//! What the provider asks of its disk beyond chunks and logs: sweeping files dead clients
+//! left, directory syncs, blocking I/O off the async threads, and I/O errors that say what
+//! was being done. (Free space: [`tomus_wire::disk_space`].)
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
 use tomus_wire::{Error, Result};
-
-/// Capacity and free space (available to unprivileged users) of the file system holding
-/// `path`, in bytes. Reports `(0, 0)` when the file system cannot be queried, so the manager
-/// places nothing on a provider whose disk state is unknown.
-pub fn disk_space(path: &Path) -> (u64, u64) {
-    let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
-        return (0, 0);
-    };
-    // SAFETY: statvfs is plain old data, all-zero is a valid value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c_path is a valid NUL-terminated string and st a writable statvfs.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut st) };
-    if rc != 0 {
-        tracing::warn!(
-            "statvfs {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        );
-        return (0, 0);
-    }
-    // The field types differ between platforms (u32 or u64), so the casts are needed somewhere.
-    #[allow(clippy::unnecessary_cast)]
-    let (blocks, avail, frsize) = (st.f_blocks as u64, st.f_bavail as u64, st.f_frsize as u64);
-    (blocks.saturating_mul(frsize), avail.saturating_mul(frsize))
-}
 
 /// Removes the files of `dir` whose names are `wanted` and that were last modified more
 /// than `idle` before `now` (what clients that died left behind); returns how many and their
@@ -91,17 +64,4 @@ where
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Error::internal(format!("blocking I/O task failed: {e}")))?
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn disk_space_of_temp_dir() {
-        let (capacity, free) = disk_space(&std::env::temp_dir());
-        assert!(capacity > 0);
-        assert!(free <= capacity);
-        assert_eq!(disk_space(Path::new("/nonexistent/tomus")), (0, 0));
-    }
 }

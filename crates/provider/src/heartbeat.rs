@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tomus_metadata::ProviderId;
+use tomus_wire::disk_space::disk_space;
 use tomus_wire::manager::{self, Register};
 use tomus_wire::{Error, ErrorKind, LoadGauge, Pool, ProviderReport, Result};
 use tomus_worker::{Round, Worker};
 
 use crate::chunk_store::ChunkStore;
 use crate::data_dir::DataDirWatch;
-use crate::{blocking, disk_space, io_error};
+use crate::{blocking, io_error};
 
 const ID_FILE: &str = "provider.id";
 /// Minimum time between repeated warnings about the same ongoing problem.

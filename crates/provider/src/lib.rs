@@ -5,7 +5,7 @@
 pub mod chunk_store;
 /// Whether the data directory the provider opened is still there.
 mod data_dir;
-/// Free space, sweeps of dead clients' files, directory syncs, blocking I/O, I/O errors.
+/// Sweeps of dead clients' files, directory syncs, blocking I/O, I/O errors.
 mod disk;
 /// One sync for many records of the provider's append-only logs.
 mod group_commit;
@@ -32,6 +32,6 @@ pub mod small_chunks;
 #[cfg(test)]
 mod testutil;
 
+pub use disk::sweep_idle;
 pub(crate) use disk::{blocking, io_error, sync_dir};
-pub use disk::{disk_space, sweep_idle};
 pub use node::{run, ProviderConfig};

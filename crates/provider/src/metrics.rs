@@ -32,7 +32,7 @@ impl Pages for ProviderPages {
             family.get_or_create(&label("tier", tier)).set(clamp(value));
         }
         // One statvfs: cheap enough to do inline on a scrape.
-        let (capacity, free) = crate::disk_space(&self.data_dir);
+        let (capacity, free) = tomus_wire::disk_space::disk_space(&self.data_dir);
         m.capacity_bytes.set(clamp(capacity));
         m.free_bytes.set(clamp(free));
     }

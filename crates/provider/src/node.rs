@@ -274,6 +274,7 @@ mod tests {
                     limits: ServerLimits::default(),
                     http_listen: None,
                     workers: Default::default(),
+                    min_free_space: 0,
                 };
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let task = runtime.spawn(tomus_manager::run(config, Some(tx)));

@@ -6,6 +6,8 @@ pub mod auth;
 pub mod checksum;
 /// The chunk file format, shared by providers and the clients reading their files directly.
 pub mod chunk_file;
+/// Capacity and free space of the file system holding a path.
+pub mod disk_space;
 /// The typed error every component returns and sends.
 pub mod error;
 /// Frames: length prefixes, encoded headers and raw bodies.

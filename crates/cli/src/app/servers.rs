@@ -58,6 +58,12 @@ pub(super) struct ManagerArgs {
     /// Do not garbage-collect.
     #[arg(long)]
     no_gc: bool,
+    /// Free space to keep on the disk of `--data`: below it, the manager refuses requests
+    /// that start new writes (NoSpace) so its stores never meet a full disk mid-transaction;
+    /// reads, deletions and writes already under way go on, and writes are taken again once
+    /// space is back (0: no reserve).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size, value_name = "SIZE")]
+    min_free_space: u64,
     /// Serve the web dashboard and Prometheus metrics (`GET /metrics`) over HTTP on this
     /// address (off by default). A non-loopback address needs the cluster secret, which every
     /// HTTP request must then carry (bearer token or basic-auth password).
@@ -163,6 +169,7 @@ pub(super) fn run_manager(
         limits: a.limits.limits(),
         http_listen: a.http_addr.clone(),
         workers: tomus_worker::Workers::default(),
+        min_free_space: a.min_free_space,
     };
     // The backup service runs with maintenance (both are the manager's background clients).
     let backup = (!a.no_maintenance).then(|| secret.clone());

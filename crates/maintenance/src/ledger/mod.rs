@@ -80,16 +80,23 @@ pub struct Ledger {
     db: Database,
 }
 
-fn db_err(e: impl std::fmt::Display) -> Error {
+/// A redb error of the ledger: `NoSpace` for a full disk; ends the process when the ledger
+/// must be reopened (see [`tomus_tables::store_error`]).
+fn db_err(e: impl Into<redb::Error>) -> Error {
+    tomus_tables::store_error("maintenance ledger", e)
+}
+
+/// A row that does not encode or decode: damage or a bug, not I/O.
+fn row_err(e: impl std::fmt::Display) -> Error {
     Error::internal(format!("maintenance ledger: {e}"))
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
-    bincode::serialize(v).map_err(db_err)
+    bincode::serialize(v).map_err(row_err)
 }
 
 fn decode<T: for<'a> Deserialize<'a>>(b: &[u8]) -> Result<T> {
-    bincode::deserialize(b).map_err(db_err)
+    bincode::deserialize(b).map_err(row_err)
 }
 
 /// A chunk's track in `chunks` (`None`: not tracked).

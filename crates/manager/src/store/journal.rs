@@ -44,11 +44,17 @@ pub(super) struct Journal {
     pub(super) last_seq: u64,
 }
 
+/// An I/O error of the journal at `path`, `NoSpace` for a full disk.
 fn io_err(path: &Path, what: &str, e: std::io::Error) -> Error {
-    Error::internal(format!(
-        "publication journal {}: {what}: {e}",
-        path.display()
-    ))
+    let base = Error::from(e);
+    Error::new(
+        base.kind,
+        format!(
+            "publication journal {}: {what}: {}",
+            path.display(),
+            base.message
+        ),
+    )
 }
 
 impl Journal {

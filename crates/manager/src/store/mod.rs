@@ -247,16 +247,23 @@ fn apply_groups(txn: &WriteTransaction, groups: &[Group]) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn db_err(e: impl std::fmt::Display) -> Error {
+/// A redb error of the manager's store: `NoSpace` for a full disk; ends the process when the
+/// store must be reopened (see [`tomus_tables::store_error`]).
+pub(crate) fn db_err(e: impl Into<redb::Error>) -> Error {
+    tomus_tables::store_error("manager state store", e)
+}
+
+/// A row that does not encode or decode: damage or a bug, not I/O.
+pub(crate) fn row_err(e: impl std::fmt::Display) -> Error {
     Error::internal(format!("manager state store: {e}"))
 }
 
 pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
-    bincode::serialize(v).map_err(db_err)
+    bincode::serialize(v).map_err(row_err)
 }
 
 pub(crate) fn decode<T: for<'a> Deserialize<'a>>(b: &[u8]) -> Result<T> {
-    bincode::deserialize(b).map_err(db_err)
+    bincode::deserialize(b).map_err(row_err)
 }
 
 impl Store {

@@ -65,6 +65,7 @@ fn open_on(store: Arc<Store>, provider_timeout: Duration) -> Arc<ManagerService>
         workers,
         topology,
         steward,
+        reserve: tomus_manager::disk_reserve::DiskReserve::none(),
     })
 }
 
