@@ -178,6 +178,41 @@ fn blob_commands_against_tomus_up() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `tomus up --config FILE` hands the file to the servers it runs: its `[manager]` table
+/// configures the manager (here a disk reserve no disk has, so writes are refused).
+#[test]
+fn tomus_up_hands_its_configuration_file_to_its_servers() {
+    let dir = tomus_cli::scratch_dir("cli-config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("tomus.toml");
+    std::fs::write(&config, "[manager]\nmin-free-space = \"16777215TiB\"\n").unwrap();
+    let mut up = Command::new(exe())
+        .args(["up", "--providers", "1", "--addr", "127.0.0.1:0", "--data"])
+        .arg(dir.join("data"))
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(up.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+
+    let providers = json_out(&tomus(&addr, &["providers", "--json"]));
+    assert_eq!(providers.as_array().unwrap().len(), 1);
+    let put = tomus(&addr, &["fs", "put", config.to_str().unwrap(), "/copy"]);
+    let stderr = String::from_utf8_lossy(&put.stderr);
+    assert_eq!(put.status.code(), Some(7), "{stderr}");
+    assert!(stderr.contains("--min-free-space"), "{stderr}");
+
+    let _ = up.kill();
+    let _ = up.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `tomus fs ...` on the same cluster: put (replace and append), get, cat, ls, mv, rm.
 fn fs_commands(addr: &str, dir: &std::path::Path) {
     let big = dir.join("big");

@@ -320,8 +320,15 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
             Ok(())
         }
         Command::Up(a) => {
-            let logs = log_args(cli.log_format, cli.log_level.as_deref());
-            up::up(&cli.addr, secret, logs, a)
+            let mut server_args = log_args(cli.log_format, cli.log_level.as_deref());
+            // The file's `[manager]` and `[provider]` tables configure the servers `up` runs
+            // (the flags `up` gives them itself come first).
+            if let Some(file) = &cli.config {
+                let file = std::fs::canonicalize(file)
+                    .with_context(|| format!("cannot read {}", file.display()))?;
+                server_args.extend(["--config".to_string(), file.display().to_string()]);
+            }
+            up::up(&cli.addr, secret, server_args, a)
         }
         Command::S3(a) => {
             let config = crate::s3_cmd::config(&cli.addr, secret, &a)?;

@@ -184,11 +184,12 @@ impl Restarts {
 /// How long a server gets to stop cleanly after Ctrl-C.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// Runs `tomus up`; `log_args` are the logging flags its servers get.
+/// Runs `tomus up`; `server_args` are the flags its servers get (logging, the configuration
+/// file).
 pub(super) fn up(
     addr: &str,
     secret: Option<ClusterSecret>,
-    log_args: Vec<String>,
+    server_args: Vec<String>,
     a: UpArgs,
 ) -> Result<()> {
     if a.providers == 0 {
@@ -216,8 +217,8 @@ pub(super) fn up(
     spec.memory_tier = a.memory_tier;
     spec.fsync = !a.no_fsync;
     spec.manager_args = a.maintenance.manager_args();
-    spec.manager_args.extend(log_args.iter().cloned());
-    spec.provider_args.extend(log_args);
+    spec.manager_args.extend(server_args.iter().cloned());
+    spec.provider_args.extend(server_args);
     if let Some(http) = &a.http_addr {
         spec.manager_args
             .extend(["--http-addr".to_string(), http.clone()]);
