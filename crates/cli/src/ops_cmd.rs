@@ -13,7 +13,7 @@ use tomus_wire::manager::{
     DrainProvider, GetPlacementPlan, GetStatus, MemoryStatus, RemoveProvider, SetRetention,
 };
 use tomus_wire::provider::Scrub;
-use tomus_wire::{ClusterStatus, ProviderInfo, Retention, ScrubReport};
+use tomus_wire::{ClusterStatus, ManagerDisk, ProviderInfo, Retention, ScrubReport};
 
 use crate::size::format_size;
 
@@ -101,6 +101,24 @@ fn state_of(p: &ProviderInfo) -> &'static str {
     }
 }
 
+/// The manager's disk: its free space and the reserve, and whether new writes are refused.
+fn manager_disk_line(d: &ManagerDisk) -> String {
+    let free = format!(
+        "manager disk: {} free of {}",
+        format_size(d.free),
+        format_size(d.capacity)
+    );
+    match d.min_free {
+        0 => format!("{free} (no reserve)"),
+        min if d.free < min => format!(
+            "{free}: UNDER its reserve of {} (--min-free-space), new writes are refused until \
+             space is freed there",
+            format_size(min)
+        ),
+        min => format!("{free} (new writes refused under {})", format_size(min)),
+    }
+}
+
 pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
     let s = status(client).await?;
     let memory = client.manager_call(MemoryStatus {}).await?;
@@ -119,6 +137,7 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
                 "provider_timeout_ms": s.provider_timeout_ms,
                 "maintenance": m,
                 "maintenance_reported_ms": s.maintenance_reported_ms,
+                "manager_disk": s.manager_disk,
                 // The manager's own workers; maintenance's are in `maintenance.workers`.
                 "workers": s.workers,
                 "backup": backup,
@@ -164,6 +183,7 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
             outln!("provider {} ({}) failed: {fault}", p.id, p.addr)?;
         }
     }
+    outln!("{}", manager_disk_line(&s.manager_disk))?;
     if !memory.is_empty() {
         let used: u64 = memory.iter().map(|u| u.used).sum();
         let capacity: u64 = memory.iter().map(|u| u.capacity).sum();

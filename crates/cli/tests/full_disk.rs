@@ -304,6 +304,12 @@ async fn under_its_disk_reserve_the_manager_refuses_new_writes_and_serves_reads(
         "{}",
         common::stderr(&out)
     );
+    let status = common::json(common::tomus(&tc.addr(), &["status", "--json"]));
+    let disk = &status["manager_disk"];
+    assert_eq!(disk["min_free"].as_u64(), Some(8 << 20), "{disk}");
+    assert!(disk["free"].as_u64().unwrap() < 8 << 20, "{disk}");
+    let shown = String::from_utf8(common::ok(common::tomus(&tc.addr(), &["status"]))).unwrap();
+    assert!(shown.contains("UNDER its reserve of 8.0 MiB"), "{shown}");
 
     let len = model.len() as u64;
     assert_eq!(blob.read(0, len, None).await.unwrap(), model);

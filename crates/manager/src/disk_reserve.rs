@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tomus_wire::disk_space::disk_space;
-use tomus_wire::{Error, ErrorKind, Result};
+use tomus_wire::{Error, ErrorKind, ManagerDisk, Result};
 
 /// The free space is looked up at most this often (a `statvfs`).
 const CHECK_EVERY: Duration = Duration::from_millis(250);
@@ -75,6 +75,16 @@ impl DiskReserve {
                 self.min_free
             ),
         ))
+    }
+
+    /// The disk's capacity and free space now, and the reserve, for `tomus status`.
+    pub fn state(&self) -> ManagerDisk {
+        let (capacity, free) = disk_space(&self.dir);
+        ManagerDisk {
+            capacity,
+            free,
+            min_free: self.min_free,
+        }
     }
 
     /// The free bytes, looked up again when the last look is older than [`CHECK_EVERY`].

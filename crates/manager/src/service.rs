@@ -106,6 +106,7 @@ impl ManagerService {
             maintenance_reported_ms,
             workers: self.workers.statuses(),
             now_ms: tomus_wire::now_ms(),
+            manager_disk: self.reserve.state(),
         }
     }
 

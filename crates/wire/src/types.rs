@@ -449,6 +449,17 @@ pub struct ClusterStatus {
     /// The manager's clock when it answered (Unix ms): what to compare the maintenance
     /// times with.
     pub now_ms: u64,
+    /// The disk of the manager's state.
+    pub manager_disk: ManagerDisk,
+}
+
+/// The disk holding the manager's state, and the free space it keeps there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagerDisk {
+    pub capacity: u64,
+    pub free: u64,
+    /// Below this much free space new writes are refused (`--min-free-space`; 0: no reserve).
+    pub min_free: u64,
 }
 
 /// One throughput probe from one node to another ([`Probe`](crate::topology::Probe)).
