@@ -72,55 +72,40 @@ pub async fn run(
     };
     let store = Arc::new(store::Store::open(&config.data_dir)?);
     let workers = config.workers.clone();
-    let versions = VersionManager::open(store.clone(), &workers)?;
-    let namespace = Arc::new(namespace::Namespace::open(store.clone(), versions.clone())?);
+    let service = Arc::new(service::ManagerService::open(
+        store.clone(),
+        workers.clone(),
+        config.provider_timeout,
+        config.secret.clone(),
+        disk_reserve::DiskReserve::new(config.data_dir.clone(), config.min_free_space),
+    )?);
     // The workers stop when this function ends (its future is dropped with the runtime).
     let (_running, stopped) = watch::channel(false);
     let leases = workers::Leases {
-        versions: Arc::downgrade(&versions),
+        versions: Arc::downgrade(&service.versions),
         lease: config.writer_lease,
         given_up: 0,
     };
     workers.spawn(leases, stopped.clone(), None);
     let abandoned = workers::AbandonedFiles {
-        namespace: Arc::downgrade(&namespace),
+        namespace: Arc::downgrade(&service.namespace),
         grace: config.new_file_grace,
         dropped: 0,
     };
     workers.spawn(abandoned, stopped.clone(), None);
     let retention = workers::Retention {
-        versions: Arc::downgrade(&versions),
+        versions: Arc::downgrade(&service.versions),
         expired: 0,
     };
-    let stopped_copies = stopped.clone();
+    workers.spawn(retention, stopped.clone(), None);
     let purge = workers::RowPurge {
         store: Arc::downgrade(&store),
         removed: 0,
     };
     workers.spawn(purge, stopped.clone(), None);
-    workers.spawn(retention, stopped, None);
-    let registry = Arc::new(registry::Registry::open(
-        store.clone(),
-        config.provider_timeout,
-    )?);
-    // Drains that were under way before a restart.
-    versions.watch_drain(registry.drain_horizon_ms());
-    tracing::info!(
-        "manager listening on {local}, state in {}",
-        config.data_dir.display()
-    );
-    if let Some(tx) = ready {
-        let _ = tx.send(local.to_string());
-    }
-    let topology = Arc::new(topology::Topology::new(
-        store.clone(),
-        config.secret.clone(),
-        config.provider_timeout,
-    ));
-    let steward = Arc::new(steward::Steward::open(store.clone())?);
     let copies = workers::RegisteredCopies {
-        namespace: Arc::downgrade(&namespace),
-        registry: Arc::downgrade(&registry),
+        namespace: Arc::downgrade(&service.namespace),
+        registry: Arc::downgrade(&service.registry),
         pool: tomus_wire::Pool::new(tomus_wire::RpcConfig {
             secret: config.secret.clone(),
             ..tomus_wire::RpcConfig::default()
@@ -128,17 +113,14 @@ pub async fn run(
         removed: 0,
         freed: 0,
     };
-    workers.spawn(copies, stopped_copies, None);
-    let service = Arc::new(service::ManagerService {
-        versions,
-        namespace,
-        registry,
-        store,
-        workers,
-        topology,
-        steward,
-        reserve: disk_reserve::DiskReserve::new(config.data_dir.clone(), config.min_free_space),
-    });
+    workers.spawn(copies, stopped, None);
+    tracing::info!(
+        "manager listening on {local}, state in {}",
+        config.data_dir.display()
+    );
+    if let Some(tx) = ready {
+        let _ = tx.send(local.to_string());
+    }
     if let Some(http) = http {
         tracing::info!(
             "manager dashboard and metrics on http://{}/",

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use tomus_wire::maintenance::*;
 use tomus_wire::manager::*;
 use tomus_wire::{
-    check_count, wrong_service, ClusterStatus, Envelope, Error, Handler, Holder, Placement,
-    RegisteredFile, Reply, Result, Retention, StorageClass, MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ITEMS,
-    MAX_LISTING,
+    check_count, wrong_service, ClusterSecret, ClusterStatus, Envelope, Error, Handler, Holder,
+    Placement, RegisteredFile, Reply, Result, Retention, StorageClass, MAX_ADDR_LEN, MAX_ALLOCATE,
+    MAX_ITEMS, MAX_LISTING,
 };
 
 use crate::disk_reserve::DiskReserve;
@@ -46,6 +46,35 @@ async fn blocking<T: Send + 'static>(op: impl FnOnce() -> Result<T> + Send + 'st
 }
 
 impl ManagerService {
+    /// The service over `store`, its parts opened from it; its background workers are the
+    /// caller's to start ([`crate::run`]). `secret` is for probing agents, `provider_timeout`
+    /// how long a silent provider counts as up.
+    pub fn open(
+        store: Arc<Store>,
+        workers: tomus_worker::Workers,
+        provider_timeout: std::time::Duration,
+        secret: Option<ClusterSecret>,
+        reserve: DiskReserve,
+    ) -> Result<Self> {
+        let versions = VersionManager::open(store.clone(), &workers)?;
+        let namespace = Arc::new(Namespace::open(store.clone(), versions.clone())?);
+        let registry = Arc::new(Registry::open(store.clone(), provider_timeout)?);
+        // Drains that were under way before a restart.
+        versions.watch_drain(registry.drain_horizon_ms());
+        let topology = Arc::new(Topology::new(store.clone(), secret, provider_timeout));
+        let steward = Arc::new(Steward::open(store.clone())?);
+        Ok(ManagerService {
+            versions,
+            namespace,
+            registry,
+            store,
+            workers,
+            topology,
+            steward,
+            reserve,
+        })
+    }
+
     /// Runs a lookup of one path on the async worker that received it. It is a redb read
     /// transaction, which never waits for a commit's sync, over pages redb keeps cached: a few
     /// microseconds, where a hand-off to the blocking pool and back costs two thread switches

@@ -23,12 +23,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use redb::ReadableTable;
-use tomus_manager::namespace::Namespace;
-use tomus_manager::registry::Registry;
 use tomus_manager::service::ManagerService;
 use tomus_manager::store::{Publication, Store};
-use tomus_manager::topology::Topology;
-use tomus_manager::VersionManager;
 use tomus_metadata::{BlobId, ChunkId, ProviderId, Span, Version};
 use tomus_wire::maintenance::{
     Changes, Fates, GrantCutoffs, RecordReplicas, ReportMaintenance, TrimChanges,
@@ -52,21 +48,8 @@ fn open(dir: &Path, provider_timeout: Duration) -> Arc<ManagerService> {
 /// A manager on `store`.
 fn open_on(store: Arc<Store>, provider_timeout: Duration) -> Arc<ManagerService> {
     let workers = tomus_worker::Workers::default();
-    let versions = VersionManager::open(store.clone(), &workers).unwrap();
-    let namespace = Arc::new(Namespace::open(store.clone(), versions.clone()).unwrap());
-    let registry = Arc::new(Registry::open(store.clone(), provider_timeout).unwrap());
-    let topology = Arc::new(Topology::new(store.clone(), None, provider_timeout));
-    let steward = Arc::new(tomus_manager::steward::Steward::open(store.clone()).unwrap());
-    Arc::new(ManagerService {
-        versions,
-        namespace,
-        registry,
-        store,
-        workers,
-        topology,
-        steward,
-        reserve: tomus_manager::disk_reserve::DiskReserve::none(),
-    })
+    let reserve = tomus_manager::disk_reserve::DiskReserve::none();
+    Arc::new(ManagerService::open(store, workers, provider_timeout, None, reserve).unwrap())
 }
 
 /// Closes a manager so its database can be opened again (the committer task lets go of it
