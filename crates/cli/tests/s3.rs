@@ -85,6 +85,24 @@ fn the_gateway_serves_next_to_a_cluster() {
     let _ = child.wait();
 }
 
+/// A cluster out of space answers 507 with a code of its own, not the 503 S3 clients retry
+/// for minutes (here the manager's disk reserve is larger than any disk).
+#[test]
+fn a_full_cluster_answers_insufficient_storage() {
+    let tc = TestCluster::start_with(1, |spec| {
+        spec.manager_args = vec!["--min-free-space".into(), "16777215TiB".into()];
+    });
+    let (mut child, addr) = start_gateway(&tc.addr(), &["--anonymous"]);
+    let (status, body) = http(&addr, &request(&addr, "PUT", "/no-room"));
+    assert!(status.contains(" 507 "), "{status}");
+    assert!(body.contains("<Code>XTomusStorageFull</Code>"), "{body}");
+    assert!(body.contains("--min-free-space"), "{body}");
+    let (status, _) = http(&addr, &request(&addr, "GET", "/"));
+    assert!(status.contains(" 200 "), "reads go on: {status}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[test]
 fn the_gateway_refuses_unsafe_configurations() {
     let tc = TestCluster::start(1);

@@ -48,8 +48,17 @@ pub fn from_store(e: Error, missing: Missing) -> S3Error {
         ErrorKind::WriteExpired => S3ErrorCode::RequestTimeout,
         // Retry: the client library already committed again a few times; the S3 client's own
         // retry on 503 is the right next step.
-        ErrorKind::Unavailable | ErrorKind::NoSpace | ErrorKind::AuthFailed | ErrorKind::Retry => {
+        ErrorKind::Unavailable | ErrorKind::AuthFailed | ErrorKind::Retry => {
             S3ErrorCode::ServiceUnavailable
+        }
+        // Not a 503, which S3 clients retry for minutes: no space comes back by retrying at
+        // once. S3 defines no code for it; MinIO answers 507 XMinioStorageFull.
+        ErrorKind::NoSpace => {
+            return custom(
+                "XTomusStorageFull",
+                http::StatusCode::INSUFFICIENT_STORAGE,
+                e.message,
+            )
         }
         ErrorKind::Corrupt | ErrorKind::Protocol | ErrorKind::Internal => {
             tracing::error!("store error: {e}");
@@ -78,5 +87,10 @@ mod tests {
         assert_eq!(e.status_code(), Some(http::StatusCode::CONFLICT));
         let e = object_err(Error::invalid("bad"));
         assert_eq!(e.status_code(), Some(http::StatusCode::BAD_REQUEST));
+        let e = object_err(Error::new(ErrorKind::NoSpace, "full"));
+        assert_eq!(
+            e.status_code(),
+            Some(http::StatusCode::INSUFFICIENT_STORAGE)
+        );
     }
 }
