@@ -14,18 +14,6 @@ use tomus_wire::{
 /// Longest last-error message a maintenance report or a provider's fault keeps.
 const MAX_REPORTED_ERROR: usize = 4096;
 
-/// Cuts `text` to at most `max` bytes on a character boundary: reports shown by `tomus status`
-/// come from the network and are not a place to store a book.
-fn truncate_at_char(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut cut = max;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
-}
-
 use crate::store::{ProviderRecord, Store};
 use crate::versions::{drain_horizon, now_ms, removal_fence};
 
@@ -70,6 +58,37 @@ const MAX_LOST: usize = 100_000;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary: reports shown by `tomus status`
+/// come from the network and are not a place to store a book.
+fn truncate_at_char(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+}
+
+/// A fault a provider reported, cut to [`MAX_REPORTED_ERROR`].
+fn bounded(fault: Option<String>) -> Option<String> {
+    fault.map(|mut f| {
+        truncate_at_char(&mut f, MAX_REPORTED_ERROR);
+        f
+    })
+}
+
+/// Logs a provider's fault when it changes.
+fn log_fault_change(id: ProviderId, addr: &str, old: Option<&str>, new: Option<&str>) {
+    match (old, new) {
+        (old, Some(f)) if old != Some(f) => {
+            tracing::error!("provider {id} ({addr}) reports a fault and counts as down: {f}")
+        }
+        (Some(_), None) => tracing::info!("provider {id} ({addr}) no longer reports a fault"),
+        _ => {}
+    }
 }
 
 impl Registry {
@@ -161,11 +180,14 @@ impl Registry {
             id,
             addr: addr.clone(),
         })?;
+        let fault = bounded(report.fault);
         let mut entries = self.lock();
         // Draining survives re-registration (a provider restarting mid-drain).
-        let (draining, drain_started_ms) = entries
-            .get(&id)
-            .map_or((false, 0), |e| (e.info.draining, e.drain_started_ms));
+        let (draining, drain_started_ms, old_fault) =
+            entries.get(&id).map_or((false, 0, None), |e| {
+                (e.info.draining, e.drain_started_ms, e.info.fault.clone())
+            });
+        log_fault_change(id, &addr, old_fault.as_deref(), fault.as_deref());
         entries.insert(
             id,
             Entry {
@@ -179,7 +201,7 @@ impl Registry {
                     load: report.load,
                     alive: true,
                     draining,
-                    fault: None,
+                    fault,
                 },
                 last_seen: Some(Instant::now()),
                 reported: true,
@@ -190,7 +212,6 @@ impl Registry {
             },
         );
         drop(entries);
-        self.note_fault(id, report.fault);
         self.note_lost(id, report.lost);
         tracing::info!("provider {id} registered");
         Ok(id)
@@ -210,33 +231,12 @@ impl Registry {
         e.reported = true;
         e.placed_since_report = 0;
         e.placed_chunks_since_report = 0;
+        let fault = bounded(report.fault);
+        log_fault_change(id, &e.info.addr, e.info.fault.as_deref(), fault.as_deref());
+        e.info.fault = fault;
         drop(entries);
-        self.note_fault(id, report.fault);
         self.note_lost(id, report.lost);
         Ok(())
-    }
-
-    /// Keeps the fault a provider reports (bounded: the text comes from the network), and
-    /// logs it when it is new. A provider clears its fault only by restarting.
-    fn note_fault(&self, id: ProviderId, fault: Option<String>) {
-        let fault = fault.map(|mut f| {
-            truncate_at_char(&mut f, MAX_REPORTED_ERROR);
-            f
-        });
-        let mut entries = self.lock();
-        let Some(e) = entries.get_mut(&id) else {
-            return;
-        };
-        if e.info.fault != fault {
-            match &fault {
-                Some(f) => tracing::error!(
-                    "provider {id} ({}) reports a fault and counts as down: {f}",
-                    e.info.addr
-                ),
-                None => tracing::info!("provider {id} ({}) no longer reports a fault", e.info.addr),
-            }
-        }
-        e.info.fault = fault;
     }
 
     fn note_lost(&self, provider: ProviderId, chunks: Vec<ChunkId>) {
