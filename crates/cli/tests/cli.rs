@@ -72,12 +72,13 @@ fn demo_verifies_its_data_and_reports_json() {
     assert_eq!(striped, 4 << 20);
 }
 
-#[test]
-fn blob_commands_against_tomus_up() {
-    let dir = tomus_cli::scratch_dir("cli");
+/// `tomus up` on any free port with its data in `data` and `args`: the process and the
+/// manager address it prints first.
+fn start_up(data: &std::path::Path, args: &[&str]) -> (std::process::Child, String) {
     let mut up = Command::new(exe())
-        .args(["up", "--providers", "2", "--addr", "127.0.0.1:0", "--data"])
-        .arg(&dir)
+        .args(["up", "--addr", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -87,6 +88,13 @@ fn blob_commands_against_tomus_up() {
         .read_line(&mut line)
         .unwrap();
     let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    (up, addr)
+}
+
+#[test]
+fn blob_commands_against_tomus_up() {
+    let dir = tomus_cli::scratch_dir("cli");
+    let (mut up, addr) = start_up(&dir, &["--providers", "2"]);
 
     let created = json_out(&tomus(
         &addr,
@@ -186,20 +194,11 @@ fn tomus_up_hands_its_configuration_file_to_its_servers() {
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("tomus.toml");
     std::fs::write(&config, "[manager]\nmin-free-space = \"16777215TiB\"\n").unwrap();
-    let mut up = Command::new(exe())
-        .args(["up", "--providers", "1", "--addr", "127.0.0.1:0", "--data"])
-        .arg(dir.join("data"))
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(up.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let config_arg = config.to_str().unwrap();
+    let (mut up, addr) = start_up(
+        &dir.join("data"),
+        &["--providers", "1", "--config", config_arg],
+    );
 
     let providers = json_out(&tomus(&addr, &["providers", "--json"]));
     assert_eq!(providers.as_array().unwrap().len(), 1);
