@@ -206,6 +206,18 @@ async fn a_provider_that_loses_its_data_directory_is_failed_and_its_copies_recre
         "{fault}"
     );
     assert!(tc.cluster.is_running(0), "the provider exited");
+    // A client that has not heard of it yet is sent elsewhere: it refuses data.
+    let probe = pattern::generate(7, CHUNK as usize);
+    let put = PutChunk {
+        id: ChunkId(0xfa_0001),
+        crc: tomus_wire::checksum::crc32c(&probe),
+    };
+    let e = Pool::new(RpcConfig::default())
+        .call_with_body(&victim, put, &probe)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains("takes no data"), "{e}");
 
     // Nothing is placed on it: a new blob's chunks all go to the two others.
     let other = client.create_blob(CHUNK, 2).await.unwrap();

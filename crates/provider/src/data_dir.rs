@@ -37,6 +37,11 @@ impl DataDirWatch {
         })
     }
 
+    /// The fault [`DataDirWatch::check`] found, if any (no look at the disk).
+    pub fn fault(&self) -> Option<String> {
+        self.fault.get().cloned()
+    }
+
     /// What is wrong, if anything (blocking: it stats each directory twice). A fault stays
     /// once found: chunks that vanished with a directory do not come back when one of the
     /// same name does, and the provider's index of them is only rebuilt by a restart.

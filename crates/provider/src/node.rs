@@ -149,7 +149,8 @@ pub async fn run(
         ProviderService::new(chunks.clone(), tier, meta, peers)
             .with_agent(agent)
             .with_registered(registered)
-            .with_local_chunks(local_chunks),
+            .with_local_chunks(local_chunks)
+            .with_data_dir_watch(watch.clone()),
     );
     let load = Arc::new(LoadGauge::observed(tomus_metrics::RpcObserver::shared()));
     let pool = Pool::new(RpcConfig {

@@ -28,6 +28,7 @@ use tomus_wire::{
 use tomus_steward::probe::Agent;
 
 use crate::chunk_store::ChunkStore;
+use crate::data_dir::DataDirWatch;
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
 use crate::registered::RegisteredFiles;
@@ -58,6 +59,8 @@ pub struct ProviderService {
     registered: Option<Arc<RegisteredFiles>>,
     /// Where its chunk files are, for short-circuit reads and writes; `None`: not offered.
     local_chunks: Option<LocalChunks>,
+    /// Whether its data directory is still there; `None` in tests that need no watch.
+    data_dir: Option<Arc<DataDirWatch>>,
 }
 
 impl ProviderService {
@@ -76,6 +79,7 @@ impl ProviderService {
             agent: None,
             registered: None,
             local_chunks: None,
+            data_dir: None,
         }
     }
 
@@ -97,6 +101,13 @@ impl ProviderService {
         self
     }
 
+    /// Refuses new data once `watch` found the data directory gone (clients that have not yet
+    /// heard from the manager that this provider failed then store it elsewhere).
+    pub(crate) fn with_data_dir_watch(mut self, watch: Arc<DataDirWatch>) -> Self {
+        self.data_dir = Some(watch);
+        self
+    }
+
     fn registered(&self) -> Result<&Arc<RegisteredFiles>> {
         self.registered
             .as_ref()
@@ -107,6 +118,13 @@ impl ProviderService {
         use ProviderRequest as P;
         if let Err(e) = check_request(&req, &body) {
             return Reply::error(e);
+        }
+        if takes_data(&req) {
+            if let Some(fault) = self.data_dir.as_ref().and_then(|w| w.fault()) {
+                return Reply::error(Error::unavailable(format!(
+                    "this provider takes no data: {fault}"
+                )));
+            }
         }
         match req {
             P::PutChunk(r) if r.id == ChunkId::ZEROS => {
@@ -192,6 +210,20 @@ impl ProviderService {
             ),
         }
     }
+}
+
+/// Whether `req` stores data here (chunks, metadata nodes, adopted files).
+fn takes_data(req: &ProviderRequest) -> bool {
+    use ProviderRequest as P;
+    matches!(
+        req,
+        P::PutChunk(_)
+            | P::PutSmallWrite(_)
+            | P::PutNodes(_)
+            | P::CopyChunk(_)
+            | P::AdoptChunk(_)
+            | P::AdoptFile(_)
+    )
 }
 
 /// Checks every count and size a request carries before anything is sized by it.
