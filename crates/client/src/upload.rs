@@ -12,8 +12,6 @@ use crate::{chunks, placements};
 
 /// Tries to store one chunk before a write gives up on unreachable providers.
 const CHUNK_ATTEMPTS: u32 = 4;
-/// Placements asked for when replacing a failed replica set.
-const REPLACEMENT_CHOICES: usize = 8;
 
 impl Blob {
     /// Cuts `data` into chunk-size pieces and stores each on its replica set, in parallel.
@@ -68,19 +66,14 @@ impl Blob {
         }
     }
 
-    /// A replica set for one chunk avoiding providers that failed recently: the first of a
-    /// few placements that has none.
+    /// A replica set for one chunk, placed by the manager away from the providers this client
+    /// saw fail or refuse data recently whenever enough others can take it (otherwise every
+    /// set the manager could give includes one of them). One placement: the manager charges
+    /// each one it gives against its providers' free space until their next heartbeat.
     pub(crate) async fn fresh_replicas(&self, chunk_bytes: u64) -> Result<Vec<ProviderInfo>> {
-        let sets = self
-            .allocate(REPLACEMENT_CHOICES, Some(chunk_bytes))
-            .await?;
-        for set in &sets {
-            let ids: Vec<_> = set.iter().map(|p| p.id).collect();
-            if self.cluster().writable(&ids).await?.len() == ids.len() {
-                return Ok(set.clone());
-            }
-        }
-        sets.into_iter()
+        self.allocate(1, Some(chunk_bytes))
+            .await?
+            .into_iter()
             .next()
             .ok_or_else(|| Error::internal("manager returned no placement"))
     }
