@@ -6,7 +6,7 @@
 //! keeps such a reserve too (`dfs.namenode.resource.du.reserved`) and turns read-only below
 //! it. Writes are taken again as soon as the space is back.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -18,7 +18,8 @@ use tomus_wire::{Error, ErrorKind, ManagerDisk, Result};
 const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 pub struct DiskReserve {
-    dir: PathBuf,
+    /// The manager's data directory (`None`: a store without one, which keeps no reserve).
+    dir: Option<PathBuf>,
     /// Bytes to keep free (0: no reserve).
     min_free: u64,
     /// The last look: when, and the free bytes it found.
@@ -31,27 +32,32 @@ impl DiskReserve {
     /// Keeps `min_free` bytes free on the file system holding `dir` (0: no reserve).
     pub fn new(dir: PathBuf, min_free: u64) -> Self {
         DiskReserve {
-            dir,
+            dir: Some(dir),
             min_free,
             last: Mutex::new(None),
             below: AtomicBool::new(false),
         }
     }
 
-    /// No reserve (stores without a directory).
+    /// No reserve and no disk to report (a store without a directory, in tests).
     pub fn none() -> Self {
-        Self::new(PathBuf::new(), 0)
+        DiskReserve {
+            dir: None,
+            min_free: 0,
+            last: Mutex::new(None),
+            below: AtomicBool::new(false),
+        }
     }
 
     /// `Ok` when a request that starts new state may go on; `NoSpace` below the reserve.
     pub fn check(&self) -> Result<()> {
-        if self.min_free == 0 {
+        let Some(dir) = self.dir.as_deref().filter(|_| self.min_free > 0) else {
             return Ok(());
-        }
-        let free = self.free();
+        };
+        let free = self.free(dir);
         let below = free < self.min_free;
         if self.below.swap(below, Ordering::Relaxed) != below {
-            let dir = self.dir.display();
+            let dir = dir.display();
             if below {
                 tracing::error!(
                     "{dir} has {free} bytes free, under the manager's reserve of {}: new \
@@ -71,7 +77,7 @@ impl DiskReserve {
                 "the manager's disk ({}) has {free} bytes free, under its reserve of {} \
                  (--min-free-space): it takes no new writes until space is freed there; \
                  reads and deletions go on",
-                self.dir.display(),
+                dir.display(),
                 self.min_free
             ),
         ))
@@ -79,7 +85,7 @@ impl DiskReserve {
 
     /// The disk's capacity and free space now, and the reserve, for `tomus status`.
     pub fn state(&self) -> ManagerDisk {
-        let (capacity, free) = disk_space(&self.dir);
+        let (capacity, free) = self.dir.as_deref().map_or((0, 0), disk_space);
         ManagerDisk {
             capacity,
             free,
@@ -88,12 +94,12 @@ impl DiskReserve {
     }
 
     /// The free bytes, looked up again when the last look is older than [`CHECK_EVERY`].
-    fn free(&self) -> u64 {
+    fn free(&self, dir: &Path) -> u64 {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         match *last {
             Some((at, free)) if at.elapsed() < CHECK_EVERY => free,
             _ => {
-                let (_, free) = disk_space(&self.dir);
+                let (_, free) = disk_space(dir);
                 *last = Some((Instant::now(), free));
                 free
             }
