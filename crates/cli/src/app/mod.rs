@@ -322,7 +322,7 @@ fn run(cli: Cli, explicit_addr: bool) -> Result<()> {
         Command::Up(a) => {
             let mut server_args = log_args(cli.log_format, cli.log_level.as_deref());
             // The file's `[manager]` and `[provider]` tables configure the servers `up` runs
-            // (the flags `up` gives them itself come first).
+            // (the flags `up` gives them override the file's, as any command line does).
             if let Some(file) = &cli.config {
                 let file = std::fs::canonicalize(file)
                     .with_context(|| format!("cannot read {}", file.display()))?;
