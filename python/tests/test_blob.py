@@ -146,6 +146,9 @@ def test_reprs(client: tomus.Client, blob: tomus.Blob, cluster: tomus.LocalClust
     assert "state='published'" in repr(blob.stat())
     assert "1 published" in repr(blob.versions())
     assert "alive=True" in repr(client.providers()[0])
+    # A sound provider reports no fault (and its repr names none).
+    assert client.providers()[0].fault is None
+    assert "fault" not in repr(client.providers()[0])
     assert "running" in repr(cluster)
 
 
