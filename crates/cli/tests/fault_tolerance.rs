@@ -188,6 +188,20 @@ async fn a_provider_that_loses_its_data_directory_is_failed_and_its_copies_recre
     );
 
     std::fs::remove_dir_all(tc.cluster.provider_dir(0)).unwrap();
+    // At once, before its next heartbeat looks: a chunk sent to it meets the missing
+    // directory, and the answer is one clients fail over on.
+    let probe = pattern::generate(7, CHUNK as usize);
+    let put = |id: u128| PutChunk {
+        id: ChunkId(id),
+        crc: tomus_wire::checksum::crc32c(&probe),
+    };
+    let pool = Pool::new(RpcConfig::default());
+    let e = pool
+        .call_with_body(&victim, put(0xfa_0001), &probe)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains("takes no data"), "{e}");
     wait_until(
         "the manager to list provider 0 failed",
         Duration::from_secs(10),
@@ -206,14 +220,9 @@ async fn a_provider_that_loses_its_data_directory_is_failed_and_its_copies_recre
         "{fault}"
     );
     assert!(tc.cluster.is_running(0), "the provider exited");
-    // A client that has not heard of it yet is sent elsewhere: it refuses data.
-    let probe = pattern::generate(7, CHUNK as usize);
-    let put = PutChunk {
-        id: ChunkId(0xfa_0001),
-        crc: tomus_wire::checksum::crc32c(&probe),
-    };
-    let e = Pool::new(RpcConfig::default())
-        .call_with_body(&victim, put, &probe)
+    // Once failed, it refuses data before trying to store it.
+    let e = pool
+        .call_with_body(&victim, put(0xfa_0002), &probe)
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");

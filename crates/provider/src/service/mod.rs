@@ -108,6 +108,19 @@ impl ProviderService {
         self
     }
 
+    /// `failed`, a store's error, or `Unavailable` when the data directory turns out to be
+    /// gone: a write that fails in the moments between a removal and the next heartbeat's
+    /// look finds the fault itself (a few `stat`s, on this error path only), so its client
+    /// fails over instead of meeting an error it does not retry elsewhere.
+    fn unless_data_dir_gone(&self, failed: Reply) -> Reply {
+        match self.data_dir.as_ref().and_then(|w| w.check()) {
+            Some(fault) => Reply::error(Error::unavailable(format!(
+                "this provider takes no data: {fault}"
+            ))),
+            None => failed,
+        }
+    }
+
     fn registered(&self) -> Result<&Arc<RegisteredFiles>> {
         self.registered
             .as_ref()
@@ -258,7 +271,11 @@ impl Handler for ProviderService {
             (other, _) => return wrong_service("provider", &other),
         };
         let name = req.name();
-        let reply = self.dispatch(req, body).await;
+        let stores = takes_data(&req);
+        let mut reply = self.dispatch(req, body).await;
+        if stores && reply.failed().is_some() {
+            reply = self.unless_data_dir_gone(reply);
+        }
         if let Some(e) = reply.failed() {
             // Damaged data and failing disks need an operator; the rest is the caller's
             // business.
