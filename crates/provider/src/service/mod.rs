@@ -108,17 +108,13 @@ impl ProviderService {
         self
     }
 
-    /// `failed`, a store's error, or `Unavailable` when the data directory turns out to be
-    /// gone: a write that fails in the moments between a removal and the next heartbeat's
-    /// look finds the fault itself (a few `stat`s, on this error path only), so its client
-    /// fails over instead of meeting an error it does not retry elsewhere.
-    fn unless_data_dir_gone(&self, failed: Reply) -> Reply {
-        match self.data_dir.as_ref().and_then(|w| w.check()) {
-            Some(fault) => Reply::error(Error::unavailable(format!(
-                "this provider takes no data: {fault}"
-            ))),
-            None => failed,
-        }
+    /// `Unavailable` with the data directory's fault, when `look` finds one: the answer to a
+    /// request that stores data here, which its client then stores elsewhere.
+    fn refused_for_fault(&self, look: impl Fn(&DataDirWatch) -> Option<String>) -> Option<Reply> {
+        let fault = look(self.data_dir.as_deref()?)?;
+        Some(Reply::error(Error::unavailable(format!(
+            "this provider takes no data: {fault}"
+        ))))
     }
 
     fn registered(&self) -> Result<&Arc<RegisteredFiles>> {
@@ -133,10 +129,8 @@ impl ProviderService {
             return Reply::error(e);
         }
         if takes_data(&req) {
-            if let Some(fault) = self.data_dir.as_ref().and_then(|w| w.fault()) {
-                return Reply::error(Error::unavailable(format!(
-                    "this provider takes no data: {fault}"
-                )));
+            if let Some(refused) = self.refused_for_fault(DataDirWatch::fault) {
+                return refused;
             }
         }
         match req {
@@ -274,7 +268,13 @@ impl Handler for ProviderService {
         let stores = takes_data(&req);
         let mut reply = self.dispatch(req, body).await;
         if stores && reply.failed().is_some() {
-            reply = self.unless_data_dir_gone(reply);
+            // A write that failed in the moments between a removal of the data directory and
+            // the next heartbeat's look finds the fault itself (a few `stat`s, on this error
+            // path only), so its client fails over instead of meeting an error it does not
+            // retry elsewhere.
+            if let Some(refused) = self.refused_for_fault(DataDirWatch::check) {
+                reply = refused;
+            }
         }
         if let Some(e) = reply.failed() {
             // Damaged data and failing disks need an operator; the rest is the caller's
