@@ -1,11 +1,12 @@
 //! What the provider asks of its disk beyond chunks and logs: sweeping files dead clients
-//! left, directory syncs, blocking I/O off the async threads, and I/O errors that say what
-//! was being done. (Free space: [`tomus_wire::disk_space`].)
+//! left, directory syncs and blocking I/O off the async threads. (Free space:
+//! [`tomus_wire::disk_space`]; I/O errors that say what was being done:
+//! [`tomus_wire::io_error`].)
 
 use std::path::Path;
 use std::time::Duration;
 
-use tomus_wire::{Error, Result};
+use tomus_wire::{io_error, Error, Result};
 
 /// Removes the files of `dir` whose names are `wanted` and that were last modified more
 /// than `idle` before `now` (what clients that died left behind); returns how many and their
@@ -46,13 +47,6 @@ pub fn sweep_idle(
 /// Makes a directory's entries (a rename, a new file) durable.
 pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
-}
-
-/// An I/O error with what was being done; keeps the kind the wire crate derives (ENOSPC is
-/// `NoSpace`).
-pub(crate) fn io_error(context: impl std::fmt::Display, e: std::io::Error) -> Error {
-    let base = Error::from(e);
-    Error::new(base.kind, format!("{context}: {}", base.message))
 }
 
 /// Runs blocking file I/O off the async worker threads.

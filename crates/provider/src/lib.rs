@@ -5,7 +5,7 @@
 pub mod chunk_store;
 /// Whether the data directory the provider opened is still there.
 mod data_dir;
-/// Sweeps of dead clients' files, directory syncs, blocking I/O, I/O errors.
+/// Sweeps of dead clients' files, directory syncs, blocking I/O.
 mod disk;
 /// One sync for many records of the provider's append-only logs.
 mod group_commit;
@@ -33,5 +33,6 @@ pub mod small_chunks;
 mod testutil;
 
 pub use disk::sweep_idle;
-pub(crate) use disk::{blocking, io_error, sync_dir};
+pub(crate) use disk::{blocking, sync_dir};
 pub use node::{run, ProviderConfig};
+pub(crate) use tomus_wire::io_error;

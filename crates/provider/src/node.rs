@@ -12,8 +12,8 @@ use tomus_wire::{
 
 use crate::chunk_store::ChunkStore;
 use crate::data_dir::DataDirWatch;
-use crate::disk::io_error;
 use crate::heartbeat::{Beats, Heartbeat};
+use crate::io_error;
 use crate::memory_tier::MemoryTier;
 use crate::meta_store::MetaStore;
 use crate::registered::RegisteredFiles;

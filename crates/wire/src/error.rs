@@ -127,6 +127,13 @@ pub fn check_count(what: &str, count: usize, max: usize) -> Result<()> {
     Ok(())
 }
 
+/// An I/O error with what was being done (`context`); keeps the kind [`Error::from`] derives
+/// (ENOSPC is `NoSpace`).
+pub fn io_error(context: impl std::fmt::Display, e: std::io::Error) -> Error {
+    let base = Error::from(e);
+    Error::new(base.kind, format!("{context}: {}", base.message))
+}
+
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         if e.kind() == std::io::ErrorKind::StorageFull {

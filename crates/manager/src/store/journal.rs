@@ -46,14 +46,9 @@ pub(super) struct Journal {
 
 /// An I/O error of the journal at `path`, `NoSpace` for a full disk.
 fn io_err(path: &Path, what: &str, e: std::io::Error) -> Error {
-    let base = Error::from(e);
-    Error::new(
-        base.kind,
-        format!(
-            "publication journal {}: {what}: {}",
-            path.display(),
-            base.message
-        ),
+    tomus_wire::io_error(
+        format_args!("publication journal {}: {what}", path.display()),
+        e,
     )
 }
 
