@@ -120,6 +120,25 @@ fn a_publication_acknowledged_from_the_journal_survives_a_stop_before_redb_has_i
     check_published(&store, record.id, 2);
 }
 
+/// A journal removed while the store runs (its directory `rm -rf`'ed) would take and sync
+/// records that no restart reads: the publication fails instead of being acknowledged.
+#[test]
+fn a_publication_into_a_removed_journal_is_refused() {
+    let dir = TempDir::new("journal-removed");
+    let store = Store::open(dir.path()).unwrap();
+    let mut record = new_blob(&store);
+    store.publish(&[appended(&mut record, 1)]).unwrap();
+    std::fs::remove_file(dir.path().join("publications.journal")).unwrap();
+    let Err(e) = store.publish(&[appended(&mut record, 2)]) else {
+        panic!("a publication into a removed journal was acknowledged");
+    };
+    assert!(e.message.contains("removed while open"), "{e}");
+    assert!(
+        store.version(record.id, 2).unwrap().is_none(),
+        "a refused publication is listed"
+    );
+}
+
 #[test]
 fn many_journaled_groups_reach_redb_in_order_with_the_change_log() {
     let dir = TempDir::new("journal-many");

@@ -22,6 +22,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use tokio::sync::{mpsc, oneshot};
+use tomus_wire::log_file::still_linked;
 use tomus_wire::zeroed_ahead::ZeroedAhead;
 use tomus_wire::{Error, Result};
 
@@ -148,14 +149,20 @@ impl<T: Send + 'static> GroupCommit<T> {
 
 /// Writes `buf` at `pos` (the end of the valid log). On failure the file is cut back to `pos`
 /// so a partial record cannot end up in front of later ones.
+///
+/// An append to a log removed under the provider (its directory `rm -rf`'ed) fails rather
+/// than being acknowledged ([`still_linked`]).
 pub(crate) fn append(file: &File, pos: u64, buf: &[u8], fsync: bool) -> io::Result<()> {
-    let result = file.write_all_at(buf, pos).and_then(|()| {
-        if fsync {
-            timed_sync(file, "log")
-        } else {
-            Ok(())
-        }
-    });
+    let result = file
+        .write_all_at(buf, pos)
+        .and_then(|()| {
+            if fsync {
+                timed_sync(file, "log")
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| still_linked(file));
     if result.is_err() {
         let _ = file.set_len(pos);
     }
@@ -206,6 +213,31 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn an_append_to_a_removed_log_fails_and_keeps_nothing() {
+        let dir = crate::testutil::TempDir::new("removed-log");
+        let path = dir.path().join("log");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        append(&file, 0, b"kept", true).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        for fsync in [true, false] {
+            let e = append(&file, 4, b"lost", fsync).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
+            assert!(e.to_string().contains("removed while open"), "{e}");
+            assert_eq!(
+                file.metadata().unwrap().len(),
+                4,
+                "the failed append was kept"
+            );
+        }
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn groups_concurrent_items_and_shares_results() {

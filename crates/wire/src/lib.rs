@@ -14,6 +14,8 @@ pub mod error;
 pub mod frame;
 /// Sizes and times for people (the CLI and the dashboard).
 pub mod human;
+/// The check an append-only log makes before acknowledging: that its file still exists.
+pub mod log_file;
 /// The requests of the maintenance service to the manager.
 pub mod maintenance;
 /// The requests of the manager.

@@ -18,6 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use tomus_wire::log_file::still_linked;
 use tomus_wire::zeroed_ahead::{drop_torn_tail, ZeroedAhead};
 use tomus_wire::{Error, Result};
 
@@ -100,7 +101,7 @@ impl Journal {
     }
 
     /// Appends `group` as record `seq` and syncs it. On failure nothing after `end` counts:
-    /// the next append writes over it.
+    /// the next append writes over it. A journal removed while open fails every append.
     pub(super) fn append(&mut self, seq: u64, group: &[Publication]) -> Result<()> {
         let payload = bincode::serialize(&(seq, group))
             .map_err(|e| Error::internal(format!("encoding a publication group: {e}")))?;
@@ -116,6 +117,7 @@ impl Journal {
         self.file
             .write_all_at(&record, self.end)
             .and_then(|()| self.file.sync_data())
+            .and_then(|()| still_linked(&self.file))
             .map_err(|e| io_err(&self.path, "append", e))?;
         self.end += record.len() as u64;
         self.last_seq = seq;
