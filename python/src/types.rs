@@ -162,6 +162,8 @@ pub struct ProviderInfo {
     pub draining: bool,
     /// Why it reported it cannot keep data (its data directory vanished); `None` when sound.
     pub fault: Option<String>,
+    /// `"up"`, `"draining"`, `"down"` or `"failed"`, as `tomus status` names it.
+    pub state: &'static str,
 }
 
 impl From<&tomus_wire::ProviderInfo> for ProviderInfo {
@@ -177,6 +179,7 @@ impl From<&tomus_wire::ProviderInfo> for ProviderInfo {
             alive: p.alive,
             draining: p.draining,
             fault: p.fault.clone(),
+            state: p.state().name(),
         }
     }
 }
@@ -185,9 +188,10 @@ impl From<&tomus_wire::ProviderInfo> for ProviderInfo {
 impl ProviderInfo {
     fn __repr__(&self) -> String {
         format!(
-            "ProviderInfo(id={}, addr='{}', alive={}, draining={}, capacity={}, free={}, chunks={}{})",
+            "ProviderInfo(id={}, addr='{}', state='{}', alive={}, draining={}, capacity={}, free={}, chunks={}{})",
             self.id,
             self.addr,
+            self.state,
             if self.alive { "True" } else { "False" },
             if self.draining { "True" } else { "False" },
             self.capacity,

@@ -149,6 +149,8 @@ def test_reprs(client: tomus.Client, blob: tomus.Blob, cluster: tomus.LocalClust
     # A sound provider reports no fault (and its repr names none).
     assert client.providers()[0].fault is None
     assert "fault" not in repr(client.providers()[0])
+    assert client.providers()[0].state == "up"
+    assert "state='up'" in repr(client.providers()[0])
     assert "running" in repr(cluster)
 
 

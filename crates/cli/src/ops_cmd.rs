@@ -13,7 +13,7 @@ use tomus_wire::manager::{
     DrainProvider, GetPlacementPlan, GetStatus, MemoryStatus, RemoveProvider, SetRetention,
 };
 use tomus_wire::provider::Scrub;
-use tomus_wire::{ClusterStatus, ManagerDisk, ProviderInfo, Retention, ScrubReport};
+use tomus_wire::{ClusterStatus, ManagerDisk, ProviderInfo, ProviderState, Retention, ScrubReport};
 
 use crate::size::format_size;
 
@@ -90,14 +90,9 @@ pub async fn status(client: &Client) -> Result<ClusterStatus> {
 }
 
 fn state_of(p: &ProviderInfo) -> &'static str {
-    if p.fault.is_some() {
-        return "failed";
-    }
-    match (p.alive, p.draining) {
-        (true, false) => "up",
-        (true, true) => "draining",
-        (false, false) => "down",
-        (false, true) => "down (draining)",
+    match p.state() {
+        ProviderState::Down if p.draining => "down (draining)",
+        state => state.name(),
     }
 }
 

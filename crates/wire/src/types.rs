@@ -168,6 +168,46 @@ pub struct ProviderInfo {
     pub fault: Option<String>,
 }
 
+impl ProviderInfo {
+    /// What it is, as every view names it (`tomus status`, the dashboard, `/metrics`).
+    pub fn state(&self) -> ProviderState {
+        match (self.alive, self.draining) {
+            _ if self.fault.is_some() => ProviderState::Failed,
+            (false, _) => ProviderState::Down,
+            (true, true) => ProviderState::Draining,
+            (true, false) => ProviderState::Up,
+        }
+    }
+}
+
+/// A provider's state: a fault outranks silence, and silence outranks draining (a down
+/// provider being drained is down: nothing is read from it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderState {
+    Up,
+    Draining,
+    Down,
+    Failed,
+}
+
+impl ProviderState {
+    pub const ALL: [ProviderState; 4] = [
+        ProviderState::Up,
+        ProviderState::Draining,
+        ProviderState::Down,
+        ProviderState::Failed,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderState::Up => "up",
+            ProviderState::Draining => "draining",
+            ProviderState::Down => "down",
+            ProviderState::Failed => "failed",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum Placement {
     /// Spread chunks over the providers with the most free space and least load.
@@ -545,4 +585,33 @@ pub struct Adopted {
     /// Its name in the provider's `registered` directory.
     pub name: String,
     pub size: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_outranks_silence_which_outranks_draining() {
+        let p = |alive, draining, fault: Option<&str>| ProviderInfo {
+            id: 1,
+            addr: "127.0.0.1:1".into(),
+            host: "127.0.0.1".into(),
+            capacity: 0,
+            free: 0,
+            chunks: 0,
+            load: 0,
+            alive,
+            draining,
+            fault: fault.map(str::to_string),
+        };
+        assert_eq!(p(true, false, None).state(), ProviderState::Up);
+        assert_eq!(p(true, true, None).state(), ProviderState::Draining);
+        assert_eq!(p(false, false, None).state(), ProviderState::Down);
+        assert_eq!(p(false, true, None).state(), ProviderState::Down);
+        assert_eq!(p(false, true, Some("gone")).state(), ProviderState::Failed);
+        assert_eq!(p(true, false, Some("gone")).state(), ProviderState::Failed);
+        let names: Vec<_> = ProviderState::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(names, ["up", "draining", "down", "failed"]);
+    }
 }

@@ -29,7 +29,7 @@ use futures::future::BoxFuture;
 use tomus_metrics::families::label;
 use tomus_metrics::http::with_type;
 use tomus_metrics::{Pages, Response};
-use tomus_wire::{EntryKind, ErrorKind, Result};
+use tomus_wire::{EntryKind, ErrorKind, ProviderState, Result};
 
 use crate::service::ManagerService;
 
@@ -68,15 +68,8 @@ impl Pages for ManagerPages {
     fn before_scrape(&self) {
         let m = tomus_metrics::manager();
         let providers = self.service.registry.list_with_stored();
-        let (mut up, mut down, mut draining, mut failed) = (0, 0, 0, 0);
         let (mut stored, mut chunks, mut capacity, mut free) = (0u64, 0u64, 0u64, 0u64);
         for (p, bytes) in &providers {
-            match (p.alive, p.draining) {
-                _ if p.fault.is_some() => failed += 1,
-                (false, _) => down += 1,
-                (true, true) => draining += 1,
-                (true, false) => up += 1,
-            }
             if p.alive {
                 stored += bytes;
                 chunks += p.chunks;
@@ -84,15 +77,11 @@ impl Pages for ManagerPages {
                 free += p.free;
             }
         }
-        for (state, n) in [
-            ("up", up),
-            ("down", down),
-            ("draining", draining),
-            ("failed", failed),
-        ] {
+        for state in ProviderState::ALL {
+            let n = providers.iter().filter(|(p, _)| p.state() == state).count();
             m.cluster_providers
-                .get_or_create(&label("state", state))
-                .set(n);
+                .get_or_create(&label("state", state.name()))
+                .set(n as i64);
         }
         m.cluster_stored_bytes.set(clamp(stored));
         m.cluster_chunks.set(clamp(chunks));

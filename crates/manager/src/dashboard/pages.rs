@@ -60,12 +60,7 @@ pub(super) fn overview(
          <th>load</th></tr>",
     );
     for (p, stored) in providers {
-        let state = match (p.alive, p.draining) {
-            _ if p.fault.is_some() => "failed",
-            (false, _) => "down",
-            (true, true) => "draining",
-            (true, false) => "up",
-        };
+        let state = p.state().name();
         let used = p.capacity.saturating_sub(p.free);
         let pct = (used as f64 * 100.0 / p.capacity.max(1) as f64).clamp(0.0, 100.0);
         let _ = write!(
