@@ -238,3 +238,30 @@ def test_reads_of_a_known_version_leave_the_manager_alone(tmp_path: Path) -> Non
         time.sleep(0.3)
         assert record_requests(c.http) == known
         assert known - opened == 1, "opening a version by name is one request"
+
+
+def test_a_provider_whose_data_directory_is_removed_shows_failed(tmp_path: Path) -> None:
+    """``rm -rf`` of a provider's data directory: its own ``/metrics`` says so (and stops
+    measuring the space of a directory that is gone, which logged a warning per scrape), the
+    manager counts it failed, and Python names its state."""
+    import shutil
+
+    with cluster(tmp_path, providers=2) as c:
+        before = scrape(c.provider_metrics[0])
+        assert value(before, "tomus_provider_failed") == 0
+        assert value(before, "tomus_provider_free_bytes") > 0
+        shutil.rmtree(tmp_path / "provider-0")
+        assert wait_for(lambda: value(scrape(c.provider_metrics[0]), "tomus_provider_failed") == 1)
+        for _ in range(3):
+            after = scrape(c.provider_metrics[0])
+        assert value(after, "tomus_provider_free_bytes") == 0
+        assert value(after, "tomus_provider_capacity_bytes") == 0
+        assert value(scrape(c.provider_metrics[1]), "tomus_provider_failed") == 0
+        assert wait_for(
+            lambda: value(scrape(c.http), "tomus_cluster_providers", state="failed") == 1
+        )
+        assert value(scrape(c.http), "tomus_cluster_providers", state="up") == 1
+        states = sorted(p.state for p in tomus.connect(c.addr).providers())
+        assert states == ["failed", "up"]
+        log = (tmp_path / "provider-0.log").read_text()
+        assert "statvfs" not in log, log

@@ -170,6 +170,9 @@ pub struct ProviderMetrics {
     /// file system.
     pub capacity_bytes: Gauge,
     pub free_bytes: Gauge,
+    /// `tomus_provider_failed`: 1 once the data directory was removed or replaced under the
+    /// running provider (it then takes no data; see `tomus status`), else 0.
+    pub failed: Gauge,
     /// `tomus_provider_group_commit_batch_size{log}`: records one group commit carried.
     pub group_commit_batch: Histograms,
     /// `tomus_provider_group_commit_duration_seconds{log}`: one group's write and sync.
@@ -196,6 +199,7 @@ pub fn provider() -> &'static ProviderMetrics {
             stored_bytes: gauges(),
             capacity_bytes: Gauge::default(),
             free_bytes: Gauge::default(),
+            failed: Gauge::default(),
             group_commit_batch: histograms(batch_sizes),
             group_commit_duration: histograms(latency),
             fsync_duration: histograms(latency),
@@ -257,6 +261,11 @@ pub fn provider() -> &'static ProviderMetrics {
             "tomus_provider_free_bytes",
             "Free space of the data directory's file system",
             m.free_bytes.clone(),
+        );
+        r.register(
+            "tomus_provider_failed",
+            "1 once the data directory was removed or replaced under the running provider",
+            m.failed.clone(),
         );
         r.register(
             "tomus_provider_group_commit_batch_size",

@@ -3,18 +3,21 @@
 //! disk are read here, when a scrape asks.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use tomus_metrics::families::label;
 use tomus_metrics::{Pages, Response};
 
 use crate::chunk_store::ChunkStore;
+use crate::data_dir::DataDirWatch;
 use crate::memory_tier::MemoryTier;
 
 pub(crate) struct ProviderPages {
     pub chunks: ChunkStore,
     pub tier: Option<MemoryTier>,
     pub data_dir: PathBuf,
+    pub watch: Arc<DataDirWatch>,
 }
 
 impl Pages for ProviderPages {
@@ -31,10 +34,17 @@ impl Pages for ProviderPages {
         for (family, tier, value) in gauges {
             family.get_or_create(&label("tier", tier)).set(clamp(value));
         }
-        // One statvfs: cheap enough to do inline on a scrape.
-        let (capacity, free) = tomus_wire::disk_space::disk_space(&self.data_dir);
+        // A few stats and one statvfs: cheap enough to do inline on a scrape. No statvfs of
+        // a directory found gone (it would only warn at every scrape).
+        let failed = self.watch.check().is_some();
+        let (capacity, free) = if failed {
+            (0, 0)
+        } else {
+            tomus_wire::disk_space::disk_space(&self.data_dir)
+        };
         m.capacity_bytes.set(clamp(capacity));
         m.free_bytes.set(clamp(free));
+        m.failed.set(i64::from(failed));
     }
 
     fn get(&self, _path: &str, _query: &str) -> BoxFuture<'static, Option<Response>> {

@@ -128,6 +128,7 @@ pub async fn run(
             chunks: chunks.clone(),
             tier: tier.clone(),
             data_dir: config.data_dir.clone(),
+            watch: watch.clone(),
         };
         tokio::spawn(tomus_metrics::serve(
             http,
