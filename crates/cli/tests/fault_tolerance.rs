@@ -13,7 +13,7 @@ use std::future::Future;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tomus_cli::embedded::ClusterSpec;
+use tomus_cli::embedded::{ClusterSpec, Exited};
 use tomus_cli::pattern;
 use tomus_client::{Client, CommitOptions, Replace};
 use tomus_metadata::ChunkId;
@@ -303,6 +303,56 @@ async fn small_writes_into_a_removed_data_directory_are_not_acknowledged() {
         model,
         "acknowledged appends lost with the removed directory"
     );
+}
+
+/// The manager's state directory emptied (a cleanup, a wrong `--data`) and the manager
+/// started again on it: an empty manager that would find every chunk of its providers
+/// unreferenced and collect it. The providers see another cluster, stop, and keep their
+/// chunks; `tomus status` of the new manager lists none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_do_not_join_a_manager_started_on_an_emptied_directory() {
+    let mut tc = TestCluster::start_with(2, fast);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 2).await.unwrap();
+    blob.write(0, &pattern::generate(9, 8 * CHUNK as usize))
+        .await
+        .unwrap();
+    let files = |tc: &TestCluster| {
+        (0..2)
+            .map(|i| chunk_files(&tc.cluster.provider_dir(i)).len())
+            .collect::<Vec<_>>()
+    };
+    let before = files(&tc);
+    assert_eq!(before, [8, 8]);
+
+    tc.cluster.kill_manager();
+    std::fs::remove_dir_all(tc.cluster.data_dir().join("manager")).unwrap();
+    tc.cluster.start_manager().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut stopped = Vec::new();
+    while stopped.len() < 2 {
+        for exited in tc.cluster.reap() {
+            match exited {
+                Exited::Provider(i, status) => {
+                    assert!(!status.success(), "provider {i}: {status}");
+                    stopped.push(i);
+                }
+                Exited::Manager(status) => panic!("the manager exited: {status}"),
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "providers {stopped:?} of 2 stopped; the others joined the new manager"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = std::fs::read_to_string(tc.cluster.data_dir().join("logs/provider-0.log"))
+        .unwrap_or_default();
+    assert!(log.contains("belongs to cluster"), "{log}");
+    assert_eq!(files(&tc), before, "chunks went");
+    let status = tomus(&tc.addr(), &["--json", "status"]);
+    let shown: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(shown["providers"], serde_json::json!([]), "{shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -437,6 +437,7 @@ async fn absurd_counts_get_typed_errors() {
             stored_bytes: 0,
             fault: None,
         },
+        cluster: None,
     };
     invalid(
         pool.call(&manager, req).await.map(|_| ()),

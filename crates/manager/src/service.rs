@@ -6,9 +6,9 @@ use std::sync::Arc;
 use tomus_wire::maintenance::*;
 use tomus_wire::manager::*;
 use tomus_wire::{
-    check_count, wrong_service, ClusterSecret, ClusterStatus, Envelope, Error, Handler, Holder,
-    Placement, RegisteredFile, Reply, Result, Retention, StorageClass, MAX_ADDR_LEN, MAX_ALLOCATE,
-    MAX_ITEMS, MAX_LISTING,
+    check_count, wrong_service, ClusterSecret, ClusterStatus, Envelope, Error, ErrorKind, Handler,
+    Holder, Joined, Placement, RegisteredFile, Reply, Result, Retention, StorageClass,
+    MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ITEMS, MAX_LISTING,
 };
 
 use crate::disk_reserve::DiskReserve;
@@ -404,14 +404,34 @@ impl ManagerService {
         }
     }
 
-    async fn register(&self, r: Register) -> Result<tomus_metadata::ProviderId> {
+    async fn register(&self, r: Register) -> Result<Joined> {
         if r.addr.is_empty() || r.addr.len() > MAX_ADDR_LEN || !r.addr.contains(':') {
             return Err(Error::invalid(format!(
                 "a provider registers with its host:port (at most {MAX_ADDR_LEN} bytes)"
             )));
         }
+        let cluster = self.store.cluster_id();
+        if let Some(theirs) = r.cluster.filter(|&c| c != cluster) {
+            tracing::error!(
+                "refused provider {} (at {}): its data belongs to cluster {theirs:016x}, this \
+                 manager's is {cluster:016x}",
+                r.id.map_or("(new)".to_string(), |id| id.to_string()),
+                r.addr
+            );
+            return Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "this provider's data belongs to cluster {theirs:016x}, but the manager \
+                     serves cluster {cluster:016x} (was the manager started on another or an \
+                     emptied data directory?); it does not join, so its chunks are not taken \
+                     for garbage. Point it at its own cluster's manager, or give it a new data \
+                     directory to join this one"
+                ),
+            ));
+        }
         let registry = self.registry.clone();
-        blocking(move || registry.register(r.id, r.addr, r.report)).await
+        let id = blocking(move || registry.register(r.id, r.addr, r.report)).await?;
+        Ok(Joined { id, cluster })
     }
 
     async fn create_blob(&self, r: CreateBlobIn) -> Result<tomus_wire::BlobInfo> {
@@ -436,7 +456,7 @@ impl ManagerService {
                 .is_empty()
         {
             return Err(Error::new(
-                tomus_wire::ErrorKind::NoSpace,
+                ErrorKind::NoSpace,
                 "no live provider keeps memory-class chunks (start providers with \
                  --memory-class SIZE)",
             ));
@@ -548,10 +568,10 @@ impl ManagerService {
             host.as_deref(),
         )
         .map_err(|e| match e.kind {
-            tomus_wire::ErrorKind::NoSpace if memory => {
+            ErrorKind::NoSpace if memory => {
                 Error::new(e.kind, format!("memory storage class: {}", e.message))
             }
-            tomus_wire::ErrorKind::NoSpace | tomus_wire::ErrorKind::Unavailable => Error::new(
+            ErrorKind::NoSpace | ErrorKind::Unavailable => Error::new(
                 e.kind,
                 format!("{} ({})", e.message, self.registry.states_summary()),
             ),

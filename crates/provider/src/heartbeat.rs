@@ -3,7 +3,7 @@
 //! The id the manager assigns is kept in `provider.id`, so a restarted provider registers
 //! under its old id and the replicas it holds stay reachable under that id.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,11 +13,11 @@ use tomus_wire::manager::{self, Register};
 use tomus_wire::{Error, ErrorKind, LoadGauge, Pool, ProviderReport, Result};
 use tomus_worker::{Round, Worker};
 
+use crate::blocking;
 use crate::chunk_store::ChunkStore;
 use crate::data_dir::DataDirWatch;
-use crate::{blocking, io_error};
+use crate::identity::Identity;
 
-const ID_FILE: &str = "provider.id";
 /// Minimum time between repeated warnings about the same ongoing problem.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -62,12 +62,14 @@ impl WarnLimiter {
 
 impl Heartbeat {
     /// Registers with the manager, retrying with backoff until it answers (it may start after
-    /// the provider). Fails only if the stored id cannot be read or the new one not saved.
+    /// the provider). Fails if the stored ids cannot be read or the new ones not saved, and
+    /// with `PreconditionFailed` if the manager serves another cluster than the one this
+    /// provider's data belongs to.
     pub async fn register(&self) -> Result<ProviderId> {
-        let id_path = self.data_dir.join(ID_FILE);
-        let stored = {
-            let path = id_path.clone();
-            blocking(move || read_id(&path)).await?
+        let ids = Arc::new(Identity::new(&self.data_dir, self.fsync));
+        let (stored, cluster) = {
+            let ids = ids.clone();
+            blocking(move || Ok((ids.provider()?, ids.cluster()?))).await?
         };
         let mut delay = FIRST_RETRY;
         let mut warn = WarnLimiter::default();
@@ -78,20 +80,29 @@ impl Heartbeat {
                 id: stored,
                 addr: self.advertise.clone(),
                 report,
+                cluster,
             };
             let outcome = self.pool.call(&self.manager, req).await;
             if outcome.is_err() {
                 self.chunks.restore_lost(lost);
             }
             match outcome {
-                Ok(id) => {
-                    if stored != Some(id) {
-                        let path = id_path.clone();
-                        let fsync = self.fsync;
-                        blocking(move || write_id(&path, id, fsync)).await?;
-                    }
-                    return Ok(id);
+                Ok(joined) => {
+                    let ids = ids.clone();
+                    blocking(move || {
+                        if cluster != Some(joined.cluster) {
+                            ids.save_cluster(joined.cluster)?;
+                        }
+                        if stored != Some(joined.id) {
+                            ids.save_provider(joined.id)?;
+                        }
+                        Ok(())
+                    })
+                    .await?;
+                    return Ok(joined.id);
                 }
+                // Another cluster's manager: waiting changes nothing.
+                Err(e) if e.kind == ErrorKind::PreconditionFailed => return Err(e),
                 Err(e) => {
                     if warn.allow() {
                         tracing::warn!(
@@ -142,6 +153,9 @@ pub(crate) struct Beats {
     pub id: ProviderId,
     pub sent: u64,
     pub missed: u32,
+    /// Told once if a registration is refused for belonging to another cluster: the
+    /// provider then stops rather than beating on (`node::run` ends with the error).
+    pub refused: Option<tokio::sync::oneshot::Sender<Error>>,
 }
 
 impl Worker for Beats {
@@ -173,7 +187,15 @@ impl Worker for Beats {
                     "the manager does not know provider {}; registering again",
                     self.id
                 );
-                let id = hb.register().await?;
+                let id = match hb.register().await {
+                    Err(e) if e.kind == ErrorKind::PreconditionFailed => {
+                        if let Some(refused) = self.refused.take() {
+                            let _ = refused.send(e.clone());
+                        }
+                        return Err(e);
+                    }
+                    other => other?,
+                };
                 if id != self.id {
                     tracing::info!("registered as provider {id} (was {})", self.id);
                 }
@@ -230,63 +252,5 @@ impl Beats {
         if let Err(e) = hb.pool.call(&hb.manager, req).await {
             tracing::debug!("memory report to the manager at {}: {e}", hb.manager);
         }
-    }
-}
-
-/// The id saved by an earlier run, if any. A damaged file is an error rather than a reason to
-/// register as a new provider, which would orphan the chunks stored under the old id.
-fn read_id(path: &Path) -> Result<Option<ProviderId>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
-            Error::internal(format!(
-                "{} does not hold a provider id: {:?}",
-                path.display(),
-                text.trim()
-            ))
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_error(format_args!("reading {}", path.display()), e)),
-    }
-}
-
-/// Saves the id atomically (temp file and rename), so a crash never leaves a damaged file.
-fn write_id(path: &Path, id: ProviderId, fsync: bool) -> Result<()> {
-    let tmp = path.with_extension("id.tmp");
-    let write = || -> std::io::Result<()> {
-        let file = std::fs::File::create(&tmp)?;
-        std::io::Write::write_all(&mut &file, format!("{id}\n").as_bytes())?;
-        if fsync {
-            file.sync_all()?;
-        }
-        std::fs::rename(&tmp, path)?;
-        if fsync {
-            if let Some(dir) = path.parent() {
-                std::fs::File::open(dir)?.sync_all()?;
-            }
-        }
-        Ok(())
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io_error(format_args!("saving provider id to {}", path.display()), e)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testutil::TempDir;
-
-    #[test]
-    fn id_file_round_trip_and_damage() {
-        let dir = TempDir::new("id");
-        let path = dir.path().join(ID_FILE);
-        assert_eq!(read_id(&path).unwrap(), None);
-        write_id(&path, 42, true).unwrap();
-        assert_eq!(read_id(&path).unwrap(), Some(42));
-        write_id(&path, 43, false).unwrap();
-        assert_eq!(read_id(&path).unwrap(), Some(43));
-        std::fs::write(&path, "forty-two").unwrap();
-        assert_eq!(read_id(&path).unwrap_err().kind, ErrorKind::Internal);
     }
 }

@@ -11,6 +11,8 @@ mod disk;
 mod group_commit;
 /// Registration with the manager and the periodic heartbeats.
 mod heartbeat;
+/// The provider's and its cluster's ids, kept in the data directory.
+mod identity;
 /// The memory storage class: chunks kept only in RAM, bounded, repaired from replicas.
 pub mod memory_class;
 /// Recently written chunks kept in memory (off by default).

@@ -192,16 +192,20 @@ pub async fn run(
     // The heartbeat stops when this function ends (its future is dropped).
     let (_running, stopped) = tokio::sync::watch::channel(false);
     let wake = heartbeat.chunks.lost_waker();
+    let (refused_tx, refused) = tokio::sync::oneshot::channel();
     let beats = Beats {
         heartbeat,
         id,
         sent: 0,
         missed: 0,
+        refused: Some(refused_tx),
     };
     let beating = tomus_worker::Workers::default().run(beats, stopped, Some(wake));
     tokio::select! {
         _ = serving => Err(Error::internal("provider accept loop ended")),
         _ = beating => Err(Error::internal("provider heartbeat loop ended")),
+        // The manager now serves another cluster (restarted on another data directory).
+        Ok(e) = refused => Err(e),
         _ = sweep_leftovers(partial_copies, leftover_chunks) => Err(Error::internal("leftover sweep ended")),
     }
 }
@@ -233,7 +237,7 @@ mod tests {
 
     use tomus_manager::ManagerConfig;
     use tomus_metadata::{ChunkId, Node, NodeKey, NodeRef};
-    use tomus_wire::manager::{Heartbeat, ListBlobs, ListProviders};
+    use tomus_wire::manager::{ListBlobs, ListProviders, RemoveProvider};
     use tomus_wire::provider::{GetChunk, GetNodes, PutChunk, PutNodes};
     use tomus_wire::{ErrorKind, Ping, ProviderInfo};
 
@@ -259,6 +263,12 @@ mod tests {
         /// Starts a manager with its state in `data_dir`, listening on `listen`. Retries while
         /// the address is still taken (a manager that was just stopped).
         async fn start(data_dir: &Path, listen: &str) -> Manager {
+            Self::start_with(data_dir, listen, Duration::from_secs(10)).await
+        }
+
+        /// [`Manager::start`] counting a provider down after `provider_timeout` without a
+        /// heartbeat.
+        async fn start_with(data_dir: &Path, listen: &str, provider_timeout: Duration) -> Manager {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
@@ -270,7 +280,7 @@ mod tests {
                     data_dir: data_dir.to_path_buf(),
                     listen: listen.to_string(),
                     secret: None,
-                    provider_timeout: Duration::from_secs(10),
+                    provider_timeout,
                     writer_lease: Duration::from_secs(10),
                     new_file_grace: Duration::from_secs(3600),
                     limits: ServerLimits::default(),
@@ -466,57 +476,96 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread")]
-    async fn reregisters_when_manager_forgets() {
+    async fn reregisters_when_its_manager_forgets_it() {
         let dir = TempDir::new("rereg");
+        // Heartbeats 1.5 s apart against a 300 ms timeout: between two, the provider is down,
+        // and a down provider may be removed.
+        let manager = Manager::start_with(
+            &dir.path().join("manager"),
+            "127.0.0.1:0",
+            Duration::from_millis(300),
+        )
+        .await;
+        let mut cfg = config(dir.path(), manager.addr.clone());
+        cfg.heartbeat_interval = Duration::from_millis(1500);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let provider = tokio::spawn(run(cfg, Some(tx)));
+        let addr = ready(rx).await;
+        let first = manager
+            .wait_for_provider(&addr, "registration", |p| p.alive)
+            .await;
+
+        // Removed while it runs: its next heartbeat is answered NotFound, and it registers
+        // again, under a new id.
+        let pool = Pool::new(RpcConfig::default());
+        let deadline = Instant::now() + WAIT;
+        while let Err(e) = pool
+            .call(&manager.addr, RemoveProvider { addr: addr.clone() })
+            .await
+        {
+            assert!(Instant::now() < deadline, "never removable: {e}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let again = manager
+            .wait_for_provider(&addr, "re-registration", |p| p.id != first.id)
+            .await;
+        assert_eq!(again.id, stored_id(dir.path()));
+        provider.abort();
+    }
+
+    /// A manager started on an empty data directory at its manager's address is another
+    /// cluster, which would take every chunk this provider holds for garbage: the provider
+    /// stops rather than joining it, and keeps its data.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn stops_rather_than_join_another_cluster() {
+        let dir = TempDir::new("other-cluster");
         let first = Manager::start(&dir.path().join("manager-a"), "127.0.0.1:0").await;
         let manager_addr = first.addr.clone();
-
         let (tx, rx) = tokio::sync::oneshot::channel();
         let provider = tokio::spawn(run(config(dir.path(), manager_addr.clone()), Some(tx)));
         let addr = ready(rx).await;
-        first
-            .wait_for_provider(&addr, "registration with the first manager", |p| p.alive)
-            .await;
+        let pool = Pool::new(RpcConfig::default());
+        let chunk = b"kept".to_vec();
+        let put = PutChunk {
+            id: ChunkId(7),
+            crc: tomus_wire::checksum::crc32c(&chunk),
+        };
+        pool.call_with_body(&addr, put, &chunk).await.unwrap();
+        let cluster_file = dir.path().join("data/cluster.id");
+        let joined = std::fs::read_to_string(&cluster_file).unwrap();
         first.stop().await;
 
-        // A manager with empty state on the same address: it knows no provider.
         let second = Manager::start(&dir.path().join("manager-b"), &manager_addr).await;
-        assert_eq!(second.addr, manager_addr);
-        let report = tomus_wire::ProviderReport {
-            capacity: 1,
-            free: 1,
-            chunks: 0,
-            load: 0,
-            lost: Vec::new(),
-            stored_bytes: 0,
-            fault: None,
-        };
-        let pool = Pool::new(RpcConfig::default());
-        let err = pool
-            .call(
-                &second.addr,
-                Heartbeat {
-                    id: 1_000_000,
-                    report,
-                },
-            )
+        let ended = tokio::time::timeout(WAIT, provider)
+            .await
+            .expect("the provider kept running beside another cluster's manager")
+            .unwrap();
+        let e = ended.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::PreconditionFailed, "{e}");
+        assert!(e.message.contains("belongs to cluster"), "{e}");
+        assert!(second.providers(&pool).await.is_empty());
+        assert_eq!(std::fs::read_to_string(&cluster_file).unwrap(), joined);
+
+        // Started again, it refuses to join at once, its chunk still on disk; with its own
+        // manager back, it serves it.
+        let e = run(config(dir.path(), manager_addr.clone()), None)
             .await
             .unwrap_err();
-        assert_eq!(err.kind, ErrorKind::NotFound);
-
-        // The provider's heartbeats get NotFound, so it registers again.
-        let registered = second
-            .wait_for_provider(&addr, "re-registration with the second manager", |p| {
-                p.alive
-            })
-            .await;
-        assert_eq!(registered.id, stored_id(dir.path()));
-        // And keeps heartbeating under that id.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let list = second.providers(&pool).await;
-        assert_eq!(list.len(), 1);
-        assert!(list[0].alive);
+        assert_eq!(e.kind, ErrorKind::PreconditionFailed, "{e}");
+        second.stop().await;
+        let first = Manager::start(&dir.path().join("manager-a"), &manager_addr).await;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let provider = tokio::spawn(run(config(dir.path(), manager_addr.clone()), Some(tx)));
+        let addr = ready(rx).await;
+        let get = GetChunk {
+            id: ChunkId(7),
+            offset: 0,
+            len: 4,
+        };
+        let (_, body) = pool.call_with_body(&addr, get, &[]).await.unwrap();
+        assert_eq!(&body[..], &chunk[..]);
         provider.abort();
+        first.stop().await;
     }
 
     #[tokio::test]

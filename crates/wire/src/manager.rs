@@ -93,8 +93,15 @@ service! {
         FsDelete { path: String, recursive: bool } -> (), once;
 
         // ---- provider registry
-        /// A provider joins (a new id when `id` is `None`).
-        Register { id: Option<ProviderId>, addr: String, report: ProviderReport } -> ProviderId, once;
+        /// A provider joins (a new id when `id` is `None`). `cluster`: the cluster its data
+        /// belongs to (`None` before its first registration); another cluster's provider is
+        /// refused with `PreconditionFailed`, before its chunks could be taken for garbage.
+        Register {
+            id: Option<ProviderId>,
+            addr: String,
+            report: ProviderReport,
+            cluster: Option<ClusterId>,
+        } -> Joined, once;
         Heartbeat { id: ProviderId, report: ProviderReport } -> ();
         ListProviders {} -> Vec<ProviderInfo>;
         /// Where repair put copies of these chunks (a chunk's replica set as repair last

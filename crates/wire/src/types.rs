@@ -493,6 +493,19 @@ pub struct ClusterStatus {
     pub manager_disk: ManagerDisk,
 }
 
+/// A cluster's identity: drawn at random when its manager's state is created, and kept by
+/// every provider that joins it. A provider whose data belongs to another cluster (a manager
+/// started on another or an emptied data directory) is refused rather than having every
+/// chunk it holds taken for garbage.
+pub type ClusterId = u64;
+
+/// The answer to a provider's registration: its id and the cluster it joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Joined {
+    pub id: ProviderId,
+    pub cluster: ClusterId,
+}
+
 /// The disk holding the manager's state, and the free space it keeps there.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManagerDisk {

@@ -35,7 +35,7 @@ use redb::{
 };
 use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, ProviderId, Version};
-use tomus_wire::{Change, Error, Result, Retention};
+use tomus_wire::{Change, ClusterId, Error, Result, Retention};
 
 pub(crate) use blobs::{delete_blob_in, remove_blobs_in};
 use change_log::log_change;
@@ -107,7 +107,7 @@ pub struct RetentionRecord {
 
 /// Key: a property of the database; "schema": its format version; "cutoff_fresh" and
 /// "cutoff_reused": the garbage-collection cutoffs granted (see [`Cutoffs`](tomus_wire::Cutoffs));
-/// "removed_before": see [`Store::removed_before`].
+/// "removed_before": see [`Store::removed_before`]; "cluster_id": see [`Store::cluster_id`].
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Key: sequence number; value: a [`Change`] (the change log the maintenance service
 /// follows). Written in the transaction that makes the change; at most [`MAX_CHANGES`] kept.
@@ -145,6 +145,7 @@ pub struct Store {
     journal: Mutex<Option<Journal>>,
     /// Journaled publication groups redb does not hold yet, in journal order.
     unapplied: Mutex<Unapplied>,
+    cluster: ClusterId,
     /// How many groups `unapplied` holds, read without its lock: zero means redb has them
     /// all.
     unapplied_count: AtomicUsize,
@@ -385,6 +386,7 @@ impl Store {
             .map_err(db_err)?
             .any(|t| t.name() == "blobs");
         let mut unrecorded = false;
+        let cluster;
         {
             let mut meta = txn.open_table(META).map_err(db_err)?;
             let found = meta.get("schema").map_err(db_err)?.map(|v| v.value());
@@ -405,6 +407,17 @@ impl Store {
                     unrecorded = older < 2;
                 }
             }
+            // Drawn once, when the state is created (or first opened by a build that keeps
+            // one): the identity this manager's providers keep.
+            let found = meta.get("cluster_id").map_err(db_err)?.map(|v| v.value());
+            cluster = match found {
+                Some(id) => id,
+                None => {
+                    let id = rand::random::<ClusterId>();
+                    meta.insert("cluster_id", id).map_err(db_err)?;
+                    id
+                }
+            };
         }
         {
             txn.open_table(BLOBS).map_err(db_err)?;
@@ -432,7 +445,13 @@ impl Store {
             journal: Mutex::new(None),
             unapplied: Mutex::new(Unapplied::default()),
             unapplied_count: AtomicUsize::new(0),
+            cluster,
         })
+    }
+
+    /// The cluster this state belongs to ([`ClusterId`]).
+    pub fn cluster_id(&self) -> ClusterId {
+        self.cluster
     }
 
     /// Allocates the next value of a durable counter (blob and provider ids).

@@ -80,8 +80,9 @@ async fn register(m: &ManagerService, id: Option<ProviderId>, addr: &str) -> Pro
         id,
         addr: addr.into(),
         report: report(),
+        cluster: None,
     };
-    call(m, req).await.unwrap()
+    call(m, req).await.unwrap().id
 }
 
 async fn providers(m: &ManagerService) -> Vec<ProviderInfo> {

@@ -335,3 +335,39 @@ async fn a_faulted_provider_gets_no_chunks_and_placement_errors_name_its_fault()
     let on = placed_on(&m, blob, 4).await;
     assert!(on.contains(&ids[1]), "{on:?}");
 }
+
+/// A manager keeps its cluster id across restarts; a provider registering with the id of
+/// another cluster (its data belongs there) is refused and not listed, while one with this
+/// cluster's id, or none yet, joins.
+#[tokio::test]
+async fn a_provider_of_another_cluster_is_refused() {
+    let dir = TempDir::new("cluster-id");
+    let m = open(dir.path(), TIMEOUT);
+    let join = |cluster| Register {
+        id: None,
+        addr: "127.0.0.1:7001".into(),
+        report: report(),
+        cluster,
+    };
+    let first = call(&m, join(None)).await.unwrap();
+    close(m).await;
+    let m = open(dir.path(), TIMEOUT);
+    let again = call(&m, join(Some(first.cluster))).await.unwrap();
+    assert_eq!(
+        again.cluster, first.cluster,
+        "the cluster id changed at a restart"
+    );
+
+    let other = TempDir::new("cluster-id-other");
+    let stranger = open(other.path(), TIMEOUT);
+    let e = call(&stranger, join(Some(first.cluster)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PreconditionFailed, "{e}");
+    assert!(e.message.contains("belongs to cluster"), "{e}");
+    assert!(providers(&stranger).await.is_empty());
+    let own = call(&stranger, join(None)).await.unwrap();
+    assert_ne!(own.cluster, first.cluster);
+    close(stranger).await;
+    close(m).await;
+}
