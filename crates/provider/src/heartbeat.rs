@@ -1,7 +1,8 @@
 //! Registration with the manager and periodic heartbeats carrying the provider's state.
 //!
-//! The id the manager assigns is kept in `provider.id`, so a restarted provider registers
-//! under its old id and the replicas it holds stay reachable under that id.
+//! The ids registration gives (the provider's, its cluster's) are kept in the data directory
+//! ([`crate::identity`]), so a restarted provider registers under its old id, the replicas it
+//! holds stay reachable under that id, and it never joins another cluster.
 
 use std::path::PathBuf;
 use std::sync::Arc;
