@@ -299,6 +299,52 @@ fn up_restarts_its_manager_and_the_data_stays() {
     );
 }
 
+/// The manager's directory emptied under `tomus up` (a cleanup): the manager it restarts is
+/// another cluster, which would collect every chunk of the providers as garbage. They stop
+/// instead, `tomus up` says why and leaves them down, and their chunks stay on disk.
+#[test]
+fn up_leaves_down_providers_whose_manager_became_another_cluster() {
+    let up = Up::start(2, &[]);
+    replicated_file(&up);
+    let chunks = || {
+        (0..2)
+            .map(|i| common::chunk_files(&up.dir.join(format!("provider-{i}"))).len())
+            .collect::<Vec<_>>()
+    };
+    let before = chunks();
+    assert!(before.iter().all(|&n| n > 0), "{before:?}");
+    let manager = up.dir.join("manager");
+    let pid = server_pid("manager", &manager).unwrap();
+    std::fs::remove_dir_all(&manager).unwrap();
+    sigkill(pid);
+
+    let said = |what: &str| up.said.lock().unwrap().iter().any(|l| l.contains(what));
+    eventually("tomus up reported both providers refused", || {
+        (0..2).all(|i| said(&format!("provider {i} exited"))) && said("belongs to another cluster")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        provider_pid(&up.dir, 0),
+        None,
+        "provider 0 was started again"
+    );
+    assert_eq!(
+        provider_pid(&up.dir, 1),
+        None,
+        "provider 1 was started again"
+    );
+    assert!(
+        !said("provider 0 restarted"),
+        "{:?}",
+        up.said.lock().unwrap()
+    );
+    assert_eq!(chunks(), before, "chunks went");
+    assert!(
+        up.provider_states().is_empty(),
+        "the new manager took providers"
+    );
+}
+
 #[test]
 fn up_without_restarts_keeps_serving_with_a_provider_down() {
     let mut up = Up::start(3, &["--no-restart"]);

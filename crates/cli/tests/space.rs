@@ -92,7 +92,7 @@ fn blob_delete_removes_the_blob_and_gc_reclaims_its_chunks() {
     let (code, kind, message) = error_of(&refused);
     assert_eq!(
         (code, kind.as_str()),
-        (1, "PreconditionFailed"),
+        (10, "PreconditionFailed"),
         "{message}"
     );
     assert!(

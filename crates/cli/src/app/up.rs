@@ -276,6 +276,17 @@ pub(super) fn up(
                             Exited::Manager(_) => Server::Manager,
                             Exited::Provider(i, _) => Server::Provider(i),
                         };
+                        if let Exited::Provider(i, status) = &gone {
+                            if status.code() == Some(super::EXIT_PRECONDITION_FAILED) {
+                                tracing::error!(
+                                    "{gone}: its data belongs to another cluster than this \
+                                     manager's (was the manager's directory emptied?); it stays \
+                                     down, its chunks untouched. See {}",
+                                    logs.join(format!("provider-{i}.log")).display()
+                                );
+                                continue;
+                            }
+                        }
                         if a.no_restart {
                             if server == Server::Manager {
                                 anyhow::bail!("{gone}; see the logs in {}", logs.display());
