@@ -133,6 +133,7 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
                 "maintenance": m,
                 "maintenance_reported_ms": s.maintenance_reported_ms,
                 "manager_disk": s.manager_disk,
+                "cluster": format!("{:016x}", s.cluster),
                 // The manager's own workers; maintenance's are in `maintenance.workers`.
                 "workers": s.workers,
                 "backup": backup,
@@ -148,7 +149,9 @@ pub async fn print_status(client: &Client, json_out: bool) -> Result<()> {
     }
     let up = s.providers.iter().filter(|p| p.alive).count();
     outln!(
-        "providers: {} ({up} up), blobs: {}, a provider is down after {} ms without a heartbeat",
+        "cluster {:016x}: providers: {} ({up} up), blobs: {}, a provider is down after {} ms \
+         without a heartbeat",
+        s.cluster,
         s.providers.len(),
         s.blobs,
         s.provider_timeout_ms

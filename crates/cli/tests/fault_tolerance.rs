@@ -324,6 +324,16 @@ async fn providers_do_not_join_a_manager_started_on_an_emptied_directory() {
     };
     let before = files(&tc);
     assert_eq!(before, [8, 8]);
+    let cluster_of = |addr: &str| {
+        let out = tomus(addr, &["--json", "status"]);
+        let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        shown["cluster"].as_str().unwrap().to_string()
+    };
+    let cluster = cluster_of(&tc.addr());
+    for i in 0..2 {
+        let kept = std::fs::read_to_string(tc.cluster.provider_dir(i).join("cluster.id"));
+        assert_eq!(kept.unwrap().trim(), cluster, "provider {i}");
+    }
 
     tc.cluster.kill_manager();
     std::fs::remove_dir_all(tc.cluster.data_dir().join("manager")).unwrap();
@@ -353,6 +363,11 @@ async fn providers_do_not_join_a_manager_started_on_an_emptied_directory() {
     let status = tomus(&tc.addr(), &["--json", "status"]);
     let shown: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(shown["providers"], serde_json::json!([]), "{shown}");
+    assert_ne!(
+        cluster_of(&tc.addr()),
+        cluster,
+        "the emptied manager kept the cluster id"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -64,6 +64,9 @@ fn cluster_with_small_disks(
 ) -> (Vec<Tmpfs>, TestCluster) {
     let disks: Vec<Tmpfs> = (0..on_tmpfs).map(|_| Tmpfs::mount(bytes)).collect();
     let tc = TestCluster::start_with(providers, |spec| {
+        // Beats well inside the fault tests' 1.5 s provider timeout, so that a loaded
+        // machine's late heartbeat does not count a provider down mid-test.
+        spec.heartbeat_ms = 200;
         std::fs::create_dir_all(&spec.data_dir).unwrap();
         for (i, disk) in disks.iter().enumerate() {
             let link = spec.data_dir.join(format!("provider-{i}"));
@@ -244,6 +247,9 @@ fn cluster_with_a_small_manager_disk(
 ) -> (Tmpfs, TestCluster) {
     let disk = Tmpfs::mount(bytes);
     let tc = TestCluster::start_with(providers, |spec| {
+        // Beats well inside the fault tests' 1.5 s provider timeout, so that a loaded
+        // machine's late heartbeat does not count a provider down mid-test.
+        spec.heartbeat_ms = 200;
         std::fs::create_dir_all(&spec.data_dir).unwrap();
         std::os::unix::fs::symlink(disk.path(), spec.data_dir.join("manager")).unwrap();
         spec.manager_args = manager_args.iter().map(|a| a.to_string()).collect();

@@ -136,6 +136,7 @@ impl ManagerService {
             workers: self.workers.statuses(),
             now_ms: tomus_wire::now_ms(),
             manager_disk: self.reserve.state(),
+            cluster: self.store.cluster_id(),
         }
     }
 

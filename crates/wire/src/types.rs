@@ -491,6 +491,8 @@ pub struct ClusterStatus {
     pub now_ms: u64,
     /// The disk of the manager's state.
     pub manager_disk: ManagerDisk,
+    /// The cluster's id, which its providers keep ([`ClusterId`]).
+    pub cluster: ClusterId,
 }
 
 /// A cluster's identity: drawn at random when its manager's state is created, and kept by

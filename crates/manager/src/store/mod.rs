@@ -145,10 +145,11 @@ pub struct Store {
     journal: Mutex<Option<Journal>>,
     /// Journaled publication groups redb does not hold yet, in journal order.
     unapplied: Mutex<Unapplied>,
-    cluster: ClusterId,
     /// How many groups `unapplied` holds, read without its lock: zero means redb has them
     /// all.
     unapplied_count: AtomicUsize,
+    /// Which cluster this state is ([`Store::cluster_id`]).
+    cluster: ClusterId,
 }
 
 #[derive(Default)]
