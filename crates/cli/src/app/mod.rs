@@ -283,12 +283,12 @@ fn error_kind(e: &anyhow::Error) -> String {
     "Other".into()
 }
 
-/// Exit codes by error kind, so scripts can tell "bad input" from "cluster down".
 /// Exit status of a condition that did not hold: an append at an expected size that moved
 /// on, or a provider whose data belongs to another cluster than its manager's (which
 /// `tomus up` then leaves down: restarting it changes nothing).
 pub(crate) const EXIT_PRECONDITION_FAILED: i32 = 10;
 
+/// Exit codes by error kind, so scripts can tell "bad input" from "cluster down".
 fn exit_code(e: &anyhow::Error) -> i32 {
     match e.downcast_ref::<tomus_wire::Error>().map(|e| e.kind) {
         Some(ErrorKind::InvalidArgument | ErrorKind::OutOfRange) => 2,
