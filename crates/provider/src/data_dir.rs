@@ -8,6 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use tomus_wire::disk_space::disk_space;
 use tomus_wire::Result;
 
 use crate::io_error;
@@ -21,7 +22,8 @@ pub(crate) struct DataDirWatch {
 }
 
 impl DataDirWatch {
-    /// Opens each directory of `dirs`, which must exist.
+    /// Opens each directory of `dirs`, which must exist; the first is the data directory
+    /// ([`DataDirWatch::space`]).
     pub fn open(dirs: &[&Path]) -> Result<Self> {
         let dirs = dirs
             .iter()
@@ -35,6 +37,19 @@ impl DataDirWatch {
             dirs,
             fault: OnceLock::new(),
         })
+    }
+
+    /// The capacity and free space of the data directory's file system, and the fault
+    /// [`DataDirWatch::check`] finds, if any (blocking). A faulted provider takes no data:
+    /// its space is reported as none, without a `statvfs` of a directory found gone (which
+    /// would only log a warning at every look).
+    pub fn space(&self) -> ((u64, u64), Option<String>) {
+        let fault = self.check();
+        let space = match (&fault, self.dirs.first()) {
+            (None, Some((dir, _))) => disk_space(dir),
+            _ => (0, 0),
+        };
+        (space, fault)
     }
 
     /// The fault [`DataDirWatch::check`] found, if any (no look at the disk).

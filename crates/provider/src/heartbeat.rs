@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tomus_metadata::ProviderId;
-use tomus_wire::disk_space::disk_space;
 use tomus_wire::manager::{self, Register};
 use tomus_wire::{Error, ErrorKind, LoadGauge, Pool, ProviderReport, Result};
 use tomus_worker::{Round, Worker};
@@ -119,20 +118,10 @@ impl Heartbeat {
     }
 
     async fn report(&self) -> ProviderReport {
-        let dir = self.data_dir.clone();
         let watch = self.watch.clone();
-        let ((capacity, free), fault) = blocking(move || {
-            // A faulted provider takes no data; its directory's space is beside the point
-            // (and statvfs of a removed directory would only log a warning every beat).
-            let fault = watch.check();
-            let space = match fault {
-                Some(_) => (0, 0),
-                None => disk_space(&dir),
-            };
-            Ok((space, fault))
-        })
-        .await
-        .unwrap_or(((0, 0), None));
+        let ((capacity, free), fault) = blocking(move || Ok(watch.space()))
+            .await
+            .unwrap_or(((0, 0), None));
         let stats = self.chunks.stats();
         ProviderReport {
             capacity,

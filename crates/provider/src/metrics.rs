@@ -2,7 +2,6 @@
 //! (chunk store, group commit, the wire server); the gauges of what it holds and of its
 //! disk are read here, when a scrape asks.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -16,7 +15,6 @@ use crate::memory_tier::MemoryTier;
 pub(crate) struct ProviderPages {
     pub chunks: ChunkStore,
     pub tier: Option<MemoryTier>,
-    pub data_dir: PathBuf,
     pub watch: Arc<DataDirWatch>,
 }
 
@@ -34,17 +32,11 @@ impl Pages for ProviderPages {
         for (family, tier, value) in gauges {
             family.get_or_create(&label("tier", tier)).set(clamp(value));
         }
-        // A few stats and one statvfs: cheap enough to do inline on a scrape. No statvfs of
-        // a directory found gone (it would only warn at every scrape).
-        let failed = self.watch.check().is_some();
-        let (capacity, free) = if failed {
-            (0, 0)
-        } else {
-            tomus_wire::disk_space::disk_space(&self.data_dir)
-        };
+        // A few stats and one statvfs: cheap enough to do inline on a scrape.
+        let ((capacity, free), fault) = self.watch.space();
         m.capacity_bytes.set(clamp(capacity));
         m.free_bytes.set(clamp(free));
-        m.failed.set(i64::from(failed));
+        m.failed.set(i64::from(fault.is_some()));
     }
 
     fn get(&self, _path: &str, _query: &str) -> BoxFuture<'static, Option<Response>> {

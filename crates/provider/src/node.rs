@@ -127,7 +127,6 @@ pub async fn run(
         let pages = metrics::ProviderPages {
             chunks: chunks.clone(),
             tier: tier.clone(),
-            data_dir: config.data_dir.clone(),
             watch: watch.clone(),
         };
         tokio::spawn(tomus_metrics::serve(
