@@ -98,6 +98,9 @@ fn state_of(p: &ProviderInfo) -> &'static str {
 
 /// The manager's disk: its free space and the reserve, and whether new writes are refused.
 fn manager_disk_line(d: &ManagerDisk) -> String {
+    if let Some(fault) = &d.fault {
+        return format!("manager disk: FAILED: {fault}; the manager takes no changes");
+    }
     let free = format!(
         "manager disk: {} free of {}",
         format_size(d.free),

@@ -77,7 +77,7 @@ pub async fn run(
         workers.clone(),
         config.provider_timeout,
         config.secret.clone(),
-        disk_reserve::DiskReserve::new(config.data_dir.clone(), config.min_free_space),
+        disk_reserve::DiskReserve::new(config.data_dir.clone(), config.min_free_space)?,
     )?);
     // The workers stop when this function ends (its future is dropped with the runtime).
     let (_running, stopped) = watch::channel(false);

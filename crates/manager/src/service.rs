@@ -142,10 +142,15 @@ impl ManagerService {
 
     async fn manager(&self, req: ManagerRequest) -> Reply {
         use ManagerRequest as M;
-        if starts_new_state(&req) {
-            if let Err(e) = self.reserve.check() {
-                return Reply::error(e);
-            }
+        let admitted = if starts_new_state(&req) {
+            self.reserve.check()
+        } else if changes_state(&req) {
+            self.reserve.check_dir()
+        } else {
+            Ok(())
+        };
+        if let Err(e) = admitted {
+            return Reply::error(e);
         }
         match req {
             M::CreateBlob(r) => {
@@ -609,6 +614,36 @@ fn starts_new_state(req: &ManagerRequest) -> bool {
             | M::FsCreateIn(_)
             | M::FsCreateRetained(_)
             | M::FsRegister(_)
+    )
+}
+
+/// Whether `req` may change the manager's durable state; the others read it, or report what
+/// lives in memory only (heartbeats, memory usage), and are served even with the data
+/// directory gone. Listed as the reads so that a new request is guarded by default.
+fn changes_state(req: &ManagerRequest) -> bool {
+    use ManagerRequest as M;
+    !matches!(
+        req,
+        M::GetBlob(_)
+            | M::ListBlobs(_)
+            | M::GetVersion(_)
+            | M::ListVersions(_)
+            | M::VersionsAttrs(_)
+            | M::FsStat(_)
+            | M::FsList(_)
+            | M::FsListAttrs(_)
+            | M::FsObject(_)
+            | M::FsGetRetention(_)
+            | M::FsRegistered(_)
+            | M::Heartbeat(_)
+            | M::ListProviders(_)
+            | M::ChunkReplicas(_)
+            | M::GetStatus(_)
+            | M::GetTopology(_)
+            | M::BlobStorage(_)
+            | M::MemoryReport(_)
+            | M::MemoryStatus(_)
+            | M::GetPlacementPlan(_)
     )
 }
 

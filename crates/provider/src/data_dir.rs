@@ -3,21 +3,16 @@
 //! chunk with it; without this check the provider would go on heartbeating as up, with 0
 //! bytes free, and writes would fail with "not enough free space" while the disk is empty.
 
-use std::fs::File;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use tomus_wire::disk_space::disk_space;
+use tomus_wire::held_dir::HeldDir;
 use tomus_wire::Result;
 
-use crate::io_error;
-
-/// The directories to watch, each held open: the open handle keeps the directory's inode
-/// allocated, so one removed and made again under the same name gets another inode and is told
-/// apart from the one that held the chunks (a removed directory's handle shows no links).
+/// The directories to watch, each held open.
 pub(crate) struct DataDirWatch {
-    dirs: Vec<(PathBuf, File)>,
+    dirs: Vec<HeldDir>,
     fault: OnceLock<String>,
 }
 
@@ -27,11 +22,7 @@ impl DataDirWatch {
     pub fn open(dirs: &[&Path]) -> Result<Self> {
         let dirs = dirs
             .iter()
-            .map(|dir| {
-                let file = File::open(dir)
-                    .map_err(|e| io_error(format_args!("opening {}", dir.display()), e))?;
-                Ok((dir.to_path_buf(), file))
-            })
+            .map(|dir| HeldDir::open(dir))
             .collect::<Result<_>>()?;
         Ok(DataDirWatch {
             dirs,
@@ -46,7 +37,7 @@ impl DataDirWatch {
     pub fn space(&self) -> ((u64, u64), Option<String>) {
         let fault = self.check();
         let space = match (&fault, self.dirs.first()) {
-            (None, Some((dir, _))) => disk_space(dir),
+            (None, Some(dir)) => disk_space(dir.path()),
             _ => (0, 0),
         };
         (space, fault)
@@ -64,10 +55,7 @@ impl DataDirWatch {
         if let Some(fault) = self.fault.get() {
             return Some(fault.clone());
         }
-        let problem = self
-            .dirs
-            .iter()
-            .find_map(|(path, held)| problem(path, held))?;
+        let problem = self.dirs.iter().find_map(|dir| dir.problem("provider"))?;
         let fault = self.fault.get_or_init(|| {
             tracing::error!(
                 "{problem}: the chunks stored there are lost to this provider; it reports the \
@@ -77,28 +65,6 @@ impl DataDirWatch {
             problem
         });
         Some(fault.clone())
-    }
-}
-
-/// What is wrong with the directory at `path` that `held` was opened on, if anything.
-fn problem(path: &Path, held: &File) -> Option<String> {
-    let dir = path.display();
-    let held = match held.metadata() {
-        Ok(meta) if meta.nlink() == 0 => {
-            return Some(format!("{dir} was removed under the running provider"))
-        }
-        Ok(meta) => meta,
-        Err(e) => return Some(format!("{dir} cannot be read: {e}")),
-    };
-    match std::fs::metadata(path) {
-        Ok(now) if (now.dev(), now.ino()) != (held.dev(), held.ino()) => Some(format!(
-            "{dir} was replaced under the running provider (another directory is at its path)"
-        )),
-        Ok(_) => None,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Some(format!("{dir} was removed under the running provider"))
-        }
-        Err(e) => Some(format!("{dir} cannot be read: {e}")),
     }
 }
 

@@ -12,6 +12,8 @@ pub mod disk_space;
 pub mod error;
 /// Frames: length prefixes, encoded headers and raw bodies.
 pub mod frame;
+/// A data directory held open, to tell whether it was removed or replaced under its server.
+pub mod held_dir;
 /// Sizes and times for people (the CLI and the dashboard).
 pub mod human;
 /// The check an append-only log makes before acknowledging: that its file still exists.

@@ -509,12 +509,14 @@ pub struct Joined {
 }
 
 /// The disk holding the manager's state, and the free space it keeps there.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManagerDisk {
     pub capacity: u64,
     pub free: u64,
     /// Below this much free space new writes are refused (`--min-free-space`; 0: no reserve).
     pub min_free: u64,
+    /// Why the manager takes no changes: its data directory was removed or replaced under it.
+    pub fault: Option<String>,
 }
 
 /// One throughput probe from one node to another ([`Probe`](crate::topology::Probe)).
