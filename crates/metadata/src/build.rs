@@ -346,22 +346,84 @@ async fn build_leaf<S: NodeSource>(
             depth: base_depth + 1,
         });
     }
-    // Flatten: the published content of the bytes this write leaves alone, as pieces (one
-    // walk of the base chain for the whole slot, clipped to the gaps).
+    // The chain is full: its top is merged into this leaf, as pieces (one walk of the chain,
+    // clipped to the bytes this write leaves alone), down to the leaf found by `merge_point`,
+    // which stays below as the base. Merging it all each time would copy every piece of the
+    // slot once per MAX_LEAF_CHAIN + 1 versions: quadratic in a slot of small appends (1,024 4
+    // KiB appends in a 4 MiB slot wrote 58 pieces per append, as many bytes of metadata as of
+    // data). Merged this way, a piece is copied a few times in all, as in a log-structured
+    // merge, and reads still follow at most MAX_LEAF_CHAIN bases.
+    let stop = match published_leaf {
+        Some(leaf) => merge_point(base, leaf, source).await?,
+        None => return Err(MetaError::Missing(base).into()),
+    };
     let left_alone = gaps(slot, &own);
+    let (segments, _) =
+        crate::resolve::resolve_above(base, slot, stop.map(|(r, _)| r), source).await?;
     let mut inherited = Vec::new();
-    for seg in crate::resolve::resolve_range(base, slot, source).await? {
-        if let Segment::Data(p) = seg {
-            inherited.extend(left_alone.iter().filter_map(|g| p.clip(g)));
-        }
+    for seg in segments {
+        let piece = match seg {
+            Segment::Data(p) => p,
+            // Without a base, bytes nothing covers are zeros already; with one, they would
+            // show the base's bytes, so zeros above it are kept as zero pieces.
+            Segment::Zeros(_) if stop.is_none() => continue,
+            Segment::Zeros(span) => ChunkPiece {
+                start: span.offset,
+                len: span.size,
+                chunk: ChunkId::ZEROS,
+                chunk_offset: 0,
+                replicas: Vec::new(),
+            },
+        };
+        inherited.extend(left_alone.iter().filter_map(|g| piece.clip(g)));
     }
     Ok(Node::Leaf {
         pieces: own,
         layers,
         inherited: merge_adjacent(inherited),
-        base: None,
-        depth: 0,
+        base: stop.map(|(r, _)| r),
+        depth: stop.map_or(0, |(_, depth)| depth + 1),
     })
+}
+
+/// Where a full leaf chain is cut when its top is merged: walking down from `base` (whose
+/// leaf is `leaf`), the first leaf with at least twice as many pieces as all the leaves above
+/// it together, and its depth; `None` when there is none (the whole chain is merged). Cutting
+/// at a leaf much larger than what is merged keeps each merge small, and each piece is copied
+/// again only once the leaves merged above it outgrow it.
+async fn merge_point<S: NodeSource>(
+    base: NodeRef,
+    leaf: Arc<Node>,
+    source: &S,
+) -> Result<Option<(NodeRef, u32)>, S::Error> {
+    let (mut at, mut node) = (base, leaf);
+    let mut above = 0usize;
+    loop {
+        let Node::Leaf {
+            pieces,
+            inherited,
+            base: below,
+            depth,
+            ..
+        } = &*node
+        else {
+            return Err(MetaError::Inconsistent(format!(
+                "inner node found where leaf {at:?} expected"
+            ))
+            .into());
+        };
+        let size = pieces.len() + inherited.len();
+        if above > 0 && size >= 2 * above {
+            return Ok(Some((at, *depth)));
+        }
+        above += size;
+        let Some(next) = *below else {
+            return Ok(None);
+        };
+        let fetched = source.fetch(&[next]).await?;
+        node = fetched.into_iter().next().ok_or(MetaError::Missing(next))?;
+        at = next;
+    }
 }
 
 /// Parts of `slot` not covered by `pieces` (which lie inside `slot`).

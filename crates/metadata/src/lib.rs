@@ -16,8 +16,8 @@ pub use build::{build_version, InFlight, PublishedTree, WritePlan};
 pub use resolve::resolve_range;
 pub use types::*;
 
-/// Writers flatten a leaf's base chain into one piece list once it is this long, so readers
-/// never follow long chains (small appends would otherwise chain one leaf per append).
+/// Writers merge the top of a leaf's base chain into one piece list once it is this long, so
+/// readers never follow long chains (small appends would otherwise chain one leaf per append).
 pub const MAX_LEAF_CHAIN: u32 = 8;
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

@@ -66,9 +66,23 @@ pub async fn resolve_range<S: NodeSource>(
     range: Span,
     source: &S,
 ) -> Result<Vec<Segment>, S::Error> {
+    let (segments, _) = resolve_above(root, range, None, source).await?;
+    Ok(segments)
+}
+
+/// Like [`resolve_range`], except that the parts of `range` that resolve from the node `stop`
+/// (a leaf of the base chain below `root`) are not resolved: they are returned apart, in the
+/// second list. A writer merging the top of a leaf chain reads it this way.
+pub(crate) async fn resolve_above<S: NodeSource>(
+    root: NodeRef,
+    range: Span,
+    stop: Option<NodeRef>,
+    source: &S,
+) -> Result<(Vec<Segment>, Vec<Span>), S::Error> {
     let mut out = Vec::new();
+    let mut below = Vec::new();
     if range.size == 0 {
-        return Ok(out);
+        return Ok((out, below));
     }
     source.prefetch(root, &[range]).await;
     let mut frontier = vec![Work::Node(root, range)];
@@ -78,6 +92,7 @@ pub async fn resolve_range<S: NodeSource>(
         let mut wanted = Vec::with_capacity(frontier.len());
         for work in frontier {
             match work {
+                Work::Node(node, want) if Some(node) == stop => below.push(want),
                 Work::Node(node, want) => {
                     let inside = node.span().intersection(&want);
                     for hole in outside(want, inside) {
@@ -140,8 +155,15 @@ pub async fn resolve_range<S: NodeSource>(
         frontier = next;
     }
     out.sort_by_key(|s| s.span().offset);
-    check_cover(range, &out)?;
-    Ok(out)
+    if below.is_empty() {
+        check_cover(range, out.iter().map(Segment::span))?;
+    } else {
+        below.sort_by_key(|s| s.offset);
+        let mut spans: Vec<Span> = out.iter().map(Segment::span).chain(below.clone()).collect();
+        spans.sort_by_key(|s| s.offset);
+        check_cover(range, spans)?;
+    }
+    Ok((out, below))
 }
 
 /// Emits the parts of `pieces` inside `want` and returns the gaps they leave.
@@ -195,10 +217,9 @@ fn outside(want: Span, inside: Option<Span>) -> Vec<Span> {
     }
 }
 
-fn check_cover(range: Span, segments: &[Segment]) -> Result<(), MetaError> {
+fn check_cover(range: Span, spans: impl IntoIterator<Item = Span>) -> Result<(), MetaError> {
     let mut at = range.offset;
-    for s in segments {
-        let span = s.span();
+    for span in spans {
         if span.offset != at {
             return Err(MetaError::Inconsistent(format!(
                 "segments do not tile {range:?}: expected offset {at}, found {span:?}"

@@ -140,15 +140,16 @@ pub enum Node {
     /// Covers one chunk-sized slot of the blob. Bytes of the slot resolve, in order, from
     /// `pieces` (this version's write), then from the own pieces of each leaf in `layers` (the
     /// lower versions that were in flight when this one was assigned, newest first), then from
-    /// `inherited` (the published content below, flattened), then from `base` (an earlier
-    /// published leaf of the slot, resolved fully); bytes none of them cover are zeros.
+    /// `inherited` (published content below, merged from the top of the base chain), then
+    /// from `base` (an earlier published leaf of the slot, resolved fully); bytes none of them
+    /// cover are zeros.
     Leaf {
         pieces: Vec<ChunkPiece>,
         layers: Vec<NodeRef>,
         inherited: Vec<ChunkPiece>,
         base: Option<NodeRef>,
-        /// Length of the base chain below this leaf; writers flatten it into `inherited` when it
-        /// would exceed [`crate::MAX_LEAF_CHAIN`].
+        /// Length of the base chain below this leaf; writers merge its top into `inherited`
+        /// when it would exceed [`crate::MAX_LEAF_CHAIN`].
         depth: u32,
     },
 }
