@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 use proptest::prelude::*;
@@ -21,15 +22,41 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         (0u64..300).prop_map(|len| Op::Replace { len }),
         // A version that changes no byte (it only carries attributes).
         Just(Op::Write { offset: 0, len: 0 }),
-        (0u64..4, 0u64..1000, 1u64..300, 0u64..500).prop_map(|(back, from, len, offset)| {
-            Op::Copy {
-                back,
-                from,
-                len,
-                offset,
-            }
-        }),
+        copy_op(0..1000, 1..300, 0..500),
     ]
+}
+
+/// A copy of a range of one of the last versions ([`Op::Copy`]).
+fn copy_op(from: Range<u64>, len: Range<u64>, offset: Range<u64>) -> impl Strategy<Value = Op> {
+    (0u64..4, from, len, offset).prop_map(|(back, from, len, offset)| Op::Copy {
+        back,
+        from,
+        len,
+        offset,
+    })
+}
+
+/// Every version reads as the model says, whole and at each (offset, length) of `probes`, cut
+/// to its size.
+fn check_versions(sim: &Sim, probes: &[(u64, u64)]) -> Result<(), TestCaseError> {
+    for v in 1..sim.model.len() as u64 {
+        let size = sim.sizes[v as usize];
+        let whole = sim.read(v, Span::new(0, size));
+        prop_assert_eq!(&whole, &sim.model[v as usize], "version {} whole", v);
+        for &(o, n) in probes {
+            if size == 0 {
+                continue;
+            }
+            let o = o % size;
+            let n = n.min(size - o);
+            let part = sim.read(v, Span::new(o, n));
+            prop_assert_eq!(
+                &part[..],
+                &sim.model[v as usize][o as usize..(o + n) as usize]
+            );
+        }
+    }
+    Ok(())
 }
 
 proptest! {
@@ -62,18 +89,7 @@ proptest! {
             sim.complete(guard, 7 + guard as u64);
             guard += 1;
         }
-        for v in 1..sim.model.len() as u64 {
-            let size = sim.sizes[v as usize];
-            let whole = sim.read(v, Span::new(0, size));
-            prop_assert_eq!(&whole, &sim.model[v as usize], "version {} whole", v);
-            for &(o, n) in &probes {
-                if size == 0 { continue; }
-                let o = o % size;
-                let n = n.min(size - o);
-                let part = sim.read(v, Span::new(o, n));
-                prop_assert_eq!(&part[..], &sim.model[v as usize][o as usize..(o + n) as usize]);
-            }
-        }
+        check_versions(&sim, &probes)?;
     }
 }
 
@@ -85,14 +101,7 @@ fn one_slot_op_strategy() -> impl Strategy<Value = Op> {
         // Shorter content leaves zeros in the slot, which the merged leaves must keep over
         // the older bytes still below them.
         1 => (0u64..900).prop_map(|len| Op::Replace { len }),
-        1 => (0u64..4, 0u64..900, 1u64..100, 0u64..900).prop_map(|(back, from, len, offset)| {
-            Op::Copy {
-                back,
-                from,
-                len,
-                offset,
-            }
-        }),
+        1 => copy_op(0..900, 1..100, 0..900),
     ]
 }
 
@@ -118,16 +127,7 @@ proptest! {
         while !sim.pending.is_empty() {
             sim.complete(0, 1024);
         }
-        for v in 1..sim.model.len() as u64 {
-            let size = sim.sizes[v as usize];
-            prop_assert_eq!(&sim.read(v, Span::new(0, size)), &sim.model[v as usize], "version {}", v);
-            for &(o, n) in &probes {
-                if o >= size { continue; }
-                let n = n.min(size - o);
-                let part = sim.read(v, Span::new(o, n));
-                prop_assert_eq!(&part[..], &sim.model[v as usize][o as usize..(o + n) as usize]);
-            }
-        }
+        check_versions(&sim, &probes)?;
     }
 }
 
@@ -203,14 +203,7 @@ fn zeros_merged_above_a_base_hide_the_bytes_below() {
             if inherited.iter().any(|p| p.chunk == ChunkId::ZEROS))
     });
     assert!(zeros_over_a_base, "the zeros were not merged above a base");
-    for v in 1..sim.model.len() as u64 {
-        let size = sim.sizes[v as usize];
-        assert_eq!(
-            sim.read(v, Span::new(0, size)),
-            sim.model[v as usize],
-            "version {v}"
-        );
-    }
+    check_versions(&sim, &[]).unwrap();
 }
 
 #[test]
