@@ -398,7 +398,9 @@ async fn merge_point<S: NodeSource>(
 ) -> Result<Option<(NodeRef, u32)>, S::Error> {
     let (mut at, mut node) = (base, leaf);
     let mut above = 0usize;
-    loop {
+    // A chain is never longer than this; a longer one (a cycle among corrupt nodes) would
+    // keep the walk going forever.
+    for _ in 0..=MAX_LEAF_CHAIN {
         let Node::Leaf {
             pieces,
             inherited,
@@ -424,6 +426,10 @@ async fn merge_point<S: NodeSource>(
         node = fetched.into_iter().next().ok_or(MetaError::Missing(next))?;
         at = next;
     }
+    Err(MetaError::Inconsistent(format!(
+        "the leaf chain below {base:?} is longer than {MAX_LEAF_CHAIN} leaves"
+    ))
+    .into())
 }
 
 /// Parts of `slot` not covered by `pieces` (which lie inside `slot`).

@@ -207,6 +207,35 @@ fn zeros_merged_above_a_base_hide_the_bytes_below() {
 }
 
 #[test]
+#[should_panic(expected = "longer than")]
+fn a_cycle_in_a_leaf_chain_fails_the_write_instead_of_looping() {
+    let mut sim = Sim::new(4096);
+    for i in 0..9 {
+        sim.assign(&Op::Append { len: 4 }, i);
+        sim.complete(0, 4096);
+    }
+    // The first leaf of the slot made to point at the latest: the chain has no end.
+    let top = sim.root(sim.latest());
+    let top = NodeRef { size: 4096, ..top };
+    let mut nodes = sim.source.lock();
+    let first = NodeRef { version: 1, ..top };
+    let Some(Node::Leaf { pieces, .. }) = nodes.get(&first).map(|n| (**n).clone()) else {
+        panic!("no leaf of version 1");
+    };
+    let cyclic = Node::Leaf {
+        pieces,
+        layers: Vec::new(),
+        inherited: Vec::new(),
+        base: Some(top),
+        depth: 0,
+    };
+    nodes.insert(first, std::sync::Arc::new(cyclic));
+    drop(nodes);
+    sim.assign(&Op::Append { len: 4 }, 9);
+    sim.complete(0, 4096);
+}
+
+#[test]
 fn long_append_runs_keep_leaf_chains_short() {
     // Many tiny appends into one chunk slot, all sequential: chains must be flattened.
     let mut sim = Sim::new(4096);
