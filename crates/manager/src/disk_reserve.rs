@@ -76,8 +76,8 @@ impl DiskReserve {
                 ErrorKind::Unavailable,
                 format!(
                     "{fault}: the manager takes no changes (they would be lost with it). \
-                     Reads go on; stop it and start it on its data directory, or restore a \
-                     backup, to write again"
+                     Reads go on. To write again, stop it and start it on its data directory \
+                     if that was moved, or restore a backup"
                 ),
             )),
         }
@@ -100,7 +100,8 @@ impl DiskReserve {
             tracing::error!(
                 "{problem}: the namespace, the versions and the change log stored there are \
                  gone. The manager refuses every change from now on and serves reads from \
-                 its open files; restart it on its data directory, or restore a backup"
+                 its open files; restart it on its data directory if that was moved, or \
+                 restore a backup"
             );
             problem
         });

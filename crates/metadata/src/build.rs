@@ -358,8 +358,7 @@ async fn build_leaf<S: NodeSource>(
         None => return Err(MetaError::Missing(base).into()),
     };
     let left_alone = gaps(slot, &own);
-    let (segments, _) =
-        crate::resolve::resolve_above(base, slot, stop.map(|(r, _)| r), source).await?;
+    let segments = crate::resolve::resolve_above(base, slot, stop.map(|(r, _)| r), source).await?;
     let mut inherited = Vec::new();
     for seg in segments {
         let piece = match seg {

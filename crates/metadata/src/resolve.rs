@@ -66,23 +66,22 @@ pub async fn resolve_range<S: NodeSource>(
     range: Span,
     source: &S,
 ) -> Result<Vec<Segment>, S::Error> {
-    let (segments, _) = resolve_above(root, range, None, source).await?;
-    Ok(segments)
+    resolve_above(root, range, None, source).await
 }
 
 /// Like [`resolve_range`], except that the parts of `range` that resolve from the node `stop`
-/// (a leaf of the base chain below `root`) are not resolved: they are returned apart, in the
-/// second list. A writer merging the top of a leaf chain reads it this way.
+/// (a leaf of the base chain below `root`) are left out, unresolved: the segments cover the
+/// rest. A writer merging the top of a leaf chain reads it this way.
 pub(crate) async fn resolve_above<S: NodeSource>(
     root: NodeRef,
     range: Span,
     stop: Option<NodeRef>,
     source: &S,
-) -> Result<(Vec<Segment>, Vec<Span>), S::Error> {
+) -> Result<Vec<Segment>, S::Error> {
     let mut out = Vec::new();
     let mut below = Vec::new();
     if range.size == 0 {
-        return Ok((out, below));
+        return Ok(out);
     }
     source.prefetch(root, &[range]).await;
     let mut frontier = vec![Work::Node(root, range)];
@@ -158,12 +157,11 @@ pub(crate) async fn resolve_above<S: NodeSource>(
     if below.is_empty() {
         check_cover(range, out.iter().map(Segment::span))?;
     } else {
-        below.sort_by_key(|s| s.offset);
-        let mut spans: Vec<Span> = out.iter().map(Segment::span).chain(below.clone()).collect();
+        let mut spans: Vec<Span> = out.iter().map(Segment::span).chain(below).collect();
         spans.sort_by_key(|s| s.offset);
         check_cover(range, spans)?;
     }
-    Ok((out, below))
+    Ok(out)
 }
 
 /// Emits the parts of `pieces` inside `want` and returns the gaps they leave.
