@@ -62,6 +62,10 @@ pub struct BenchArgs {
     /// that counting outside the measured window.
     #[arg(long, default_value_t = 3000)]
     pub small_ops: u64,
+    /// Chunk size of the blob S5 appends to: one leaf slot of its metadata tree holds this
+    /// many bytes of 4 KiB appends.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    pub s5_chunk_size: u64,
     /// Write the JSON here as well as to stdout.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -507,7 +511,7 @@ async fn s5(client: &Client, args: &BenchArgs, made: &Made) -> Result<Value> {
     for &n in &args.clients {
         let (mut a_runs, mut r_runs, mut p_runs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.runs {
-            let blob = made.blob(client, BLOCK, 1).await?;
+            let blob = made.blob(client, args.s5_chunk_size, 1).await?;
             let ops = args.small_ops;
             let appenders = (0..n).map(|i| {
                 let b = blob.clone();
@@ -545,5 +549,6 @@ async fn s5(client: &Client, args: &BenchArgs, made: &Made) -> Result<Value> {
         reads.push(point(n, r_runs, "ops/s"));
         pinned_reads.push(point(n, p_runs, "ops/s"));
     }
-    Ok(json!({"append_4k": appends, "read_4k": reads, "read_4k_pinned": pinned_reads}))
+    Ok(json!({"append_4k": appends, "read_4k": reads, "read_4k_pinned": pinned_reads,
+        "chunk_size": args.s5_chunk_size}))
 }
