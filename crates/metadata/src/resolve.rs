@@ -164,9 +164,17 @@ pub(crate) async fn resolve_above<S: NodeSource>(
     Ok(out)
 }
 
-/// Emits the parts of `pieces` inside `want` and returns the gaps they leave.
+/// Emits the parts of `pieces` inside `want` and returns the gaps they leave. A leaf's pieces
+/// (own or inherited) are in offset order and do not overlap, as writers build them, so the
+/// first that reaches `want` is found by binary search: a leaf of a slot of small appends
+/// holds thousands, and a 4 KiB read needs one or two.
 fn take_pieces(pieces: &[ChunkPiece], want: Span, out: &mut Vec<Segment>) -> Vec<Span> {
-    let mine: Vec<ChunkPiece> = pieces.iter().filter_map(|p| p.clip(&want)).collect();
+    let first = pieces.partition_point(|p| p.start.saturating_add(p.len) <= want.offset);
+    let mine: Vec<ChunkPiece> = pieces[first..]
+        .iter()
+        .take_while(|p| p.start < want.end())
+        .filter_map(|p| p.clip(&want))
+        .collect();
     let left = gaps(want, &mine);
     out.extend(mine.into_iter().map(Segment::from_piece));
     left
