@@ -549,8 +549,10 @@ async fn s5(client: &Client, args: &BenchArgs, made: &Made) -> Result<Value> {
         reads.push(point(n, r_runs, "ops/s"));
         pinned_reads.push(point(n, p_runs, "ops/s"));
     }
-    Ok(
-        json!({"append_4k": appends, "read_4k": reads, "read_4k_pinned": pinned_reads,
-        "chunk_size": args.s5_chunk_size}),
-    )
+    Ok(json!({
+        "append_4k": appends,
+        "read_4k": reads,
+        "read_4k_pinned": pinned_reads,
+        "chunk_size": args.s5_chunk_size,
+    }))
 }
