@@ -327,15 +327,12 @@ async fn build_leaf<S: NodeSource>(
             depth: 0,
         });
     };
-    let base_depth = match published_leaf.as_deref() {
-        Some(Node::Leaf { depth, .. }) => *depth,
-        Some(Node::Inner { .. }) => {
-            return Err(MetaError::Inconsistent(format!(
-                "inner node found where leaf {base:?} expected"
-            ))
-            .into())
-        }
-        None => return Err(MetaError::Missing(base).into()),
+    let Some(base_leaf) = published_leaf else {
+        return Err(MetaError::Missing(base).into());
+    };
+    let base_depth = match &*base_leaf {
+        Node::Leaf { depth, .. } => *depth,
+        Node::Inner { .. } => return Err(MetaError::not_a_leaf(base).into()),
     };
     if base_depth < MAX_LEAF_CHAIN {
         return Ok(Node::Leaf {
@@ -353,10 +350,7 @@ async fn build_leaf<S: NodeSource>(
     // KiB appends in a 4 MiB slot wrote 58 pieces per append, as many bytes of metadata as of
     // data). Merged this way, a piece is copied a few times in all, as in a log-structured
     // merge, and reads still follow at most MAX_LEAF_CHAIN bases.
-    let stop = match published_leaf {
-        Some(leaf) => merge_point(base, leaf, source).await?,
-        None => return Err(MetaError::Missing(base).into()),
-    };
+    let stop = merge_point(base, base_leaf, source).await?;
     let left_alone = gaps(slot, &own);
     let segments = crate::resolve::resolve_above(base, slot, stop.map(|(r, _)| r), source).await?;
     let mut inherited = Vec::new();
@@ -408,10 +402,7 @@ async fn merge_point<S: NodeSource>(
             ..
         } = &*node
         else {
-            return Err(MetaError::Inconsistent(format!(
-                "inner node found where leaf {at:?} expected"
-            ))
-            .into());
+            return Err(MetaError::not_a_leaf(at).into());
         };
         let size = pieces.len() + inherited.len();
         if above > 0 && size >= 2 * above {

@@ -28,6 +28,13 @@ pub enum MetaError {
     Inconsistent(String),
 }
 
+impl MetaError {
+    /// An inner node found at `at`, where a leaf's chain or a layer needs a leaf.
+    pub(crate) fn not_a_leaf(at: NodeRef) -> Self {
+        MetaError::Inconsistent(format!("inner node found where leaf {at:?} expected"))
+    }
+}
+
 /// Where tree nodes of one blob are fetched from. Implementations should fetch the batch in
 /// parallel and may cache: nodes are immutable.
 pub trait NodeSource: Sync {

@@ -142,13 +142,7 @@ pub(crate) async fn resolve_above<S: NodeSource>(
                         continue_tail(&leaf, index + 1, gap, &mut out, &mut next);
                     }
                 }
-                (w, Node::Inner { .. }) => {
-                    return Err(MetaError::Inconsistent(format!(
-                        "inner node found where leaf {:?} expected",
-                        w.node()
-                    ))
-                    .into())
-                }
+                (w, Node::Inner { .. }) => return Err(MetaError::not_a_leaf(w.node()).into()),
             }
         }
         frontier = next;
