@@ -186,11 +186,15 @@ impl Cluster {
         first.chain(then).chain(last).map(|i| ids[i]).collect()
     }
 
-    /// The providers of `candidates` (in order) that may receive new data: alive, not
-    /// draining, neither failing nor full recently.
+    /// The providers of `candidates` that may receive new data: alive, not draining and not
+    /// failing recently, in the given order, with those that were full recently last. A full
+    /// provider is only a hint that lasts [`SUSPECT_FOR`]: space comes back when deleted
+    /// blobs are collected, and when the others are too few, asking it again answers with
+    /// `NoSpace` (or takes the data) instead of failing for want of live providers.
     pub async fn writable(&self, candidates: &[ProviderId]) -> Result<Vec<ProviderId>> {
-        let suspects = self.avoided_by_writes();
-        let ok = self
+        let suspects = self.suspected();
+        let full = recent(&self.full);
+        let usable = self
             .fresh_view(|v| {
                 Some(
                     candidates
@@ -203,8 +207,10 @@ impl Cluster {
                         .collect::<Vec<_>>(),
                 )
             })
-            .await?;
-        Ok(ok.unwrap_or_default())
+            .await?
+            .unwrap_or_default();
+        let (roomy, full): (Vec<_>, Vec<_>) = usable.into_iter().partition(|id| !full.contains(id));
+        Ok(roomy.into_iter().chain(full).collect())
     }
 }
 
