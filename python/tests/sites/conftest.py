@@ -28,11 +28,13 @@ def link() -> Iterator[Link | None]:
 def site_a() -> Iterator[RealSite]:
     s = RealSite("a", workers=2)
     yield s
-    s.close()
+    deaths = s.close()
+    assert not deaths, "\n".join(deaths)
 
 
 @pytest.fixture(scope="module")
 def site_b(link: Link | None) -> Iterator[RealSite]:
     s = RealSite("b", workers=1, link=link)
     yield s
-    s.close()
+    deaths = s.close()
+    assert not deaths, "\n".join(deaths)

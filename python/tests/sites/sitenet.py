@@ -228,7 +228,20 @@ class RealSite:
                 time.sleep(0.1)
         raise TimeoutError(f"site {self.name}: providers did not register")
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Kills the site and removes its directory. Returns how each process that ended
+        without being asked to ended (with the tail of its log); the directory is then kept,
+        so that a test fixture can fail on an unexplained death with the evidence at hand."""
+        deaths = []
+        for name, proc in self.procs.items():
+            code = proc.poll()
+            if code is not None:
+                tail = (self.dir / f"{name}.log").read_text(errors="replace")[-4000:]
+                deaths.append(f"{name} of site {self.name} exited with {code}:\n{tail}")
         for name in list(self.procs):
             self._kill(name)
-        subprocess.run(["rm", "-rf", str(self.dir)], check=False)
+        if deaths:
+            deaths.append(f"site {self.name}'s logs and data are kept in {self.dir}")
+        else:
+            subprocess.run(["rm", "-rf", str(self.dir)], check=False)
+        return deaths
