@@ -41,10 +41,12 @@ TARGETS = {
 
 
 def load(work: Path, system: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """All rounds of one system, each merged over its passes: (config of the main pass, rounds)."""
+    """All rounds of one system, each merged over its passes: (config of the main pass with the
+    large and small passes' sizes, rounds)."""
     rounds: dict[int, dict[str, Any]] = {}
     config: dict[str, Any] = {}
     large_bytes = None
+    small: dict[str, Any] = {}
     for f in sorted(work.glob(f"{system}-*.json")):
         _, pass_name, round_no = f.stem.split("-")
         r = json.loads(f.read_text())
@@ -55,12 +57,18 @@ def load(work: Path, system: str) -> tuple[dict[str, Any], list[dict[str, Any]]]
                     config = dict(value)
                 elif pass_name == "large":
                     large_bytes = value.get("per_client_bytes")
+                elif pass_name == "small":
+                    small = {"s5_clients": value.get("clients"),
+                             "s5_appends_per_client": value.get("small_ops")}  # fmt: skip
                 continue
             if pass_name == "large" and key in ("s3", "s4"):
                 key += "_large"
             merged[key] = value
     if large_bytes is not None:
         config["large_per_client_bytes"] = large_bytes
+    # The main pass's small_ops is its unused default: S5 runs in the small pass.
+    config.pop("small_ops", None)
+    config.update(small)
     return config, [rounds[k] for k in sorted(rounds)]
 
 

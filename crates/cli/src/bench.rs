@@ -121,7 +121,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     results.insert(
         "config".into(),
         json!({"providers": args.providers, "clients": args.clients, "runs": args.runs,
-               "per_client_bytes": args.per_client, "fsync": !args.no_fsync,
+               "per_client_bytes": args.per_client, "small_ops": args.small_ops,
+               "fsync": !args.no_fsync,
                "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)}),
     );
     for scenario in &args.scenarios {
