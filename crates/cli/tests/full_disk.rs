@@ -239,6 +239,37 @@ async fn a_cluster_out_of_space_refuses_writes_and_takes_them_again_after_a_dele
     assert_eq!(keep.read(0, model.len() as u64, None).await.unwrap(), model);
 }
 
+/// The only provider's disk fills behind the manager's back, refuses a write, and gets its
+/// space back at once: the next write is taken, data and metadata, although the client saw
+/// the provider refuse data for want of space a moment before (it keeps such providers out
+/// of new writes only while others can take them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_whose_space_comes_back_takes_the_next_write_at_once() {
+    // Heartbeats every 3 s: the manager goes on placing on the provider it thinks has room.
+    let (disks, tc) = cluster_with_small_disks(1, 1, 16 << 20, |spec| spec.heartbeat_ms = 3000);
+    let client = tc.client().await;
+    let blob = client.create_blob(256 << 10, 1).await.unwrap();
+    let first = pattern::generate(1, 1 << 20);
+    blob.append(&first).await.unwrap();
+
+    fill(disks[0].path());
+    let refused = blob
+        .append(&pattern::generate(2, 1 << 20))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::NoSpace, "{refused}");
+    std::fs::remove_file(disks[0].path().join("filler")).unwrap();
+
+    let second = pattern::generate(3, 1 << 20);
+    blob.append(&second)
+        .await
+        .unwrap_or_else(|e| panic!("the write after the space came back: {e}"));
+    let mut model = first;
+    model.extend_from_slice(&second);
+    assert_eq!(blob.size(None).await.unwrap(), model.len() as u64);
+    assert_eq!(blob.read(0, model.len() as u64, None).await.unwrap(), model);
+}
+
 /// A cluster of `providers` whose manager keeps its state on a tmpfs of `bytes`.
 fn cluster_with_a_small_manager_disk(
     providers: usize,
