@@ -193,7 +193,7 @@ impl Cluster {
     /// `NoSpace` (or takes the data) instead of failing for want of live providers.
     pub async fn writable(&self, candidates: &[ProviderId]) -> Result<Vec<ProviderId>> {
         let suspects = self.suspected();
-        let full = recent(&self.full);
+        let recently_full = recent(&self.full);
         let usable = self
             .fresh_view(|v| {
                 Some(
@@ -209,7 +209,9 @@ impl Cluster {
             })
             .await?
             .unwrap_or_default();
-        let (roomy, full): (Vec<_>, Vec<_>) = usable.into_iter().partition(|id| !full.contains(id));
+        let (full, roomy): (Vec<_>, Vec<_>) = usable
+            .into_iter()
+            .partition(|id| recently_full.contains(id));
         Ok(roomy.into_iter().chain(full).collect())
     }
 }
