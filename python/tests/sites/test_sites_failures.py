@@ -23,10 +23,12 @@ PIECE = 16 << 10
 
 @pytest.fixture
 def doomed(link: Link | None) -> Iterator[RealSite]:
-    """A site b of the test's own, to be killed."""
+    """A site b of the test's own, to be killed. The processes the test kills are not
+    checked at teardown; any other that ended on its own fails the test, as in conftest.py."""
     s = RealSite("b", workers=1, link=link)
     yield s
-    s.close()
+    deaths = s.close()
+    assert not deaths, "\n".join(deaths)
 
 
 def _kill_when_running(site: RealSite, marks: Path, what: str) -> threading.Thread:
