@@ -232,7 +232,7 @@ class RealSite:
         """Kills the site and removes its directory. Returns how each process that ended
         without being asked to ended (with the tail of its log); the directory is then kept,
         so that a test fixture can fail on an unexplained death with the evidence at hand."""
-        deaths = []
+        deaths: list[str] = []
         for name, proc in self.procs.items():
             code = proc.poll()
             if code is not None:
