@@ -508,7 +508,18 @@ mod tests {
         let again = manager
             .wait_for_provider(&addr, "re-registration", |p| p.id != first.id)
             .await;
-        assert_eq!(again.id, stored_id(dir.path()));
+        // The provider saves its new id once the manager has answered, which the listing
+        // above may show first.
+        let deadline = Instant::now() + WAIT;
+        while stored_id(dir.path()) != again.id {
+            assert!(
+                Instant::now() < deadline,
+                "the new id {} was never saved (still {})",
+                again.id,
+                stored_id(dir.path())
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         provider.abort();
     }
 
