@@ -8,6 +8,8 @@
 //!   back: B catches up. A's manager SIGKILLed in the middle of a replication burst: the
 //!   restarted service resumes from its cursor and the site's own record, with no version
 //!   written twice. The lag gauges on A's `/metrics`.
+//! - `an_append_waits_out_a_dead_writers_version_on_the_site`: a version in flight on the
+//!   site that nobody will finish delays the next append's replay; it stays an append.
 //! - `replicates_over_a_cut_and_shaped_link`: the two sites on two network namespaces joined
 //!   by a `tc`-limited link (loopback and SIGSTOP without namespaces; see common/hosts/);
 //!   the link is cut while A keeps writing, then restored.
@@ -321,6 +323,41 @@ async fn replicates_through_outages_and_restarts() {
     assert_eq!(r["files_deleted"], 1, "{r}");
     let m = scrape_metrics(&http);
     assert!(m.contains("tomus_replication_versions_total{"), "{m}");
+}
+
+/// The site holds a version of a replica in flight that no one will finish, as a service run
+/// killed mid-publication leaves: the next append is replayed as an append once the site
+/// gives that version up (its writer's lease), not rewritten whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_append_waits_out_a_dead_writers_version_on_the_site() {
+    let a = TestCluster::start(1);
+    let b = TestCluster::start_with(1, |s| s.writer_lease_ms = Some(1500));
+    let (ca, cb) = (a.client().await, b.client().await);
+    keep_all(&ca).await;
+    let opts = CreateOptions {
+        chunk_size: 64 << 10,
+        replication: 1,
+        exclusive: false,
+    };
+    let (_, log) = ca
+        .namespace()
+        .create(&format!("{ROOT}/log"), opts)
+        .await
+        .unwrap();
+    log.append(&[1u8; 3000]).await.unwrap();
+    ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
+    ok(tomus(
+        &a.addr(),
+        &["sites", "replicate", "/data", "--to", "b"],
+    ));
+    wait_synced(&ca, &cb, "first replication").await;
+
+    let replica = cb.namespace().stat(&format!("{ROOT}/log")).await.unwrap();
+    let pool = tomus_wire::Pool::new(tomus_wire::RpcConfig::default());
+    common::raw_assign(&pool, &b.addr(), replica.blob.unwrap().id, 50).await;
+    log.append(&[2u8; 2000]).await.unwrap();
+    // wait_synced fails on a version replayed whole: appends must stay appends.
+    assert_eq!(wait_synced(&ca, &cb, "after the dead writer").await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

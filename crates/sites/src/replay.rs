@@ -43,6 +43,11 @@ pub const REPLICA_OF: &str = "sites:replica-of";
 
 /// Bytes read from the source and written to the site per step of one version.
 const PIECE: u64 = 8 << 20;
+/// How long an append waits for versions in flight on the site to be published or given
+/// up (a writer's lease is 10 s by default) before the version is written whole.
+const IN_FLIGHT_WAIT: Duration = Duration::from_secs(60);
+/// Pause between two tries of such an append.
+const IN_FLIGHT_POLL: Duration = Duration::from_millis(500);
 
 /// What the site holds of one source file, as far as the service knows.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -459,7 +464,7 @@ async fn commit(
         Op::Full => writer.commit(Replace::default(), &options).await.map(Some),
         Op::Append => {
             options.expect_size = Some(p.size_before);
-            writer.commit(Append, &options).await
+            append_once_settled(source, p, writer, &options, throttle).await
         }
         Op::Write => {
             writer
@@ -494,6 +499,37 @@ async fn commit(
     writer.commit(Replace::default(), &options).await?;
     progress.bytes_done.fetch_add(v.size, Ordering::Relaxed);
     Ok(())
+}
+
+/// Publishes a prepared append on the site, expecting the site's file at its planned size.
+/// The manager counts the versions in flight in that size, so the append is refused while
+/// the site holds one nobody else published: typically this service's own, left by a run
+/// killed in the middle of a publication, which the site gives up once its writer's lease
+/// runs out. Until then, or [`IN_FLIGHT_WAIT`], the append is prepared and tried again
+/// (writing the version whole instead would wait for the same give-up, and would turn an
+/// append into a replacement). A file that someone else changed has another published
+/// size: the refusal is returned at once.
+async fn append_once_settled(
+    source: &Client,
+    p: &Planned,
+    mut writer: BlobWriter,
+    options: &CommitOptions,
+    throttle: &Throttle,
+) -> Result<Option<VersionInfo>> {
+    let deadline = Instant::now() + IN_FLIGHT_WAIT;
+    loop {
+        match writer.commit(Append, options).await {
+            Err(e)
+                if e.kind == ErrorKind::PreconditionFailed
+                    && Instant::now() < deadline
+                    && p.dst.size(None).await? == p.size_before =>
+            {
+                tokio::time::sleep(IN_FLIGHT_POLL).await;
+                writer = prepare(source, p, Op::Append, throttle).await?;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Deletes the site's copy of a file gone from the source, if the site's file is still the
