@@ -183,6 +183,12 @@ impl VersionManager {
                 if s.deleted {
                     return Err(s.gone_error());
                 }
+                // Before the published mark: a version given up while its writer waited
+                // here is below it once later ones are published, and its writer must hear
+                // why (to write again when it was given up behind a dead writer's).
+                if s.given_up.contains_key(&version) {
+                    return Err(not_pending(&s, blob, version));
+                }
                 if s.record.published >= version {
                     break;
                 }
