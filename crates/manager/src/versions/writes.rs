@@ -165,9 +165,7 @@ impl VersionManager {
             if s.deleted {
                 return Err(s.gone_error());
             }
-            if s.given_up.contains_key(&version) {
-                return Err(not_pending(&s, blob, version));
-            }
+            // A given-up version is no longer pending: it is answered below or in the wait.
             if version > s.record.published {
                 match s.pending.get_mut(&version) {
                     Some(p) => p.completed = true,
