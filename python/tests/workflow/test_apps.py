@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -128,12 +129,15 @@ def test_python_task_logs_in_the_report_and_task_dirs_removed(client: tomus.Clie
     t = report.tasks["shout"]
     assert t["logs"]["stdout"] == "hello from python\n" and t["logs"]["stderr"] == ""
     assert not Path(t["dir"]).exists(), "the task directory was left behind"
+    assert not Path(t["dir"]).parent.exists(), "the workflow's work root was left behind"
     # Its output survived the directory: the provider holds its own link.
     assert workflow.registered(client, wf.path_of("out.txt"))["size"] == 2
     wf2 = Workflow("pylogs2", f"/wf/pylogs-{uuid.uuid4().hex[:8]}")
     wf2.task("shout", fn=shout, outputs=["out.txt"])
     report = workflow.run(wf2, client, n_workers=1, progress=False, keep_task_dirs=True)
-    assert (Path(report.tasks["shout"]["dir"]) / "out.txt").read_text() == "ok"
+    kept = Path(report.tasks["shout"]["dir"])
+    assert (kept / "out.txt").read_text() == "ok"
+    shutil.rmtree(kept.parent)
 
 
 def test_synthetic_through_the_store_and_fixed_direct(client: tomus.Client, tmp_path: Path) -> None:

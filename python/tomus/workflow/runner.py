@@ -471,7 +471,18 @@ def _drive(
         report.replicas = [list(m) for m in agent.made]
     report.makespan = time.time() - start
     _store_report(client, wf, report)
+    # Every task is done: the work root, where each ran, goes if it is empty (it keeps the
+    # directories of tasks that failed and those kept on request), on every worker's host.
+    dask.run(_remove_if_empty, root)
+    _remove_if_empty(root)
     return report
+
+
+def _remove_if_empty(path: str) -> None:
+    """Removes the directory ``path`` if it exists and is empty (a plain function: it is
+    pickled to the workers)."""
+    with contextlib.suppress(OSError):  # not empty, or gone already
+        os.rmdir(path)
 
 
 def _store_report(client: tomus.Client, wf: Workflow, report: Report) -> None:
