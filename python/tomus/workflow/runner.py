@@ -473,7 +473,8 @@ def _drive(
     _store_report(client, wf, report)
     # Every task is done: the work root, where each ran, goes if it is empty (it keeps the
     # directories of tasks that failed and those kept on request), on every worker's host.
-    dask.run(_remove_if_empty, root)
+    # Best effort: a worker lost meanwhile must not fail a run whose tasks all succeeded.
+    dask.run(_remove_if_empty, root, on_error="ignore")
     _remove_if_empty(root)
     return report
 
