@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -203,3 +204,23 @@ tasks:
     assert report["skipped"] == ["gen"] and list(report["tasks"]) == ["slow"]
     assert marker.read_text().splitlines() == ["run"], "gen ran again"
     assert fetch_text(client, f"{d}/n.txt", tmp_path) == "1000"
+
+
+def test_a_task_dir_is_made_when_another_run_removes_the_root_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tomus.workflow import runner
+
+    root = tmp_path / "tomus-workflow-x"
+    make_dir = tempfile.mkdtemp
+    raced: list[bool] = []
+
+    def racing(prefix: str, dir: Path) -> str:
+        if not raced:  # another run of the workflow ends now and removes the empty root
+            raced.append(True)
+            os.rmdir(root)
+        return make_dir(prefix=prefix, dir=dir)
+
+    monkeypatch.setattr(runner.tempfile, "mkdtemp", racing)
+    made = runner._new_task_dir(root, "t")
+    assert raced and made.parent == root and made.is_dir() and made.name.startswith("t-")

@@ -110,9 +110,7 @@ def _execute(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.time()
     client = tomus.connect(spec["addr"])
     config = SelectionConfig.from_dict(spec["config"])
-    root = Path(spec["work_root"])
-    root.mkdir(parents=True, exist_ok=True)
-    task_dir = Path(tempfile.mkdtemp(prefix=f"{spec['name']}-", dir=root))
+    task_dir = _new_task_dir(Path(spec["work_root"]), spec["name"])
     transfers = []
     for name, path, pending in spec["inputs"]:
         info = file_info(client, path)
@@ -477,6 +475,16 @@ def _drive(
     dask.run(_remove_if_empty, root, on_error="ignore")
     _remove_if_empty(root)
     return report
+
+
+def _new_task_dir(root: Path, name: str) -> Path:
+    """A new directory for one run of task ``name`` under ``root``, which another run of the
+    same workflow may remove, when empty, as it ends."""
+    for _ in range(3):
+        root.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # removed in between: make it again
+            return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    raise WorkflowError(f"task {name!r}: cannot make a directory under {root}")
 
 
 def _remove_if_empty(path: str) -> None:
