@@ -143,12 +143,17 @@ fn measure_recovers_switches_and_the_noisy_host_and_select_uses_them() {
     }
 
     if shaped {
+        // A pair is judged by the better of its two samples (its mean plus its sample
+        // stddev over sqrt 2): on a loaded 2-core machine one sample of a short probe can
+        // lose most of it to the scheduler (seen in CI: a mean of 2.07 MiB/s ± 2.22 where
+        // 3.6 was configured), while shaping that is wrong moves both samples.
+        let best = |i: usize, j: usize| t[i][j] + sd[i][j] / std::f64::consts::SQRT_2;
         // Each pair against the median link inside a switch, which is HOST_MBIT.
         let mut intra: Vec<f64> = Vec::new();
         for i in 0..HOSTS {
             for j in (0..HOSTS).filter(|&j| j != i) {
                 if expected(&hosts, host[i], host[j]) == HOST_MBIT {
-                    intra.push(t[i][j]);
+                    intra.push(best(i, j));
                 }
             }
         }
@@ -172,7 +177,7 @@ fn measure_recovers_switches_and_the_noisy_host_and_select_uses_them() {
                 for j in
                     (0..HOSTS).filter(|&j| j != i && expected(&hosts, host[i], host[j]) == mbit)
                 {
-                    let got = t[i][j] / base;
+                    let got = best(i, j) / base;
                     worst = worst.max((got / want - 1.0).abs());
                     assert!(
                         (got / want - 1.0).abs() <= 0.35,
