@@ -306,7 +306,8 @@ enum Fill {
 /// Reads `buf.len()` bytes at `offset` if the page cache holds them all (`preadv2` with
 /// `RWF_NOWAIT`): `Ok(false)` when the read would wait for the disk, came back short (the
 /// waiting read then tells a truncated file from a partly cached one), or the kernel or file
-/// system does not support the flag.
+/// system does not support the flag. A miss starts the disk read without waiting for it; on a
+/// fast disk that read can be done before the kernel looks again, and the bytes come back.
 fn read_cached_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
     let Ok(offset) = libc::off_t::try_from(offset) else {
