@@ -1,7 +1,7 @@
 //! Fault tolerance against real processes on loopback: failure detection and repair of a
 //! killed provider, corruption served from the replica and repaired by scrub, providers
 //! joining and draining under load (and a write that outlives its provider's removal),
-//! retention and garbage collection, and a randomized nemesis mixing these faults with
+//! writes through a provider that failed and came back, retention and garbage collection, and a randomized nemesis mixing these faults with
 //! concurrent clients.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
@@ -540,4 +540,34 @@ async fn retention_and_deletion_give_space_back() {
     })
     .await;
     assert_eq!(blob.read(0, 4 * CHUNK, None).await.unwrap(), versions[5].1);
+}
+
+/// A provider that failed a request is tried last for a while, not left out: with as many
+/// providers as copies, a client that saw its provider restart keeps writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_keeps_writing_through_a_provider_it_saw_fail() {
+    let mut tc = TestCluster::start(2);
+    let client = tc.client().await;
+    let blob = client.create_blob(CHUNK, 2).await.unwrap();
+    let mut model = pattern::generate(1, 3 * CHUNK as usize);
+    blob.append(&model).await.unwrap();
+
+    tc.cluster.kill_provider(1);
+    // Two copies cannot be made while it is down; the client notes that it failed.
+    let err = blob.append(b"while down").await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Unavailable, "{err}");
+    tc.cluster.start_provider(1).unwrap();
+    for i in 0..6u64 {
+        let data = pattern::generate(10 + i, if i % 2 == 0 { 4096 } else { 2 * CHUNK as usize });
+        blob.append(&data)
+            .await
+            .unwrap_or_else(|e| panic!("append {i} after the restart: {e}"));
+        model.extend_from_slice(&data);
+    }
+    let fresh = tc.client().await;
+    let reopened = fresh.open_blob(blob.id()).await.unwrap();
+    assert_eq!(
+        reopened.read(0, model.len() as u64, None).await.unwrap(),
+        model
+    );
 }

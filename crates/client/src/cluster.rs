@@ -186,11 +186,12 @@ impl Cluster {
         first.chain(then).chain(last).map(|i| ids[i]).collect()
     }
 
-    /// The providers of `candidates` that may receive new data: alive, not draining and not
-    /// failing recently, in the given order, with those that were full recently last. A full
-    /// provider is only a hint that lasts [`SUSPECT_FOR`]: space comes back when deleted
-    /// blobs are collected, and when the others are too few, asking it again answers with
-    /// `NoSpace` (or takes the data) instead of failing for want of live providers.
+    /// The providers of `candidates` that may receive new data: alive and not draining, in
+    /// the given order, with those that were full recently after the others, and those that
+    /// failed a request recently last. Both are hints that last [`SUSPECT_FOR`]: a provider
+    /// that failed may be back already (restarted), and space comes back when deleted blobs
+    /// are collected. When the others are too few, asking one of them again answers with
+    /// the real error (or takes the data) instead of failing for want of live providers.
     pub async fn writable(&self, candidates: &[ProviderId]) -> Result<Vec<ProviderId>> {
         let suspects = self.suspected();
         let recently_full = recent(&self.full);
@@ -200,19 +201,18 @@ impl Cluster {
                     candidates
                         .iter()
                         .copied()
-                        .filter(|id| {
-                            v.providers.get(id).is_some_and(|p| p.alive && !p.draining)
-                                && !suspects.contains(id)
-                        })
+                        .filter(|id| v.providers.get(id).is_some_and(|p| p.alive && !p.draining))
                         .collect::<Vec<_>>(),
                 )
             })
             .await?
             .unwrap_or_default();
-        let (full, roomy): (Vec<_>, Vec<_>) = usable
+        let (failed, answering): (Vec<_>, Vec<_>) =
+            usable.into_iter().partition(|id| suspects.contains(id));
+        let (full, roomy): (Vec<_>, Vec<_>) = answering
             .into_iter()
             .partition(|id| recently_full.contains(id));
-        Ok(roomy.into_iter().chain(full).collect())
+        Ok(roomy.into_iter().chain(full).chain(failed).collect())
     }
 }
 
