@@ -37,8 +37,12 @@ def test_agent_adds_holders_up_to_the_bound(
     size_mb = len(data) / 1e6
     # Priced so that 3 replicas fit the budget and 4 do not.
     model = CostModel(node_price=1.0, disk_mb=1.0, max_cost=3.5 * size_mb)
-    agent = ReplicationAgent(client, model, work_dir=str(tmp_path))
+    # A work root this host does not have yet (the driver may run no task).
+    work_dir = tmp_path / "absent" / "tomus-workflow-x"
+    agent = ReplicationAgent(client, model, work_dir=str(work_dir))
     agent.start({path: 8}).join(timeout=60)
+    assert agent.errors == []
+    assert list(work_dir.iterdir()) == [], "staged copies are left"
     holders = [h["addr"] for h in workflow.registered(client, path)["holders"]]
     assert len(holders) == 3 and holders[0] == providers[0]
     assert len(agent.made) == 2

@@ -209,7 +209,7 @@ tasks:
 def test_a_task_dir_is_made_when_another_run_removes_the_root_meanwhile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tomus.workflow import runner
+    from tomus.workflow import scratch
 
     root = tmp_path / "tomus-workflow-x"
     make_dir = tempfile.mkdtemp
@@ -221,6 +221,6 @@ def test_a_task_dir_is_made_when_another_run_removes_the_root_meanwhile(
             os.rmdir(root)
         return make_dir(prefix=prefix, dir=dir)
 
-    monkeypatch.setattr(runner.tempfile, "mkdtemp", racing)
-    made = runner._new_task_dir(root, "t")
+    monkeypatch.setattr(scratch.tempfile, "mkdtemp", racing)
+    made = scratch.make_dir_under(root, "t-")
     assert raced and made.parent == root and made.is_dir() and made.name.startswith("t-")

@@ -13,6 +13,7 @@ Modules:
 - ``selection``: the per-transfer choice (Algorithms 1 and 2) and its configuration.
 - ``runner``: :func:`run` on Dask, resume, the report; :func:`status`.
 - ``replication``: the replication agent and its cost model (the paper's section IV).
+- ``scratch``: directories under the work root, for tasks and the agent's copies.
 - ``cli``: ``tomus workflow run|status FILE.yaml``.
 """
 

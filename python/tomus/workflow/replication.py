@@ -17,6 +17,7 @@ link of the fetched copy).
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import tomus
 from tomus import _native
+from tomus.workflow.scratch import make_dir_under
 
 __all__ = ["CostModel", "ReplicationAgent"]
 
@@ -92,10 +94,15 @@ class ReplicationAgent:
                 break
             if p.addr in holders or p.load > self.max_load:
                 continue
-            with tempfile.TemporaryDirectory(dir=self.work_dir) as tmp:
-                copy = Path(tmp) / "replica"
+            # Under the work root, which this host may not have yet (the driver may run no
+            # task): the registered copy is a hard link of the fetched one.
+            staging = make_dir_under(Path(self.work_dir or tempfile.gettempdir()), "replica-")
+            try:
+                copy = staging / "replica"
                 _native.fetch_registered(self.client, path, copy, mode="swarm")
                 _native.register_file(self.client, copy, path, provider=p.addr)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
             holders.add(p.addr)
             self.made.append((path, p.addr))
         return len(holders)

@@ -39,6 +39,7 @@ from tomus import _native
 from tomus.workflow.dag import Task, Workflow, WorkflowError
 from tomus.workflow.modules import FileInfo, TransferContext
 from tomus.workflow.replication import CostModel, ReplicationAgent
+from tomus.workflow.scratch import make_dir_under, remove_if_empty
 from tomus.workflow.selection import SelectionConfig, choose
 
 __all__ = ["Report", "file_info", "run", "status", "task_logs"]
@@ -110,7 +111,7 @@ def _execute(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.time()
     client = tomus.connect(spec["addr"])
     config = SelectionConfig.from_dict(spec["config"])
-    task_dir = _new_task_dir(Path(spec["work_root"]), spec["name"])
+    task_dir = make_dir_under(Path(spec["work_root"]), f"{spec['name']}-")
     transfers = []
     for name, path, pending in spec["inputs"]:
         info = file_info(client, path)
@@ -472,26 +473,9 @@ def _drive(
     # Every task is done: the work root, where each ran, goes if it is empty (it keeps the
     # directories of tasks that failed and those kept on request), on every worker's host.
     # Best effort: a worker lost meanwhile must not fail a run whose tasks all succeeded.
-    dask.run(_remove_if_empty, root, on_error="ignore")
-    _remove_if_empty(root)
+    dask.run(remove_if_empty, root, on_error="ignore")
+    remove_if_empty(root)
     return report
-
-
-def _new_task_dir(root: Path, name: str) -> Path:
-    """A new directory for one run of task ``name`` under ``root``, which another run of the
-    same workflow may remove, when empty, as it ends."""
-    for _ in range(3):
-        root.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):  # removed in between: make it again
-            return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
-    raise WorkflowError(f"task {name!r}: cannot make a directory under {root}")
-
-
-def _remove_if_empty(path: str) -> None:
-    """Removes the directory ``path`` if it exists and is empty (a plain function: it is
-    pickled to the workers)."""
-    with contextlib.suppress(OSError):  # not empty, or gone already
-        os.rmdir(path)
 
 
 def _store_report(client: tomus.Client, wf: Workflow, report: Report) -> None:
