@@ -30,9 +30,12 @@ fn listed(addr: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_and_interrupted_puts_leave_nothing_visible() {
-    // A short grace, so the file of a killed writer is dropped within the test.
+    // A short grace, so the file of a killed writer is dropped within the test; not too
+    // short, for the live writer shows life only when it places a batch (8 MiB) of chunks: with
+    // 1.5 s, a debug-build put on a loaded machine lost its file while it was still being
+    // fed (and the feeding failed on a closed pipe).
     let cluster = TestCluster::start_with(2, |spec| {
-        spec.manager_args = vec!["--gc-grace-ms".into(), "1500".into()];
+        spec.manager_args = vec!["--gc-grace-ms".into(), "5000".into()];
     });
     let addr = cluster.addr();
     let client = cluster.client().await;
