@@ -427,6 +427,7 @@ async fn absurd_counts_get_typed_errors() {
     invalid(pool.call(&manager, req).await.map(|_| ()), "1000 replicas");
     let req = Register {
         id: None,
+        key: 1,
         addr: "x".repeat(1 << 20),
         report: ProviderReport {
             capacity: 0,

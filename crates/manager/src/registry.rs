@@ -161,6 +161,7 @@ impl Registry {
     pub fn register(
         &self,
         id: Option<ProviderId>,
+        key: u128,
         addr: String,
         report: ProviderReport,
     ) -> Result<ProviderId> {
@@ -170,16 +171,25 @@ impl Registry {
             )));
         }
         let _changes = lock(&self.changes);
-        // A removed provider's id is gone: it comes back under a new one.
-        let known = id.filter(|i| self.lock().contains_key(i));
+        // A removed provider's id is gone: it comes back under a new one. A provider sends
+        // its registration again when the answer does not come in time (a slow disk under
+        // the manager): its key then names the id the manager gave it.
+        let listed = |i: &ProviderId| self.lock().contains_key(i);
+        let known = match id.filter(listed) {
+            Some(i) => Some(i),
+            None => self.store.provider_of_key(key)?.filter(listed),
+        };
         let id = match known {
             Some(i) => i,
             None => self.store.next_id("provider")? as ProviderId,
         };
-        self.store.put_provider(&ProviderRecord {
-            id,
-            addr: addr.clone(),
-        })?;
+        self.store.put_provider(
+            &ProviderRecord {
+                id,
+                addr: addr.clone(),
+            },
+            key,
+        )?;
         let fault = bounded(report.fault);
         let mut entries = self.lock();
         // Draining survives re-registration (a provider restarting mid-drain).

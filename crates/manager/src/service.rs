@@ -436,7 +436,7 @@ impl ManagerService {
             ));
         }
         let registry = self.registry.clone();
-        let id = blocking(move || registry.register(r.id, r.addr, r.report)).await?;
+        let id = blocking(move || registry.register(r.id, r.key, r.addr, r.report)).await?;
         Ok(Joined { id, cluster })
     }
 

@@ -67,9 +67,9 @@ impl Heartbeat {
     /// provider's data belongs to.
     pub async fn register(&self) -> Result<ProviderId> {
         let ids = Arc::new(Identity::new(&self.data_dir, self.fsync));
-        let (stored, cluster) = {
+        let (stored, key, cluster) = {
             let ids = ids.clone();
-            blocking(move || Ok((ids.provider()?, ids.cluster()?))).await?
+            blocking(move || Ok((ids.provider()?, ids.registration_key()?, ids.cluster()?))).await?
         };
         let mut delay = FIRST_RETRY;
         let mut warn = WarnLimiter::default();
@@ -78,6 +78,7 @@ impl Heartbeat {
             let lost = report.lost.clone();
             let req = Register {
                 id: stored,
+                key,
                 addr: self.advertise.clone(),
                 report,
                 cluster,

@@ -2,7 +2,8 @@
 //! chunks: the id the manager gave the provider (`provider.id`, so a restart keeps it and its
 //! replicas stay reachable under it) and the id of the cluster it joined (`cluster.id`, so it
 //! never joins another: a manager that does not know its chunks would take them all for
-//! garbage).
+//! garbage), and the key it registers with (`registration.key`, so a registration sent again
+//! after its answer was lost, even by a restarted provider, gets the id the first one got).
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,7 @@ use crate::io_error;
 
 const PROVIDER_FILE: &str = "provider.id";
 const CLUSTER_FILE: &str = "cluster.id";
+const KEY_FILE: &str = "registration.key";
 
 /// The identity files of one data directory.
 pub(crate) struct Identity {
@@ -47,6 +49,19 @@ impl Identity {
         read(&self.dir.join(CLUSTER_FILE), "a cluster id", |t| {
             ClusterId::from_str_radix(t, 16).ok()
         })
+    }
+
+    /// This directory's registration key: drawn at random and saved the first time.
+    pub fn registration_key(&self) -> Result<u128> {
+        let path = self.dir.join(KEY_FILE);
+        if let Some(key) = read(&path, "a registration key", |t| {
+            u128::from_str_radix(t, 16).ok()
+        })? {
+            return Ok(key);
+        }
+        let key = rand::random::<u128>();
+        write(&path, &format!("{key:032x}"), self.fsync)?;
+        Ok(key)
     }
 
     pub fn save_cluster(&self, id: ClusterId) -> Result<()> {
@@ -120,5 +135,30 @@ mod tests {
         std::fs::write(dir.path().join(CLUSTER_FILE), "not hex").unwrap();
         let e = ids.cluster().unwrap_err();
         assert!(e.message.contains("does not hold a cluster id"), "{e}");
+    }
+
+    #[test]
+    fn the_registration_key_is_drawn_once_per_directory() {
+        let dir = TempDir::new("key");
+        let key = Identity::new(dir.path(), true).registration_key().unwrap();
+        assert_eq!(
+            Identity::new(dir.path(), true).registration_key().unwrap(),
+            key
+        );
+        let other = TempDir::new("key-other");
+        assert_ne!(
+            Identity::new(other.path(), true)
+                .registration_key()
+                .unwrap(),
+            key
+        );
+        std::fs::write(dir.path().join(KEY_FILE), "zz").unwrap();
+        let e = Identity::new(dir.path(), true)
+            .registration_key()
+            .unwrap_err();
+        assert!(
+            e.message.contains("does not hold a registration key"),
+            "{e}"
+        );
     }
 }

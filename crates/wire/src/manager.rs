@@ -93,11 +93,15 @@ service! {
         FsDelete { path: String, recursive: bool } -> (), once;
 
         // ---- provider registry
-        /// A provider joins (a new id when `id` is `None`). `cluster`: the cluster its data
-        /// belongs to (`None` before its first registration); another cluster's provider is
-        /// refused with `PreconditionFailed`, before its chunks could be taken for garbage.
+        /// A provider joins (a new id when `id` is `None`). `key`: drawn once per data
+        /// directory; a registration sent again after its answer was lost (the manager may
+        /// have taken it) gets the id the key was given, not one more. `cluster`: the
+        /// cluster its data belongs to (`None` before its first registration); another
+        /// cluster's provider is refused with `PreconditionFailed`, before its chunks could
+        /// be taken for garbage.
         Register {
             id: Option<ProviderId>,
+            key: u128,
             addr: String,
             report: ProviderReport,
             cluster: Option<ClusterId>,

@@ -52,6 +52,8 @@ const ABORTED: TableDefinition<(u64, u64), u64> = TableDefinition::new("aborted"
 /// Key: blob; value: version numbers below it may have been handed out.
 const RESERVED: TableDefinition<u64, u64> = TableDefinition::new("reserved");
 const PROVIDERS: TableDefinition<u32, &[u8]> = TableDefinition::new("providers");
+/// Registration key -> the provider id it was given (see `Register`).
+const PROVIDER_KEYS: TableDefinition<u128, u32> = TableDefinition::new("provider_keys");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 /// Key: (blob, version); value: the version's attributes. Only versions that have some.
 const ATTRS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("attrs");
@@ -426,6 +428,7 @@ impl Store {
             txn.open_table(ABORTED).map_err(db_err)?;
             txn.open_table(RESERVED).map_err(db_err)?;
             txn.open_table(PROVIDERS).map_err(db_err)?;
+            txn.open_table(PROVIDER_KEYS).map_err(db_err)?;
             txn.open_table(COUNTERS).map_err(db_err)?;
             txn.open_table(ATTRS).map_err(db_err)?;
             txn.open_table(RETENTION).map_err(db_err)?;

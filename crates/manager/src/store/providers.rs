@@ -5,7 +5,10 @@ use redb::ReadableTable;
 use tomus_metadata::{ChunkId, ProviderId};
 use tomus_wire::Result;
 
-use super::{db_err, decode, encode, ProviderRecord, Store, DRAINING, META, PROVIDERS, REPLICAS};
+use super::{
+    db_err, decode, encode, ProviderRecord, Store, DRAINING, META, PROVIDERS, PROVIDER_KEYS,
+    REPLICAS,
+};
 
 /// The key in `META` of [`Store::removed_before`].
 const REMOVED_BEFORE: &str = "removed_before";
@@ -22,13 +25,24 @@ impl Store {
         Ok(out)
     }
 
-    pub fn put_provider(&self, p: &ProviderRecord) -> Result<()> {
+    /// Saves provider `p`, and that its registration key `key` names it.
+    pub fn put_provider(&self, p: &ProviderRecord, key: u128) -> Result<()> {
         let txn = self.write()?;
         {
             let mut t = txn.open_table(PROVIDERS).map_err(db_err)?;
             t.insert(p.id, encode(p)?.as_slice()).map_err(db_err)?;
+            let mut keys = txn.open_table(PROVIDER_KEYS).map_err(db_err)?;
+            keys.insert(key, p.id).map_err(db_err)?;
         }
         txn.commit().map_err(db_err)
+    }
+
+    /// The provider id registration key `key` was given, if any.
+    pub fn provider_of_key(&self, key: u128) -> Result<Option<ProviderId>> {
+        let txn = self.read()?;
+        let keys = txn.open_table(PROVIDER_KEYS).map_err(db_err)?;
+        let id = keys.get(key).map_err(db_err)?;
+        Ok(id.map(|v| v.value()))
     }
 
     /// Draining providers and when each drain started.
@@ -66,6 +80,9 @@ impl Store {
                 providers.remove(*id).map_err(db_err)?;
                 draining.remove(*id).map_err(db_err)?;
             }
+            // A removed provider that registers again is a new one, whatever its key.
+            let mut keys = txn.open_table(PROVIDER_KEYS).map_err(db_err)?;
+            keys.retain(|_, id| !ids.contains(&id)).map_err(db_err)?;
             let mut meta = txn.open_table(META).map_err(db_err)?;
             let before = meta
                 .get(REMOVED_BEFORE)

@@ -78,6 +78,7 @@ fn report() -> ProviderReport {
 async fn register(m: &ManagerService, id: Option<ProviderId>, addr: &str) -> ProviderId {
     let req = Register {
         id,
+        key: rand::random(),
         addr: addr.into(),
         report: report(),
         cluster: None,

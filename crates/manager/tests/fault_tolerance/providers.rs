@@ -345,6 +345,7 @@ async fn a_provider_of_another_cluster_is_refused() {
     let m = open(dir.path(), TIMEOUT);
     let join = |cluster| Register {
         id: None,
+        key: rand::random(),
         addr: "127.0.0.1:7001".into(),
         report: report(),
         cluster,
@@ -369,5 +370,49 @@ async fn a_provider_of_another_cluster_is_refused() {
     let own = call(&stranger, join(None)).await.unwrap();
     assert_ne!(own.cluster, first.cluster);
     close(stranger).await;
+    close(m).await;
+}
+
+/// A registration sent again (its answer came too late, or never) gets the id the first got,
+/// by the key the provider's data directory keeps, also after a manager restart; only a
+/// removed provider comes back under a new id.
+#[tokio::test]
+async fn a_registration_sent_again_gets_the_same_id() {
+    let dir = TempDir::new("register-again");
+    let timeout = Duration::from_millis(400);
+    let m = open(dir.path(), timeout);
+    let join = |id, key, addr: &str| Register {
+        id,
+        key,
+        addr: addr.into(),
+        report: report(),
+        cluster: None,
+    };
+    let first = call(&m, join(None, 7, "127.0.0.1:7001")).await.unwrap().id;
+    let again = call(&m, join(None, 7, "127.0.0.1:7001")).await.unwrap().id;
+    assert_eq!(again, first);
+    let other = call(&m, join(None, 8, "127.0.0.1:7002")).await.unwrap().id;
+    assert_ne!(other, first, "another data directory is another provider");
+    let ids: Vec<ProviderId> = providers(&m).await.iter().map(|p| p.id).collect();
+    assert_eq!(ids, [first, other]);
+
+    close(m).await;
+    let m = open(dir.path(), timeout);
+    let after_restart = call(&m, join(None, 7, "127.0.0.1:7001")).await.unwrap().id;
+    assert_eq!(after_restart, first);
+    assert_eq!(providers(&m).await.len(), 2);
+
+    // Down (no heartbeat for the timeout), removed, back: a new id, which its key then names.
+    tokio::time::sleep(timeout + Duration::from_millis(100)).await;
+    remove(&m, "127.0.0.1:7002").await.unwrap();
+    let back = call(&m, join(Some(other), 8, "127.0.0.1:7002"))
+        .await
+        .unwrap()
+        .id;
+    assert!(back > other, "{back}");
+    let resent = call(&m, join(None, 8, "127.0.0.1:7002")).await.unwrap().id;
+    assert_eq!(resent, back);
+    let ids: Vec<ProviderId> = providers(&m).await.iter().map(|p| p.id).collect();
+    assert_eq!(ids, [first, back]);
     close(m).await;
 }
