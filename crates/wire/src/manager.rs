@@ -105,7 +105,7 @@ service! {
             addr: String,
             report: ProviderReport,
             cluster: Option<ClusterId>,
-        } -> Joined, once;
+        } -> Joined;
         Heartbeat { id: ProviderId, report: ProviderReport } -> ();
         ListProviders {} -> Vec<ProviderInfo>;
         /// Where repair put copies of these chunks (a chunk's replica set as repair last
