@@ -31,9 +31,10 @@ fn listed(addr: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_and_interrupted_puts_leave_nothing_visible() {
     // A short grace, so the file of a killed writer is dropped within the test; not too
-    // short, for the live writer shows life only when it places a batch (8 MiB) of chunks: with
-    // 1.5 s, a debug-build put on a loaded machine lost its file while it was still being
-    // fed (and the feeding failed on a closed pipe).
+    // short, for the live writer shows life only when it places a batch (8 MiB) of chunks,
+    // and a manager stalled on a loaded machine hears nothing meanwhile: with 1.5 s, a
+    // debug-build put lost its file while it was still being fed (and the feeding failed on
+    // a closed pipe).
     let cluster = TestCluster::start_with(2, |spec| {
         spec.manager_args = vec!["--gc-grace-ms".into(), "5000".into()];
     });
@@ -67,8 +68,11 @@ async fn failed_and_interrupted_puts_leave_nothing_visible() {
         .spawn()
         .unwrap();
     let mut stdin = put.stdin.take().unwrap();
+    // One batch and a little more: the put stores the batch and waits for the rest. Fed
+    // 40 MiB, it could still lose its file to a stall of the manager longer than the grace
+    // (seen once with 5 s, while the manager answered nothing for 12 s).
     let piece = vec![42u8; 1 << 20];
-    for _ in 0..40 {
+    for _ in 0..9 {
         stdin.write_all(&piece).unwrap();
     }
     stdin.flush().unwrap();
