@@ -103,7 +103,11 @@ fn counts(providers: &HashMap<ProviderId, ProviderInfo>, p: ProviderId) -> bool 
 }
 
 /// Plans copies for one chunk held by `holders` (all listed copies) that needs `want`
-/// counting copies; `load` is the bytes each provider holds, updated with the plan.
+/// counting copies; `load` is the bytes each provider holds, updated with the plan. New
+/// copies go first to the writable providers of `lost_on` that have room, which reported
+/// losing theirs: the copy goes back where it was placed, and if another repairer (the
+/// audit) put it back there since the report, copying it again rewrites that copy instead of
+/// making one more.
 #[allow(clippy::too_many_arguments)]
 fn plan_chunk(
     plan: &mut Plan,
@@ -111,6 +115,7 @@ fn plan_chunk(
     len: u64,
     want: usize,
     holders: &[ProviderId],
+    lost_on: &[ProviderId],
     providers: &HashMap<ProviderId, ProviderInfo>,
     writable: &[&ProviderInfo],
     load: &mut HashMap<ProviderId, u64>,
@@ -155,7 +160,10 @@ fn plan_chunk(
         .copied()
         .filter(|p| !holders.contains(&p.id))
         .collect();
-    candidates.sort_by_key(|p| (load.get(&p.id).copied().unwrap_or(0), p.id));
+    candidates.sort_by_key(|p| {
+        let back = lost_on.contains(&p.id) && p.free >= len;
+        (!back, load.get(&p.id).copied().unwrap_or(0), p.id)
+    });
     let targets: Vec<ProviderInfo> = candidates
         .into_iter()
         .take(want - good.len())
@@ -216,6 +224,7 @@ pub fn plan(refs: &References, inv: &Inventory, ring: &Ring) -> Plan {
             copies.len,
             want,
             &holders,
+            &[],
             &inv.providers,
             &writable,
             &mut load,
@@ -325,6 +334,10 @@ pub async fn chunks_from_ledger(
         .filter(|(c, _)| unknown.contains(c))
         .collect();
     let lost_on: HashSet<(ChunkId, ProviderId)> = lost.iter().copied().collect();
+    let mut losers: HashMap<ChunkId, Vec<ProviderId>> = HashMap::new();
+    for (c, p) in lost {
+        losers.entry(*c).or_default().push(*p);
+    }
     let writable = writable(providers);
     let mut load: HashMap<ProviderId, u64> = providers.values().map(|p| (p.id, p.chunks)).collect();
     for (id, track) in tracked {
@@ -342,6 +355,7 @@ pub async fn chunks_from_ledger(
             track.len,
             track.replication.max(1) as usize,
             &holders,
+            losers.get(&id).map_or(&[], Vec::as_slice),
             providers,
             &writable,
             &mut load,
@@ -570,6 +584,47 @@ mod tests {
             draining: false,
             fault: None,
         }
+    }
+
+    /// A lost copy is made again on the provider that lost it while that one can take it,
+    /// even when another has more room: a concurrent repairer (the audit) may have put it
+    /// back there since the report, and a copy elsewhere would then be a third one.
+    #[test]
+    fn a_lost_copy_goes_back_to_the_provider_that_lost_it() {
+        let mut providers: HashMap<ProviderId, ProviderInfo> =
+            (0..3).map(|id| (id, provider(id))).collect();
+        let targets = |providers: &HashMap<ProviderId, ProviderInfo>, lost_on: &[ProviderId]| {
+            let mut plan = Plan::default();
+            let mut load = HashMap::from([(0, 10 << 20), (1, 0), (2, 10 << 20)]);
+            let writable = writable(providers);
+            plan_chunk(
+                &mut plan,
+                ChunkId(9),
+                1 << 16,
+                2,
+                &[2],
+                lost_on,
+                providers,
+                &writable,
+                &mut load,
+            );
+            assert_eq!(plan.chunks.len(), 1);
+            let ids: Vec<ProviderId> = plan.chunks[0].targets.iter().map(|t| t.id).collect();
+            ids
+        };
+        assert_eq!(
+            targets(&providers, &[]),
+            [1],
+            "the emptiest, when none lost it"
+        );
+        assert_eq!(targets(&providers, &[0]), [0]);
+        // One without room for it, or that cannot take data any more (draining), is passed
+        // over.
+        providers.get_mut(&0).unwrap().free = 1000;
+        assert_eq!(targets(&providers, &[0]), [1]);
+        providers.get_mut(&0).unwrap().free = 1 << 30;
+        providers.get_mut(&0).unwrap().draining = true;
+        assert_eq!(targets(&providers, &[0]), [1]);
     }
 
     /// A node listed on one provider of two is under-replicated only once the ledger counted
