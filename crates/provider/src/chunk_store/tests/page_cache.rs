@@ -1,39 +1,11 @@
 //! Which durably written chunk files keep their pages in the page cache: the newest ones up
 //! to the budget; older ones' pages are dropped once they are synced.
 
-use std::os::fd::AsRawFd;
-
 use bytes::Bytes;
 use tomus_metadata::ChunkId;
 
 use super::{file_of, pattern, store};
-use crate::testutil::TempDir;
-
-/// Pages of the file at `path` resident in the page cache, and its pages in all.
-fn resident_pages(path: &std::path::Path) -> (usize, usize) {
-    let file = std::fs::File::open(path).unwrap();
-    let len = file.metadata().unwrap().len() as usize;
-    // SAFETY: sysconf only reads its argument.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let pages = len.div_ceil(page);
-    // SAFETY: a fresh read-only shared mapping of a file open for reading, unmapped below;
-    // mincore writes one byte per page into a vector of exactly that many.
-    unsafe {
-        let addr = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        );
-        assert_ne!(addr, libc::MAP_FAILED);
-        let mut vec = vec![0u8; pages];
-        assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
-        libc::munmap(addr, len);
-        (vec.iter().filter(|b| *b & 1 == 1).count(), pages)
-    }
-}
+use crate::testutil::{resident_pages, TempDir};
 
 #[tokio::test]
 async fn the_newest_chunk_files_stay_cached_and_older_ones_are_dropped() {

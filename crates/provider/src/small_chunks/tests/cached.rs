@@ -4,6 +4,7 @@
 use std::os::fd::AsRawFd;
 
 use super::*;
+use crate::testutil::resident_pages;
 
 /// Drops the pages of the file at `path` from the page cache, and waits until none is
 /// resident (a page that another thread holds for a moment is not dropped).
@@ -13,43 +14,12 @@ fn evict(path: &Path) {
         // SAFETY: posix_fadvise only reads its arguments; the descriptor is open for the call.
         let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(rc, 0);
-        if resident_pages(&file) == 0 {
+        if resident_pages(path).0 == 0 {
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     panic!("{} stays in the page cache", path.display());
-}
-
-/// How many pages of `file` the page cache holds (`mincore` over a mapping of it, which
-/// does not fault pages in).
-fn resident_pages(file: &File) -> usize {
-    let len = usize::try_from(file.metadata().unwrap().len()).unwrap();
-    if len == 0 {
-        return 0;
-    }
-    // SAFETY: sysconf only reads its argument.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
-    let mut resident = vec![0u8; len.div_ceil(page)];
-    // SAFETY: a fresh shared read-only mapping of `len` bytes of an open file; mincore writes
-    // one byte per page into `resident`, which has that many, and the mapping is unmapped
-    // before returning, with no reference into it kept.
-    unsafe {
-        let map = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        );
-        assert_ne!(map, libc::MAP_FAILED, "{}", io::Error::last_os_error());
-        let rc = libc::mincore(map, len, resident.as_mut_ptr());
-        let err = io::Error::last_os_error();
-        libc::munmap(map, len);
-        assert_eq!(rc, 0, "mincore: {err}");
-    }
-    resident.iter().filter(|&&b| b & 1 == 1).count()
 }
 
 /// Puts the first chunk of a fresh log, and returns once its writer is idle. The writer
