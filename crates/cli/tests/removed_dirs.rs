@@ -2,7 +2,7 @@
 //! `--data`), against real processes: nothing written into a removed directory is
 //! acknowledged, a manager whose directory is gone refuses every change and keeps serving
 //! reads, and providers do not join a manager started on an emptied directory. A provider
-//! whose directory is removed is failed and repaired around: `fault_tolerance.rs`.
+//! whose directory is removed is failed and repaired around: `fault_tolerance/repair.rs`.
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 

@@ -49,13 +49,16 @@ pub struct Audited {
 /// One audit. `fresh_cutoff_ms`: untracked chunks stored before it may go (`None`: no
 /// garbage collection); it must have been granted before the audit began. `ledger_turn` is
 /// held from reading what the ledger counted to checking it, so the ledger does not move
-/// under the walk (an expiry applied meanwhile would look like a chunk it lost).
+/// under the walk (an expiry applied meanwhile would look like a chunk it lost). `copy_turn`
+/// is held from listing what the providers hold to the end of the copies, as the repair
+/// worker holds it: each sees the other's copies, instead of both copying one chunk.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     cluster: &Cluster,
     copies: &Pool,
     ledger: &Arc<Ledger>,
     ledger_turn: &tokio::sync::Mutex<()>,
+    copy_turn: &tokio::sync::Mutex<()>,
     fresh_cutoff_ms: Option<u64>,
     throttle: &Throttle,
     parallelism: usize,
@@ -86,6 +89,7 @@ pub async fn run(
         on_ledger(ledger, |l| l.request_rebuild()).await?;
     }
     drop(turn);
+    let copying = copy_turn.lock().await;
     let providers = cluster.providers().await?;
     let inv = inventory::take(cluster, &providers).await;
     let ids: Vec<ProviderId> = providers.iter().map(|p| p.id).collect();
@@ -109,6 +113,7 @@ pub async fn run(
         progress,
     )
     .await?;
+    drop(copying);
 
     // Nothing the walk found unreferenced is deleted while the ledger is being rebuilt.
     let Some(cutoff) = fresh_cutoff_ms.filter(|_| audited.untracked_references == 0) else {

@@ -122,6 +122,7 @@ pub async fn run(config: MaintenanceConfig, stop: watch::Receiver<bool>) -> Resu
         throttle: Throttle::new(config.repair_rate),
         progress: Arc::new(Mutex::new(MaintenanceStatus::default())),
         ledger_turn: tokio::sync::Mutex::new(()),
+        copy_turn: tokio::sync::Mutex::new(()),
         settled: Mutex::new(None),
         audit_wanted: AtomicBool::new(false),
         wake_audit: Arc::new(Notify::new()),

@@ -38,6 +38,10 @@ pub(crate) struct Service {
     pub progress: Progress,
     /// Held by a `gc` round and by the audit's walk and ledger check.
     pub ledger_turn: tokio::sync::Mutex<()>,
+    /// Held by a repair round and by the audit from listing the providers to the end of its
+    /// copies. Each plans from a view taken when it starts: run together, after a provider
+    /// died, both copied every chunk it held (a third copy each, kept for good).
+    pub copy_turn: tokio::sync::Mutex<()>,
     /// The cutoffs granted by the last `gc` round that followed the whole change log: the
     /// audit deletes untracked chunks older than these (`None`: none yet, or no collection).
     pub settled: Mutex<Option<Cutoffs>>,
@@ -272,6 +276,8 @@ impl RepairWorker {
     /// always a round behind the log).
     async fn repair(&mut self) -> Result<Option<PassStart>> {
         let s = self.service.clone();
+        // Before the view is taken: an audit copying meanwhile would not be in it.
+        let _copying = s.copy_turn.lock().await;
         let started_ms = now_ms();
         let providers = s.cluster.providers().await?;
         let mut lost = s.cluster.manager(TakeLostChunks {}).await?;
@@ -406,6 +412,7 @@ impl Worker for AuditWorker {
             &s.copies,
             &s.ledger,
             &s.ledger_turn,
+            &s.copy_turn,
             cutoffs.map(|c| c.fresh_ms),
             &s.throttle,
             s.config.repair_parallelism,
