@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// Waits until the manager lists the provider at `addr` down.
+async fn wait_down(client: &Client, addr: &str) {
+    wait_until(
+        "the manager to mark the provider down",
+        Duration::from_secs(10),
+        || async { !provider_at(&client.providers().await.unwrap(), addr).alive },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_provider_is_detected_and_its_copies_recreated() {
     let mut tc = TestCluster::start_with(4, fast);
@@ -20,12 +30,7 @@ async fn a_killed_provider_is_detected_and_its_copies_recreated() {
     tc.cluster.kill_provider(1);
     // Reads fail over at once, before the manager notices.
     assert_eq!(blob.read(0, data.len() as u64, None).await.unwrap(), data);
-    wait_until(
-        "the manager to mark provider 1 down",
-        Duration::from_secs(10),
-        || async { !provider_at(&client.providers().await.unwrap(), &victim).alive },
-    )
-    .await;
+    wait_down(&client, &victim).await;
     let detected = killed.elapsed();
     wait_repaired(&client, Duration::from_secs(30)).await;
     eprintln!(
@@ -228,12 +233,7 @@ async fn an_audit_during_repair_makes_no_extra_copies() {
     blob.write(0, &data).await.unwrap();
     let victim = tc.cluster.provider_addr(1).to_string();
     tc.cluster.kill_provider(1);
-    wait_until(
-        "the manager to mark provider 1 down",
-        Duration::from_secs(10),
-        || async { !provider_at(&client.providers().await.unwrap(), &victim).alive },
-    )
-    .await;
+    wait_down(&client, &victim).await;
     wait_repaired(&client, Duration::from_secs(60)).await;
     let s = status(&client).await;
     assert!(
