@@ -14,7 +14,7 @@ use tomus_wire::{
 /// Longest last-error message a maintenance report or a provider's fault keeps.
 const MAX_REPORTED_ERROR: usize = 4096;
 
-use crate::store::{ProviderRecord, Store};
+use crate::store::Store;
 use crate::versions::{drain_horizon, now_ms, removal_fence};
 
 struct Entry {
@@ -179,17 +179,7 @@ impl Registry {
             Some(i) => Some(i),
             None => self.store.provider_of_key(key)?.filter(listed),
         };
-        let id = match known {
-            Some(i) => i,
-            None => self.store.next_id("provider")? as ProviderId,
-        };
-        self.store.put_provider(
-            &ProviderRecord {
-                id,
-                addr: addr.clone(),
-            },
-            key,
-        )?;
+        let id = self.store.put_provider(known, &addr, key)?;
         let fault = bounded(report.fault);
         let mut entries = self.lock();
         // Draining survives re-registration (a provider restarting mid-drain).

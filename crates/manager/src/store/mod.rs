@@ -457,21 +457,4 @@ impl Store {
     pub fn cluster_id(&self) -> ClusterId {
         self.cluster
     }
-
-    /// Allocates the next value of a durable counter (blob and provider ids).
-    pub fn next_id(&self, counter: &str) -> Result<u64> {
-        let txn = self.write()?;
-        let id = {
-            let mut t = txn.open_table(COUNTERS).map_err(db_err)?;
-            let next = t
-                .get(counter)
-                .map_err(db_err)?
-                .map(|v| v.value())
-                .unwrap_or(1);
-            t.insert(counter, next + 1).map_err(db_err)?;
-            next
-        };
-        txn.commit().map_err(db_err)?;
-        Ok(id)
-    }
 }

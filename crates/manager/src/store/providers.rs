@@ -6,8 +6,8 @@ use tomus_metadata::{ChunkId, ProviderId};
 use tomus_wire::Result;
 
 use super::{
-    db_err, decode, encode, ProviderRecord, Store, DRAINING, META, PROVIDERS, PROVIDER_KEYS,
-    REPLICAS,
+    db_err, decode, encode, ProviderRecord, Store, COUNTERS, DRAINING, META, PROVIDERS,
+    PROVIDER_KEYS, REPLICAS,
 };
 
 /// The key in `META` of [`Store::removed_before`].
@@ -25,16 +25,41 @@ impl Store {
         Ok(out)
     }
 
-    /// Saves provider `p`, and that its registration key `key` names it.
-    pub fn put_provider(&self, p: &ProviderRecord, key: u128) -> Result<()> {
+    /// Saves the provider at `addr` under `id`, or under a new id from the provider counter
+    /// when `id` is `None`, and that its registration key `key` names it: one transaction
+    /// (one sync), so a registration answers sooner. Returns the id.
+    pub fn put_provider(
+        &self,
+        id: Option<ProviderId>,
+        addr: &str,
+        key: u128,
+    ) -> Result<ProviderId> {
         let txn = self.write()?;
-        {
+        let id = {
+            let id = match id {
+                Some(id) => id,
+                None => {
+                    let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
+                    let next = counters
+                        .get("provider")
+                        .map_err(db_err)?
+                        .map_or(1, |v| v.value());
+                    counters.insert("provider", next + 1).map_err(db_err)?;
+                    next as ProviderId
+                }
+            };
+            let record = ProviderRecord {
+                id,
+                addr: addr.to_string(),
+            };
             let mut t = txn.open_table(PROVIDERS).map_err(db_err)?;
-            t.insert(p.id, encode(p)?.as_slice()).map_err(db_err)?;
+            t.insert(id, encode(&record)?.as_slice()).map_err(db_err)?;
             let mut keys = txn.open_table(PROVIDER_KEYS).map_err(db_err)?;
-            keys.insert(key, p.id).map_err(db_err)?;
-        }
-        txn.commit().map_err(db_err)
+            keys.insert(key, id).map_err(db_err)?;
+            id
+        };
+        txn.commit().map_err(db_err)?;
+        Ok(id)
     }
 
     /// The provider id registration key `key` was given, if any.
