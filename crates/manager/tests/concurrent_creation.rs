@@ -114,3 +114,58 @@ async fn a_path_below_a_file_being_created_is_refused() {
     let e = blob_of(&ns, "a/b/c", true).unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotADirectory, "{e}");
 }
+
+/// Publishes a first (empty-append) version of the file `path` (its writer's part, without
+/// data: the manager only orders and records versions).
+async fn publish_first(versions: &VersionManager, blob: u64) -> tomus_wire::Result<()> {
+    let op = tomus_wire::WriteOp::Append { size: 1 };
+    let a = versions
+        .assign(blob, op, Default::default(), None, Default::default())
+        .await?;
+    versions.complete(blob, a.version).await.map(|_| ())
+}
+
+/// A file created at a path while a new file below that path is published: the publication
+/// makes the path a directory, so the creation, checked before, must not then turn it into a
+/// file (that left a file listed below a file, and the directory's record lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_creation_racing_a_publication_below_it_never_makes_a_file_a_parent() {
+    let dir = TempDir::new("creation-publication");
+    let (versions, ns) = open(dir.path());
+    for round in 0..150 {
+        let below = blob_of(&ns, &format!("r{round}/x/y"), true).unwrap();
+        let (v, n) = (versions.clone(), ns.clone());
+        let publish = tokio::spawn(async move { publish_first(&v, below).await });
+        let creator = {
+            let (v, n) = (versions.clone(), n.clone());
+            tokio::spawn(async move {
+                let path = format!("r{round}/x");
+                let blob = tokio::task::spawn_blocking(move || blob_of(&n, &path, false))
+                    .await
+                    .unwrap()?;
+                publish_first(&v, blob).await
+            })
+        };
+        let (below_published, file_published) = (publish.await.unwrap(), creator.await.unwrap());
+        let entries = ns.list(&format!("r{round}"), true, None, 100).unwrap();
+        let kind = |p: &str| entries.iter().find(|e| e.path == p).map(|e| e.kind);
+        let x = kind(&format!("r{round}/x"));
+        let y = kind(&format!("r{round}/x/y"));
+        match (x, y) {
+            // The new file below won: x is its directory, and the file x was refused.
+            (Some(tomus_wire::EntryKind::Dir), Some(tomus_wire::EntryKind::File)) => {
+                assert!(
+                    below_published.is_ok(),
+                    "round {round}: {below_published:?}"
+                );
+                assert!(file_published.is_err(), "round {round}: x is a directory");
+            }
+            // The file x won: nothing was published below it.
+            (Some(tomus_wire::EntryKind::File), None) => {
+                assert!(file_published.is_ok(), "round {round}: {file_published:?}");
+                assert!(below_published.is_err(), "round {round}: x is a file");
+            }
+            other => panic!("round {round}: x and x/y are {other:?}; listing: {entries:?}"),
+        }
+    }
+}

@@ -10,6 +10,11 @@
 //! create is refused), a path below it is refused as below a pending file, and every other
 //! change of the namespace first waits for the queue to drain ([`Creations::settle`]): each
 //! sees the namespace as if every creation had committed under the lock.
+//!
+//! One writer of the namespace does not take the lock: the group commit of publications,
+//! whose new files make their missing parent directories. So a batch checks each path again
+//! in its own transaction, and a path made a directory since its check is refused there
+//! (`taken_since_checked`), not overwritten by the new file's entry.
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};

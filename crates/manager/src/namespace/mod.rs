@@ -100,6 +100,32 @@ pub(crate) fn bind_in(
     Ok(None)
 }
 
+/// Why the new file `path`, found free when its creation was checked, can no longer be
+/// created in the transaction `t` belongs to: the namespace lock keeps every other change
+/// out in between, but not the group commit of publications, whose new file below `path`
+/// makes `path` (or an ancestor) a directory. Only a free path with directories (or
+/// nothing) above it may be created, as [`Namespace::create`] checked.
+fn taken_since_checked(
+    t: &Table<&'static str, &'static [u8]>,
+    path: &str,
+) -> Result<Option<Error>> {
+    let why = match get(t, path)? {
+        None => match check_parents(t, path) {
+            Ok(()) => return Ok(None),
+            Err(e) => e,
+        },
+        Some(Record::Dir { .. }) => is_a_dir(path),
+        Some(_) => Error::already_exists(format!("/{path} already exists")),
+    };
+    Ok(Some(Error::new(
+        why.kind,
+        format!(
+            "{} (it became so while the new file was being created; nothing was created)",
+            why.message
+        ),
+    )))
+}
+
 /// What [`Namespace::create`] found under the lock.
 enum Checked {
     /// The file is there (or being created): its entry, or why it cannot be joined.
@@ -396,20 +422,31 @@ impl Namespace {
     /// transaction, then each blob named for its path. One outcome per creation, in order.
     fn commit_creations(&self, batch: &[creation::Queued]) -> Vec<Result<BlobInfo>> {
         let new: Vec<NewBlob> = batch.iter().map(|q| q.blob).collect();
+        // Creations whose path was taken between their check and this transaction: (index,
+        // why). Their blobs are removed in the same transaction.
+        let mut taken: Vec<(usize, Error)> = Vec::new();
         let created = self.versions.create_blobs_with(&new, |txn, i, blob| {
             let mut t = txn.open_table(NAMESPACE).map_err(db_err)?;
-            let created_ms = batch[i].created_ms;
-            put(
-                &mut t,
-                &batch[i].path,
-                &Record::Pending { blob, created_ms },
-            )
+            let q = &batch[i];
+            if let Some(why) = taken_since_checked(&t, &q.path)? {
+                drop(t);
+                remove_blobs_in(txn, &[blob])?;
+                taken.push((i, why));
+                return Ok(());
+            }
+            let created_ms = q.created_ms;
+            put(&mut t, &q.path, &Record::Pending { blob, created_ms })
         });
         match created {
             Ok(blobs) => blobs
                 .into_iter()
                 .zip(batch)
-                .map(|(blob, q)| {
+                .enumerate()
+                .map(|(i, (blob, q))| {
+                    if let Some((_, why)) = taken.iter().find(|(t, _)| *t == i) {
+                        self.versions.forget_blobs(&[blob.id]);
+                        return Err(why.clone());
+                    }
                     self.versions.name_pending(blob.id, &q.path)?;
                     Ok(blob)
                 })
