@@ -44,15 +44,21 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
+    # Chromium makes its profile and singleton-socket directories under TMPDIR and leaves the
+    # socket's directory behind: keep both in pytest's scratch space, not in /tmp.
+    scratch = tmp_path_factory.mktemp("chromium")
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM or ""
     for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1100,900"]:
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
+    options.add_argument(f"--user-data-dir={scratch / 'profile'}")
+    service = Service(executable_path=DRIVER, env={**os.environ, "TMPDIR": str(scratch)})
+    driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(30)
     try:
         yield driver
