@@ -38,7 +38,7 @@ pub enum SitesCommand {
     },
     /// How far behind each replicated subtree is (versions and seconds), what was sent, the
     /// last error. With --wait, waits until every rule (or the one of PATH --to NAME) has
-    /// caught up.
+    /// caught up with everything published before the command started, deletions included.
     Status(StatusArgs),
 }
 
@@ -188,21 +188,24 @@ pub async fn run(
     Ok(())
 }
 
+/// Whether `want` (all rules when `None`) selects the rule of `path` to `site`.
+fn selected(site: &str, path: &str, want: &Option<(String, Option<String>)>) -> bool {
+    match want {
+        None => true,
+        Some((s, p)) => s == site && p.as_ref().is_none_or(|p| path.trim_matches('/') == p),
+    }
+}
+
 /// Whether the rules `want` selects (all when `None`) are caught up as of a status written
 /// after `since_ms`.
 fn caught_up(st: &ServiceStatus, want: &Option<(String, Option<String>)>, since_ms: u64) -> bool {
     if st.updated_ms < since_ms {
         return false;
     }
-    let mut rules = st.rules.values().filter(|r| match want {
-        None => true,
-        Some((site, path)) => {
-            &r.site == site
-                && path
-                    .as_ref()
-                    .is_none_or(|p| r.path.trim_matches('/') == p.as_str())
-        }
-    });
+    let mut rules = st
+        .rules
+        .values()
+        .filter(|r| selected(&r.site, &r.path, want));
     let mut any = false;
     let all = rules.all(|r| {
         any = true;
@@ -219,9 +222,20 @@ async fn wait_caught_up(
     let started = Instant::now();
     // A status the service wrote after this moment (it writes when anything changes).
     let since = tomus_wire::now_ms();
+    let rules: Vec<tomus_sites::Rule> = tomus_sites::config::load(client)
+        .await?
+        .rules
+        .into_iter()
+        .filter(|r| selected(&r.site, &r.path, &want))
+        .collect();
+    if rules.is_empty() {
+        bail!("no replication rule to wait for (see `tomus sites list`)");
+    }
     loop {
+        // The service's status says the rules are caught up as of its last scan; the scan
+        // from each rule's saved cursor says that nothing written before now is missing.
         let st = tomus_sites::status(client).await?;
-        if caught_up(&st, &want, since) {
+        if caught_up(&st, &want, since) && all_caught_up_now(client, &rules).await? {
             return Ok(());
         }
         if started.elapsed() > timeout {
@@ -230,6 +244,15 @@ async fn wait_caught_up(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+async fn all_caught_up_now(client: &Client, rules: &[tomus_sites::Rule]) -> Result<bool> {
+    for rule in rules {
+        if !tomus_sites::caught_up_now(client, rule).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The rules' lines (also under `tomus status`).

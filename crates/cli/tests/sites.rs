@@ -360,6 +360,68 @@ async fn an_append_waits_out_a_dead_writers_version_on_the_site() {
     assert_eq!(wait_synced(&ca, &cb, "after the dead writer").await, 2);
 }
 
+/// The tree under ROOT: files with their latest bytes, and the directories.
+async fn tree(c: &Client) -> (BTreeMap<String, Vec<u8>>, Vec<String>) {
+    let (mut files, mut dirs) = (BTreeMap::new(), Vec::new());
+    for e in c.namespace().walk(ROOT).await.unwrap() {
+        match e.blob {
+            Some(info) => {
+                let data = c.blob(&info).read(0, info.size, None).await.unwrap();
+                files.insert(e.path, data);
+            }
+            None => dirs.push(e.path),
+        }
+    }
+    (files, dirs)
+}
+
+/// A directory replaced by a file and a file by a directory at the source, and a directory
+/// tree removed: once `tomus sites status --wait` returns, the site holds exactly the
+/// source's files, and none of the directories the source no longer has. (A file where the
+/// site still had a directory stopped replication for good: every pass failed on "is a
+/// directory". And `--wait` could return on a status from before the changes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn paths_that_change_kind_and_removed_directories_are_followed() {
+    let a = TestCluster::start(1);
+    let b = TestCluster::start(1);
+    let (ca, cb) = (a.client().await, b.client().await);
+    let ns = ca.namespace();
+    let put = |path: &'static str, data: &'static [u8]| {
+        let ns = ca.namespace();
+        async move {
+            let opts = CreateOptions {
+                chunk_size: 64 << 10,
+                replication: 1,
+                exclusive: false,
+            };
+            let (_, f) = ns.create(&format!("{ROOT}/{path}"), opts).await.unwrap();
+            f.replace(data).await.unwrap();
+        }
+    };
+    put("d/x", b"x1").await;
+    put("f", b"f1").await;
+    put("e/z", b"z1").await;
+    put("keep", b"k1").await;
+    ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
+    ok(tomus(
+        &a.addr(),
+        &["sites", "replicate", "/data", "--to", "b"],
+    ));
+    let wait = ["sites", "status", "--wait", "--timeout", "60"];
+    ok(tomus(&a.addr(), &wait));
+    assert_eq!(tree(&cb).await, tree(&ca).await);
+
+    ns.delete(&format!("{ROOT}/d"), true).await.unwrap();
+    put("d", b"d2").await;
+    ns.delete(&format!("{ROOT}/f"), false).await.unwrap();
+    put("f/y", b"y2").await;
+    ns.delete(&format!("{ROOT}/e"), true).await.unwrap();
+    ok(tomus(&a.addr(), &wait));
+    let (files, dirs) = tree(&cb).await;
+    assert_eq!((files, dirs.clone()), tree(&ca).await);
+    assert_eq!(dirs, [format!("{ROOT}/f")]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicates_over_a_cut_and_shaped_link() {
     let mut hosts = Hosts::new("sites", 2);

@@ -12,6 +12,8 @@
 
 /// Sites and replication rules: what `tomus sites add|replicate` store, and connecting.
 pub mod config;
+/// Files gone from the source, removed from the site (and the directories that empties).
+mod deletions;
 /// The engine: scanning a subtree for versions the site lacks, replaying them in order.
 pub mod replay;
 /// The background service in the manager process: one task per rule, status, metrics.
@@ -19,7 +21,7 @@ pub mod service;
 
 pub use config::{add_site, remove_site, replicate, stop_replicating, Rule, Site, SitesConfig};
 pub use replay::{replicate_once, Cursor, PassReport, REPLICA_OF};
-pub use service::{status, RuleStatus};
+pub use service::{caught_up_now, status, RuleStatus};
 
 /// The reserved directory where the service keeps its configuration, cursors and status.
 pub const STATE_DIR: &str = ".tomus-sites";

@@ -37,6 +37,8 @@ use tomus_maintenance::throttle::Throttle;
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::{Attrs, BlobInfo, EntryKind, Error, ErrorKind, Result, VersionInfo, VersionState};
 
+use crate::deletions::{delete_on_site, in_the_way};
+
 /// The version attribute naming the source version a site's version replays
 /// (`BLOB:VERSION`).
 pub const REPLICA_OF: &str = "sites:replica-of";
@@ -98,6 +100,8 @@ pub struct Item {
 /// What a scan found: versions to replay (in order) and files gone from the source.
 #[derive(Default)]
 pub struct Scan {
+    /// The replicated subtree.
+    pub root: String,
     pub items: Vec<Item>,
     /// Paths in the cursor no longer in the subtree (or now another blob's).
     pub gone: Vec<String>,
@@ -123,7 +127,10 @@ pub async fn scan(source: &Client, root: &str, cursor: &Cursor) -> Result<Scan> 
             Err(e) => return Err(e),
         }
     };
-    let mut out = Scan::default();
+    let mut out = Scan {
+        root: root.to_string(),
+        ..Scan::default()
+    };
     let mut present = HashSet::new();
     for e in entries {
         let (EntryKind::File, Some(info)) = (e.kind, e.blob) else {
@@ -351,6 +358,14 @@ pub async fn apply(
     budget: Duration,
 ) -> Result<bool> {
     let started = Instant::now();
+    // Deletions go last, except those in the way of this pass's versions (see
+    // `deletions.rs`).
+    let gone = std::mem::take(&mut scan.gone);
+    let (first, later) = in_the_way(gone, scan.items.iter().map(|i| i.path.as_str()));
+    for path in first {
+        delete_on_site(source, target, &scan.root, &path, cursor, progress).await?;
+    }
+    scan.gone = later;
     let planned = plan(target, &mut scan).await?;
     let total = planned.len();
     let next_ms: Vec<u64> = planned
@@ -408,7 +423,7 @@ pub async fn apply(
         }
     }
     for path in std::mem::take(&mut scan.gone) {
-        delete_on_site(target, &path, cursor, progress).await?;
+        delete_on_site(source, target, &scan.root, &path, cursor, progress).await?;
     }
     Ok(true)
 }
@@ -530,37 +545,6 @@ async fn append_once_settled(
             other => return other,
         }
     }
-}
-
-/// Deletes the site's copy of a file gone from the source, if the site's file is still the
-/// one replication wrote.
-async fn delete_on_site(
-    target: &Client,
-    path: &str,
-    cursor: &mut Cursor,
-    progress: &Progress,
-) -> Result<()> {
-    let Some(c) = cursor.files.get(path) else {
-        return Ok(());
-    };
-    let ns = target.namespace();
-    match ns.stat(path).await {
-        Ok(e) if e.blob.as_ref().is_some_and(|b| b.id == c.dst_blob) => {
-            match ns.delete(path, false).await {
-                Ok(()) => {
-                    tracing::info!("sites: /{path} is gone from the source: deleted on the site");
-                    progress.files_deleted.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) if e.kind == ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(_) => {}
-        Err(e) if e.kind == ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    cursor.files.remove(path);
-    Ok(())
 }
 
 /// One catch-up pass of `path` from `source` to `target` without the service (for other

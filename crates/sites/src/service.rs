@@ -82,6 +82,17 @@ pub async fn status(client: &Client) -> Result<ServiceStatus> {
         .unwrap_or_default())
 }
 
+/// Whether everything published under `rule`'s path so far is on its site, as the rule's
+/// saved cursor says: a scan of the source from that cursor finds no version to replay and
+/// no file to delete. The service's status comes from its last scan, which may predate the
+/// caller's own writes; this does not. (`tomus sites status --wait`.)
+pub async fn caught_up_now(client: &Client, rule: &Rule) -> Result<bool> {
+    let cursor: Cursor = read_state(client, &cursor_path(rule))
+        .await?
+        .unwrap_or_default();
+    Ok(scan(client, &rule.path, &cursor).await?.is_empty())
+}
+
 fn cursor_path(rule: &Rule) -> String {
     state_path(&format!("cursors/{}", rule.file_name()))
 }
