@@ -84,7 +84,7 @@ class Model:
 
     def rename(self, src: str, dst: str) -> str | None:
         if src == dst:
-            return None
+            return None if self.kind(src) else "NotFound"
         if dst.startswith(src + "/"):
             return "InvalidArgument"
         kind = self.kind(src)

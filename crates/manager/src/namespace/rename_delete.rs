@@ -22,7 +22,11 @@ impl Namespace {
             ));
         }
         if from == to {
-            return Ok(());
+            // Nothing moves, but a rename of nothing is refused (as POSIX's rename(2)).
+            return match visible(self.read(&from)?) {
+                Some(_) => Ok(()),
+                None => Err(not_found(&from)),
+            };
         }
         if to.starts_with(&subtree_prefix(&from)) {
             return Err(Error::invalid(format!(
