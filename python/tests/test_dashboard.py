@@ -223,6 +223,12 @@ def test_download_any_version_and_see_where_its_chunks_are(
     assert http_get(f"{base}/download?path=dl/nothing.bin")[0] == 404
     assert http_get(f"{base}/chunks?path=dl/nothing.bin&version=1")[0] == 404
     assert http_get(f"{base}/download?path=dl/data%20%C3%A9.bin&version=x")[0] == 400
+    # A path of the wrong kind is the request's fault (these were 500s): a file to browse,
+    # a directory (or no path: the root) to download or to show the chunks of.
+    assert http_get(f"{base}/fs?path=dl/data%20%C3%A9.bin")[0] == 400
+    assert http_get(f"{base}/download?path=dl")[0] == 400
+    assert http_get(f"{base}/download")[0] == 400
+    assert http_get(f"{base}/chunks?version=1")[0] == 400
     assert http_get(f"{base}/job?id=123456")[0] == 404
 
 

@@ -221,10 +221,21 @@ fn file(service: &ManagerService, path: &str) -> Result<String> {
 
 /// The page of an error: 404 for what does not exist, 400 for a bad path, 500 otherwise.
 fn failure(e: tomus_wire::Error) -> Response {
+    use http::StatusCode;
+    // What the request asked for is missing or of the wrong kind (a file's path given to the
+    // directory browser, a directory's to the download): the request's fault, not the
+    // server's.
     let status = match e.kind {
-        ErrorKind::NotFound => http::StatusCode::NOT_FOUND,
-        ErrorKind::InvalidArgument => http::StatusCode::BAD_REQUEST,
-        _ => http::StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::NotFound | ErrorKind::VersionNotPublished | ErrorKind::VersionAborted => {
+            StatusCode::NOT_FOUND
+        }
+        ErrorKind::InvalidArgument
+        | ErrorKind::OutOfRange
+        | ErrorKind::IsADirectory
+        | ErrorKind::NotADirectory => StatusCode::BAD_REQUEST,
+        ErrorKind::AuthFailed => StatusCode::FORBIDDEN,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let mut resp = with_type(
         http::Response::new(tomus_metrics::full(pages::page(
