@@ -375,8 +375,8 @@ async fn tree(c: &Client) -> (BTreeMap<String, Vec<u8>>, Vec<String>) {
     (files, dirs)
 }
 
-/// A directory replaced by a file and a file by a directory at the source, and a directory
-/// tree removed: once `tomus sites status --wait` returns, the site holds exactly the
+/// A directory replaced by a file and a file by a directory at the source, a directory tree
+/// removed, and a file where the site has an empty directory: once `tomus sites status --wait` returns, the site holds exactly the
 /// source's files, and none of the directories the source no longer has. (A file where the
 /// site still had a directory stopped replication for good: every pass failed on "is a
 /// directory". And `--wait` could return on a status from before the changes.)
@@ -416,6 +416,9 @@ async fn paths_that_change_kind_and_removed_directories_are_followed() {
     ns.delete(&format!("{ROOT}/f"), false).await.unwrap();
     put("f/y", b"y2").await;
     ns.delete(&format!("{ROOT}/e"), true).await.unwrap();
+    // An empty directory on the site where the source now has a file gives way too.
+    cb.namespace().mkdir(&format!("{ROOT}/g"), false).await.unwrap();
+    put("g", b"g2").await;
     ok(tomus(&a.addr(), &wait));
     let (files, dirs) = tree(&cb).await;
     assert_eq!((files, dirs.clone()), tree(&ca).await);

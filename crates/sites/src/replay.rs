@@ -218,6 +218,14 @@ async fn open_site_file(target: &Client, path: &str, info: &BlobInfo) -> Result<
             })
         }
         Err(e) if e.kind == ErrorKind::NotFound => {}
+        // An empty directory where the source now has a file (left by an older build, which
+        // kept the directories its deletions emptied) gives way; one with entries does not.
+        Err(e) if e.kind == ErrorKind::IsADirectory => match ns.delete(path, false).await {
+            Ok(()) => tracing::info!(
+                "sites: /{path} is a file at the source: its empty directory on the site removed"
+            ),
+            Err(_) => return Err(e),
+        },
         Err(e) => return Err(e),
     }
     // The site may have fewer providers than the source's replication.
