@@ -417,7 +417,10 @@ async fn paths_that_change_kind_and_removed_directories_are_followed() {
     put("f/y", b"y2").await;
     ns.delete(&format!("{ROOT}/e"), true).await.unwrap();
     // An empty directory on the site where the source now has a file gives way too.
-    cb.namespace().mkdir(&format!("{ROOT}/g"), false).await.unwrap();
+    cb.namespace()
+        .mkdir(&format!("{ROOT}/g"), false)
+        .await
+        .unwrap();
     put("g", b"g2").await;
     ok(tomus(&a.addr(), &wait));
     let (files, dirs) = tree(&cb).await;

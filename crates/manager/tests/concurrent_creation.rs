@@ -115,8 +115,8 @@ async fn a_path_below_a_file_being_created_is_refused() {
     assert_eq!(e.kind, ErrorKind::NotADirectory, "{e}");
 }
 
-/// Publishes a first (empty-append) version of the file `path` (its writer's part, without
-/// data: the manager only orders and records versions).
+/// Publishes a first version of `blob` (a one-byte append) as its writer would, without the
+/// data: the manager only orders and records versions.
 async fn publish_first(versions: &VersionManager, blob: u64) -> tomus_wire::Result<()> {
     let op = tomus_wire::WriteOp::Append { size: 1 };
     let a = versions

@@ -56,21 +56,26 @@ pub(crate) async fn delete_on_site(
         return Ok(());
     };
     let ns = target.namespace();
-    match ns.stat(path).await {
+    let gone = match ns.stat(path).await {
         Ok(e) if e.blob.as_ref().is_some_and(|b| b.id == c.dst_blob) => {
             match ns.delete(path, false).await {
                 Ok(()) => {
                     tracing::info!("sites: /{path} is gone from the source: deleted on the site");
                     progress.files_deleted.fetch_add(1, Ordering::Relaxed);
-                    remove_emptied_dirs(source, target, root, path).await?;
+                    true
                 }
-                Err(e) if e.kind == ErrorKind::NotFound => {}
+                Err(e) if e.kind == ErrorKind::NotFound => true,
                 Err(e) => return Err(e),
             }
         }
-        Ok(_) => {}
-        Err(e) if e.kind == ErrorKind::NotFound => {}
+        // Another file now (a user of the site wrote it): left, with its directories.
+        Ok(_) => false,
+        // Deleted by an earlier pass that failed before the cursor was saved.
+        Err(e) if e.kind == ErrorKind::NotFound => true,
         Err(e) => return Err(e),
+    };
+    if gone {
+        remove_emptied_dirs(source, target, root, path).await?;
     }
     cursor.files.remove(path);
     Ok(())

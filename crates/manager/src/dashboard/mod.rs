@@ -219,12 +219,11 @@ fn file(service: &ManagerService, path: &str) -> Result<String> {
     ))
 }
 
-/// The page of an error: 404 for what does not exist, 400 for a bad path, 500 otherwise.
+/// The page of an error: 404 for what does not exist, 400 for a bad request (a path of the
+/// wrong kind: a file's given to the directory browser, a directory's to the download), 403,
+/// 503, and 500 for the rest.
 fn failure(e: tomus_wire::Error) -> Response {
     use http::StatusCode;
-    // What the request asked for is missing or of the wrong kind (a file's path given to the
-    // directory browser, a directory's to the download): the request's fault, not the
-    // server's.
     let status = match e.kind {
         ErrorKind::NotFound | ErrorKind::VersionNotPublished | ErrorKind::VersionAborted => {
             StatusCode::NOT_FOUND

@@ -443,7 +443,7 @@ impl Namespace {
                 .zip(batch)
                 .enumerate()
                 .map(|(i, (blob, q))| {
-                    if let Some((_, why)) = taken.iter().find(|(t, _)| *t == i) {
+                    if let Some((_, why)) = taken.iter().find(|(j, _)| *j == i) {
                         self.versions.forget_blobs(&[blob.id]);
                         return Err(why.clone());
                     }
