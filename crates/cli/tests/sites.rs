@@ -428,6 +428,51 @@ async fn paths_that_change_kind_and_removed_directories_are_followed() {
     assert_eq!(dirs, [format!("{ROOT}/f")]);
 }
 
+/// A pass that stops early gives up the site files it made and did not publish: left
+/// pending, the file `c` held its path on the site for the GC grace (an hour by default), and
+/// the source's new `c/x` could not be replayed meanwhile ("/data/c is a file").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pass_cut_short_leaves_no_pending_file_on_the_site() {
+    use tomus_sites::replay::{apply, scan, Cursor, Progress};
+    let a = TestCluster::start(1);
+    let b = TestCluster::start(1);
+    let (ca, cb) = (a.client().await, b.client().await);
+    let ns = ca.namespace();
+    let opts = CreateOptions {
+        chunk_size: 64 << 10,
+        replication: 1,
+        exclusive: false,
+    };
+    for (path, data) in [("d", b"d1"), ("c", b"c1")] {
+        let (_, f) = ns.create(&format!("{ROOT}/{path}"), opts).await.unwrap();
+        f.replace(data).await.unwrap();
+    }
+    // No time budget: the pass stops after its first version, d's, having made c on the site.
+    let mut cursor = Cursor::default();
+    let found = scan(&ca, ROOT, &cursor).await.unwrap();
+    let throttle = std::sync::Arc::new(tomus_maintenance::throttle::Throttle::new(0));
+    let progress = Progress::default();
+    let pass = apply(
+        &ca,
+        &cb,
+        found,
+        &mut cursor,
+        &throttle,
+        &progress,
+        Duration::ZERO,
+    );
+    assert!(!pass.await.unwrap(), "the pass stops early");
+    assert_eq!(cursor.files.len(), 1, "{cursor:?}");
+    // c becomes a directory at the source.
+    ns.delete(&format!("{ROOT}/c"), false).await.unwrap();
+    let (_, x) = ns.create(&format!("{ROOT}/c/x"), opts).await.unwrap();
+    x.replace(b"x2").await.unwrap();
+    tomus_sites::replicate_once(&ca, &cb, ROOT, &mut cursor)
+        .await
+        .unwrap();
+    assert_eq!(tree(&cb).await, tree(&ca).await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicates_over_a_cut_and_shaped_link() {
     let mut hosts = Hosts::new("sites", 2);

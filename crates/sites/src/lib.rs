@@ -14,8 +14,10 @@
 pub mod config;
 /// Files gone from the source, removed from the site (and the directories that empties).
 mod deletions;
-/// The engine: scanning a subtree for versions the site lacks, replaying them in order.
+/// The engine: replaying a scan's versions on the site in order.
 pub mod replay;
+/// Scanning a subtree of the source for the versions the site lacks.
+mod scan;
 /// The background service in the manager process: one task per rule, status, metrics.
 pub mod service;
 

@@ -1,10 +1,5 @@
-//! The replication engine: finds the versions of a subtree the site lacks and replays them
-//! there in publication order.
-//!
-//! A scan reads only the source: the subtree's files, and for each file whose latest version
-//! is past the rule's cursor, its retained published versions. Every version past the
-//! cursor is an item; items of all files are replayed in publication order (ties: blob,
-//! version), so the site always holds a prefix of the source's history.
+//! The replication engine: replays the versions a scan found the site lacks (`scan.rs`)
+//! there in publication order, so the site always holds a prefix of the source's history.
 //!
 //! Replaying a version writes the same bytes as one new version on the site's file at the
 //! same path, with the source's attributes (an S3 ETag, content type...) and one more,
@@ -22,7 +17,7 @@
 //! Otherwise (a new file, versions removed by retention in between, a file changed on the
 //! site) the version's whole content is written as a replacement.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,9 +30,10 @@ use tomus_client::{
 };
 use tomus_maintenance::throttle::Throttle;
 use tomus_metadata::{BlobId, Version};
-use tomus_wire::{Attrs, BlobInfo, EntryKind, Error, ErrorKind, Result, VersionInfo, VersionState};
+use tomus_wire::{Attrs, BlobInfo, Error, ErrorKind, FsEntry, Result, VersionInfo};
 
 use crate::deletions::{delete_on_site, in_the_way};
+pub use crate::scan::{scan, Item, Scan};
 
 /// The version attribute naming the source version a site's version replays
 /// (`BLOB:VERSION`).
@@ -89,109 +85,6 @@ pub struct PassReport {
     pub deleted: u64,
 }
 
-/// One source version to replay.
-pub struct Item {
-    pub path: String,
-    pub blob: BlobInfo,
-    pub version: VersionInfo,
-    pub attrs: Attrs,
-}
-
-/// What a scan found: versions to replay (in order) and files gone from the source.
-#[derive(Default)]
-pub struct Scan {
-    /// The replicated subtree.
-    pub root: String,
-    pub items: Vec<Item>,
-    /// Paths in the cursor no longer in the subtree (or now another blob's).
-    pub gone: Vec<String>,
-    /// Aborted version ranges of each blob with items.
-    aborted: HashMap<BlobId, Vec<(Version, Version)>>,
-}
-
-fn in_subtree(root: &str, path: &str) -> bool {
-    tomus_backup::point::selected(&[root.to_string()], path)
-        && !tomus_client::namespace::is_reserved(path)
-}
-
-/// Reads the source: the versions of `root`'s files past `cursor`.
-pub async fn scan(source: &Client, root: &str, cursor: &Cursor) -> Result<Scan> {
-    let ns = source.internal_namespace();
-    let entries = if root.is_empty() {
-        ns.walk("").await?
-    } else {
-        match ns.stat(root).await {
-            Ok(e) if e.kind == EntryKind::File => vec![e],
-            Ok(_) => ns.walk(root).await?,
-            Err(e) if e.kind == ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e),
-        }
-    };
-    let mut out = Scan {
-        root: root.to_string(),
-        ..Scan::default()
-    };
-    let mut present = HashSet::new();
-    for e in entries {
-        let (EntryKind::File, Some(info)) = (e.kind, e.blob) else {
-            continue;
-        };
-        if !in_subtree(root, &e.path) {
-            continue;
-        }
-        let done = match cursor.files.get(&e.path) {
-            Some(c) if c.src_blob == info.id => c.src_version,
-            _ => 0,
-        };
-        present.insert(e.path.clone());
-        if info.latest <= done {
-            continue;
-        }
-        let blob = source.blob(&info);
-        let (listed, list) = match tokio::try_join!(blob.versions_attrs(), blob.versions()) {
-            Ok(x) => x,
-            // Deleted since the listing: the next scan sees it gone.
-            Err(e) if e.kind == ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        out.aborted.insert(info.id, list.aborted);
-        for (v, attrs) in listed {
-            if v.version > done && v.version <= info.latest && v.state == VersionState::Published {
-                out.items.push(Item {
-                    path: e.path.clone(),
-                    blob: info.clone(),
-                    version: v,
-                    attrs,
-                });
-            }
-        }
-    }
-    out.gone = cursor
-        .files
-        .keys()
-        .filter(|p| !present.contains(*p))
-        .cloned()
-        .collect();
-    out.items
-        .sort_by_key(|i| (i.version.published_ms, i.version.blob, i.version.version));
-    Ok(out)
-}
-
-impl Scan {
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty() && self.gone.is_empty()
-    }
-
-    /// Publishes the scan's backlog in `progress`.
-    pub fn publish(&self, progress: &Progress) {
-        progress
-            .versions_behind
-            .store(self.items.len() as u64, Ordering::Relaxed);
-        let oldest = self.items.first().map_or(0, |i| i.version.published_ms);
-        progress.oldest_pending_ms.store(oldest, Ordering::Relaxed);
-    }
-}
-
 /// The site's file at a path, as the engine found it.
 struct SiteFile {
     blob: Blob,
@@ -206,8 +99,14 @@ fn parse_replica(attrs: &Attrs) -> Option<(BlobId, Version)> {
 }
 
 /// Opens (or creates, with the source file's chunk size, replication and retention) the
-/// site's file at `path` for the source blob `info`.
-async fn open_site_file(target: &Client, path: &str, info: &BlobInfo) -> Result<SiteFile> {
+/// site's file at `path` for the source blob `info`. A new file (pending until its first
+/// version is published) is added to `created`.
+async fn open_site_file(
+    target: &Client,
+    path: &str,
+    info: &BlobInfo,
+    created: &mut Vec<FsEntry>,
+) -> Result<SiteFile> {
     let ns = target.namespace();
     match ns.object(path, None).await {
         Ok((o, blob)) => {
@@ -242,9 +141,13 @@ async fn open_site_file(target: &Client, path: &str, info: &BlobInfo) -> Result<
     };
     // The site's copy keeps what the source file keeps.
     let (entry, blob) = ns.create_retained(path, options, info.retention).await?;
+    let size = entry.blob.as_ref().map_or(0, |b| b.size);
+    if entry.blob.as_ref().is_some_and(|b| b.latest == 0) {
+        created.push(entry);
+    }
     Ok(SiteFile {
         replica: None,
-        size: entry.blob.map_or(0, |b| b.size),
+        size,
         blob,
     })
 }
@@ -280,14 +183,18 @@ struct Planned {
 
 /// Chooses each item's operation from the site's files as found, assuming each version
 /// before it is published as planned (publication checks that: see [`commit`]).
-async fn plan(target: &Client, scan: &mut Scan) -> Result<Vec<Planned>> {
+async fn plan(
+    target: &Client,
+    scan: &mut Scan,
+    created: &mut Vec<FsEntry>,
+) -> Result<Vec<Planned>> {
     let mut files: HashMap<String, SiteFile> = HashMap::new();
     let mut out = Vec::new();
     for item in std::mem::take(&mut scan.items) {
         let file = match files.entry(item.path.clone()) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(open_site_file(target, &item.path, &item.blob).await?)
+                slot.insert(open_site_file(target, &item.path, &item.blob, created).await?)
             }
         };
         let v = &item.version;
@@ -359,11 +266,52 @@ impl<T> std::future::Future for Task<T> {
 pub async fn apply(
     source: &Client,
     target: &Client,
+    scan: Scan,
+    cursor: &mut Cursor,
+    throttle: &Arc<Throttle>,
+    progress: &Progress,
+    budget: Duration,
+) -> Result<bool> {
+    let mut created = Vec::new();
+    let outcome = apply_planned(
+        source,
+        target,
+        scan,
+        cursor,
+        throttle,
+        progress,
+        budget,
+        &mut created,
+    )
+    .await;
+    // New site files this pass made and did not publish (it stopped early or failed): given
+    // up. Left pending, such a name holds its path on the site until the site's collector
+    // drops it (the GC grace, an hour by default), and a later scan may need the path for a
+    // directory: the source's file may be gone by then.
+    let ns = target.namespace();
+    for entry in created {
+        let published = cursor
+            .files
+            .get(&entry.path)
+            .is_some_and(|c| entry.blob.as_ref().is_some_and(|b| b.id == c.dst_blob));
+        if !published {
+            ns.abandon(&entry).await;
+        }
+    }
+    outcome
+}
+
+/// [`apply`], adding the site files it creates to `created`.
+#[allow(clippy::too_many_arguments)]
+async fn apply_planned(
+    source: &Client,
+    target: &Client,
     mut scan: Scan,
     cursor: &mut Cursor,
     throttle: &Arc<Throttle>,
     progress: &Progress,
     budget: Duration,
+    created: &mut Vec<FsEntry>,
 ) -> Result<bool> {
     let started = Instant::now();
     // Deletions go last, except those in the way of this pass's versions (see
@@ -374,7 +322,7 @@ pub async fn apply(
         delete_on_site(source, target, &scan.root, &path, cursor, progress).await?;
     }
     scan.gone = later;
-    let planned = plan(target, &mut scan).await?;
+    let planned = plan(target, &mut scan, created).await?;
     let total = planned.len();
     let next_ms: Vec<u64> = planned
         .iter()
