@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use tomus_client::{Client, CreateOptions};
+use tomus_client::{Blob, Client, CreateOptions};
 use tomus_sites::REPLICA_OF;
 use tomus_wire::{Retention, VersionState};
 
@@ -31,6 +31,12 @@ use common::{free_port, json, ok, scrape_metrics, tomus, TestCluster};
 
 const ROOT: &str = "data";
 const CATCH_UP: Duration = Duration::from_secs(90);
+/// The files the tests write: small chunks, one copy.
+const SMALL_FILES: CreateOptions = CreateOptions {
+    chunk_size: 64 << 10,
+    replication: 1,
+    exclusive: false,
+};
 
 /// A's published versions of every file under ROOT: path → [(blob, version, append, bytes)].
 type History = BTreeMap<String, Vec<(u64, u64, bool, Vec<u8>)>>;
@@ -137,11 +143,7 @@ async fn wait_synced(a: &Client, b: &Client, what: &str) -> usize {
 /// a new file now and then. Returns the versions published.
 async fn workload(a: &Client, rng: &mut rand::rngs::StdRng, ops: usize, big: bool) -> usize {
     let ns = a.namespace();
-    let opts = CreateOptions {
-        chunk_size: 64 << 10,
-        replication: 1,
-        exclusive: false,
-    };
+    let opts = SMALL_FILES;
     let (_, log) = ns.create(&format!("{ROOT}/log"), opts).await.unwrap();
     let (_, obj) = ns.create(&format!("{ROOT}/obj"), opts).await.unwrap();
     let (_, img) = ns.create(&format!("{ROOT}/sub/img"), opts).await.unwrap();
@@ -334,16 +336,7 @@ async fn an_append_waits_out_a_dead_writers_version_on_the_site() {
     let b = TestCluster::start_with(1, |s| s.writer_lease_ms = Some(1500));
     let (ca, cb) = (a.client().await, b.client().await);
     keep_all(&ca).await;
-    let opts = CreateOptions {
-        chunk_size: 64 << 10,
-        replication: 1,
-        exclusive: false,
-    };
-    let (_, log) = ca
-        .namespace()
-        .create(&format!("{ROOT}/log"), opts)
-        .await
-        .unwrap();
+    let log = create(&ca, "log").await;
     log.append(&[1u8; 3000]).await.unwrap();
     ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
     ok(tomus(
@@ -375,33 +368,36 @@ async fn tree(c: &Client) -> (BTreeMap<String, Vec<u8>>, Vec<String>) {
     (files, dirs)
 }
 
+/// The file ROOT/`path`, made of small chunks if new.
+async fn create(c: &Client, path: &str) -> Blob {
+    let ns = c.namespace();
+    ns.create(&format!("{ROOT}/{path}"), SMALL_FILES)
+        .await
+        .unwrap()
+        .1
+}
+
+/// Writes `data` as the whole content of ROOT/`path`.
+async fn put(c: &Client, path: &str, data: &[u8]) {
+    create(c, path).await.replace(data).await.unwrap();
+}
+
 /// A directory replaced by a file and a file by a directory at the source, a directory tree
-/// removed, and a file where the site has an empty directory: once `tomus sites status --wait` returns, the site holds exactly the
-/// source's files, and none of the directories the source no longer has. (A file where the
-/// site still had a directory stopped replication for good: every pass failed on "is a
-/// directory". And `--wait` could return on a status from before the changes.)
+/// removed, and a file where the site has an empty directory: once `tomus sites status
+/// --wait` returns, the site holds exactly the source's files, and none of the directories
+/// the source no longer has. (A file where the site still had a directory stopped
+/// replication for good: every pass failed on "is a directory". And `--wait` could return on
+/// a status from before the changes.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn paths_that_change_kind_and_removed_directories_are_followed() {
     let a = TestCluster::start(1);
     let b = TestCluster::start(1);
     let (ca, cb) = (a.client().await, b.client().await);
     let ns = ca.namespace();
-    let put = |path: &'static str, data: &'static [u8]| {
-        let ns = ca.namespace();
-        async move {
-            let opts = CreateOptions {
-                chunk_size: 64 << 10,
-                replication: 1,
-                exclusive: false,
-            };
-            let (_, f) = ns.create(&format!("{ROOT}/{path}"), opts).await.unwrap();
-            f.replace(data).await.unwrap();
-        }
-    };
-    put("d/x", b"x1").await;
-    put("f", b"f1").await;
-    put("e/z", b"z1").await;
-    put("keep", b"k1").await;
+    put(&ca, "d/x", b"x1").await;
+    put(&ca, "f", b"f1").await;
+    put(&ca, "e/z", b"z1").await;
+    put(&ca, "keep", b"k1").await;
     ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
     ok(tomus(
         &a.addr(),
@@ -412,16 +408,16 @@ async fn paths_that_change_kind_and_removed_directories_are_followed() {
     assert_eq!(tree(&cb).await, tree(&ca).await);
 
     ns.delete(&format!("{ROOT}/d"), true).await.unwrap();
-    put("d", b"d2").await;
+    put(&ca, "d", b"d2").await;
     ns.delete(&format!("{ROOT}/f"), false).await.unwrap();
-    put("f/y", b"y2").await;
+    put(&ca, "f/y", b"y2").await;
     ns.delete(&format!("{ROOT}/e"), true).await.unwrap();
     // An empty directory on the site where the source now has a file gives way too.
     cb.namespace()
         .mkdir(&format!("{ROOT}/g"), false)
         .await
         .unwrap();
-    put("g", b"g2").await;
+    put(&ca, "g", b"g2").await;
     ok(tomus(&a.addr(), &wait));
     let (files, dirs) = tree(&cb).await;
     assert_eq!((files, dirs.clone()), tree(&ca).await);
@@ -437,16 +433,8 @@ async fn a_pass_cut_short_leaves_no_pending_file_on_the_site() {
     let a = TestCluster::start(1);
     let b = TestCluster::start(1);
     let (ca, cb) = (a.client().await, b.client().await);
-    let ns = ca.namespace();
-    let opts = CreateOptions {
-        chunk_size: 64 << 10,
-        replication: 1,
-        exclusive: false,
-    };
-    for (path, data) in [("d", b"d1"), ("c", b"c1")] {
-        let (_, f) = ns.create(&format!("{ROOT}/{path}"), opts).await.unwrap();
-        f.replace(data).await.unwrap();
-    }
+    put(&ca, "d", b"d1").await;
+    put(&ca, "c", b"c1").await;
     // No time budget: the pass stops after its first version, d's, having made c on the site.
     let mut cursor = Cursor::default();
     let found = scan(&ca, ROOT, &cursor).await.unwrap();
@@ -464,9 +452,11 @@ async fn a_pass_cut_short_leaves_no_pending_file_on_the_site() {
     assert!(!pass.await.unwrap(), "the pass stops early");
     assert_eq!(cursor.files.len(), 1, "{cursor:?}");
     // c becomes a directory at the source.
-    ns.delete(&format!("{ROOT}/c"), false).await.unwrap();
-    let (_, x) = ns.create(&format!("{ROOT}/c/x"), opts).await.unwrap();
-    x.replace(b"x2").await.unwrap();
+    ca.namespace()
+        .delete(&format!("{ROOT}/c"), false)
+        .await
+        .unwrap();
+    put(&ca, "c/x", b"x2").await;
     tomus_sites::replicate_once(&ca, &cb, ROOT, &mut cursor)
         .await
         .unwrap();
