@@ -8,7 +8,7 @@ use tomus_wire::{Change, Error, Result, Retention};
 
 use super::purge::{queue_purge, DELETED_BLOB};
 use super::{
-    db_err, decode, encode, log_change, BlobRecord, RetentionRecord, Store, BLOBS, COUNTERS,
+    db_err, decode, draw, encode, log_change, BlobRecord, RetentionRecord, Store, BLOBS, COUNTERS,
     DELETED, PURGING, RESERVED, RETENTION,
 };
 
@@ -39,20 +39,12 @@ impl Store {
         mut also: impl FnMut(&WriteTransaction, usize, BlobId) -> Result<()>,
     ) -> Result<Vec<BlobRecord>> {
         let txn = self.write()?;
+        let first = draw(&txn, "blob", policies.len() as u64)?;
         let mut records = Vec::with_capacity(policies.len());
         {
-            let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
             let mut blobs = txn.open_table(BLOBS).map_err(db_err)?;
             let mut retention = txn.open_table(RETENTION).map_err(db_err)?;
             let mut reserved = txn.open_table(RESERVED).map_err(db_err)?;
-            let first = counters
-                .get("blob")
-                .map_err(db_err)?
-                .map(|v| v.value())
-                .unwrap_or(1);
-            counters
-                .insert("blob", first + policies.len() as u64)
-                .map_err(db_err)?;
             for (i, &policy) in policies.iter().enumerate() {
                 let id = first + i as u64;
                 let record = make(i, id);

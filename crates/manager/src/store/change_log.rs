@@ -6,17 +6,12 @@ use redb::{ReadableTable, WriteTransaction};
 use tomus_tables::remove_range;
 use tomus_wire::{Change, ChangePage, Cutoffs, Result};
 
-use super::{db_err, decode, encode, Store, CHANGES, COUNTERS, MAX_CHANGES, META};
+use super::{db_err, decode, draw, encode, Store, CHANGES, COUNTERS, MAX_CHANGES, META};
 
 /// Appends `change` to the change log within `txn`, dropping the oldest entries past
 /// [`MAX_CHANGES`].
 pub(super) fn log_change(txn: &WriteTransaction, change: &Change) -> Result<()> {
-    let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
-    let seq = counters
-        .get("change")
-        .map_err(db_err)?
-        .map_or(1, |v| v.value());
-    counters.insert("change", seq + 1).map_err(db_err)?;
+    let seq = draw(txn, "change", 1)?;
     let mut log = txn.open_table(CHANGES).map_err(db_err)?;
     log.insert(seq, encode(change)?.as_slice())
         .map_err(db_err)?;

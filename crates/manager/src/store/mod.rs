@@ -253,6 +253,15 @@ fn apply_groups(txn: &WriteTransaction, groups: &[Group]) -> Result<()> {
 
 /// A redb error of the manager's store: `NoSpace` for a full disk; ends the process when the
 /// store must be reopened (see [`tomus_tables::store_error`]).
+/// Hands out `n` consecutive numbers of the counter `name` (which starts at 1) within
+/// `txn`: the first of them.
+fn draw(txn: &WriteTransaction, name: &str, n: u64) -> Result<u64> {
+    let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
+    let first = counters.get(name).map_err(db_err)?.map_or(1, |v| v.value());
+    counters.insert(name, first + n).map_err(db_err)?;
+    Ok(first)
+}
+
 pub(crate) fn db_err(e: impl Into<redb::Error>) -> Error {
     tomus_tables::store_error("manager state store", e)
 }

@@ -6,8 +6,8 @@ use tomus_metadata::{ChunkId, ProviderId};
 use tomus_wire::Result;
 
 use super::{
-    db_err, decode, encode, ProviderRecord, Store, COUNTERS, DRAINING, META, PROVIDERS,
-    PROVIDER_KEYS, REPLICAS,
+    db_err, decode, draw, encode, ProviderRecord, Store, DRAINING, META, PROVIDERS, PROVIDER_KEYS,
+    REPLICAS,
 };
 
 /// The key in `META` of [`Store::removed_before`].
@@ -38,15 +38,7 @@ impl Store {
         let id = {
             let id = match id {
                 Some(id) => id,
-                None => {
-                    let mut counters = txn.open_table(COUNTERS).map_err(db_err)?;
-                    let next = counters
-                        .get("provider")
-                        .map_err(db_err)?
-                        .map_or(1, |v| v.value());
-                    counters.insert("provider", next + 1).map_err(db_err)?;
-                    next as ProviderId
-                }
+                None => draw(&txn, "provider", 1)? as ProviderId,
             };
             let record = ProviderRecord {
                 id,
