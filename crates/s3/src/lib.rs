@@ -28,6 +28,8 @@ mod offset_appends;
 /// Which S3 operation a request is (the label of the gateway's metrics).
 mod operations;
 mod part_copy;
+/// UploadPart and ListParts; a part that outlives its upload is removed.
+mod parts;
 mod paths;
 mod server;
 mod service;

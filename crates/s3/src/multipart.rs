@@ -2,16 +2,17 @@
 //! (`.tomus-uploads/<bucket>/<upload-id>/part-NNNNN`, written concurrently and in any order
 //! like any PUT); the upload's key and metadata are the attributes of its `upload` file.
 //! Completing composes the object's new version from the parts' chunks, so no data is copied.
+//! UploadPart and ListParts are in `parts.rs`, UploadPartCopy in `part_copy.rs`.
 
 use md5_many::{Digest, Md5};
 use rand::Rng;
 use s3s::dto::*;
-use s3s::{S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders};
+use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use tomus_client::{CommitOptions, Extent, Replace};
 use tomus_wire::{Attrs, BlobInfo, EntryKind, ErrorKind};
 
 use crate::buckets::owner;
-use crate::checksums::{declared_checksums, Checksums, Verifier};
+use crate::checksums::Checksums;
 use crate::conditional::Expect;
 use crate::errors::{from_store, object_err, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
@@ -102,11 +103,11 @@ pub fn multipart_etag(part_etags: &[String]) -> Option<String> {
 }
 
 /// A part as stored: its file's blob and ETag.
-struct StoredPart {
-    number: i32,
-    blob: BlobInfo,
-    etag: String,
-    checksums: Checksums,
+pub(crate) struct StoredPart {
+    pub(crate) number: i32,
+    pub(crate) blob: BlobInfo,
+    pub(crate) etag: String,
+    pub(crate) checksums: Checksums,
 }
 
 impl Gateway {
@@ -129,7 +130,7 @@ impl Gateway {
     }
 
     /// The parts stored for an upload, by part number.
-    async fn stored_parts(&self, dir: &str) -> S3Result<Vec<StoredPart>> {
+    pub(crate) async fn stored_parts(&self, dir: &str) -> S3Result<Vec<StoredPart>> {
         let mut out = Vec::new();
         let mut after: Option<String> = None;
         loop {
@@ -199,120 +200,6 @@ impl Gateway {
             key: Some(i.key),
             upload_id: Some(id),
             ..CreateMultipartUploadOutput::default()
-        }))
-    }
-
-    pub(crate) async fn upload_part_op(
-        &self,
-        req: S3Request<UploadPartInput>,
-    ) -> S3Result<S3Response<UploadPartOutput>> {
-        let trailers = req.trailing_headers;
-        let headers = req.headers;
-        let i = req.input;
-        unsupported::customer_key(
-            i.sse_customer_algorithm.as_ref(),
-            i.sse_customer_key.as_ref(),
-            i.sse_customer_key_md5.as_ref(),
-        )?;
-        check_part_number(i.part_number)?;
-        self.upload(&i.bucket, &i.key, &i.upload_id).await?;
-        let path = part_path(&i.bucket, &i.upload_id, i.part_number);
-        let declared = declared_checksums!(i);
-        let sums = Verifier::new(declared, i.checksum_algorithm.as_ref(), &headers)?;
-        let (blob, entry) = self.open_for_write(&path, false, OBJECTS_KEEP).await?;
-        let (etag, sums) = match self
-            .store_body(&blob, i.body, i.content_md5.as_deref(), sums, trailers)
-            .await
-        {
-            Ok(stored) => stored,
-            Err(e) => {
-                self.ns.abandon(&entry).await;
-                return Err(e);
-            }
-        };
-        let dto = sums.dto();
-        Ok(S3Response::new(UploadPartOutput {
-            e_tag: Some(ETag::Strong(etag)),
-            checksum_crc32: dto.checksum_crc32,
-            checksum_crc32c: dto.checksum_crc32c,
-            checksum_crc64nvme: dto.checksum_crc64nvme,
-            checksum_sha1: dto.checksum_sha1,
-            checksum_sha256: dto.checksum_sha256,
-            ..UploadPartOutput::default()
-        }))
-    }
-
-    /// Streams a body into one new version of `blob` recording its MD5 as the ETag and its
-    /// flexible checksums once they match what the request declared (in `trailers` too).
-    pub(crate) async fn store_body(
-        &self,
-        blob: &tomus_client::Blob,
-        body: Option<StreamingBlob>,
-        content_md5: Option<&str>,
-        mut sums: Verifier,
-        trailers: Option<TrailingHeaders>,
-    ) -> S3Result<(String, Checksums)> {
-        let mut writer = blob.writer();
-        let (md5, _) = crate::writes::drain(body, &mut writer, content_md5, &mut sums).await?;
-        let trailers = trailers.and_then(|t| t.take());
-        let sums = sums.finish(trailers.as_ref())?;
-        let etag = meta::hex(&md5);
-        let described = ObjectMeta {
-            etag: Some(etag.clone()),
-            checksums: sums.clone(),
-            ..ObjectMeta::default()
-        };
-        let options = CommitOptions {
-            attrs: described.to_attrs(),
-            expect_size: None,
-        };
-        writer
-            .commit(Replace::default(), &options)
-            .await
-            .map_err(object_err)?;
-        Ok((etag, sums))
-    }
-
-    pub(crate) async fn list_parts_op(
-        &self,
-        req: S3Request<ListPartsInput>,
-    ) -> S3Result<S3Response<ListPartsOutput>> {
-        let i = req.input;
-        self.upload(&i.bucket, &i.key, &i.upload_id).await?;
-        let dir = paths::upload_dir(&i.bucket, &i.upload_id);
-        let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
-        let marker = i.part_number_marker.unwrap_or(0);
-        let mut parts: Vec<StoredPart> = self
-            .stored_parts(&dir)
-            .await?
-            .into_iter()
-            .filter(|p| p.number > marker)
-            .collect();
-        let truncated = parts.len() > max;
-        parts.truncate(max);
-        let next = parts.last().map(|p| p.number).filter(|_| truncated);
-        Ok(S3Response::new(ListPartsOutput {
-            bucket: Some(i.bucket),
-            key: Some(i.key),
-            upload_id: Some(i.upload_id),
-            max_parts: Some(max as i32),
-            part_number_marker: i.part_number_marker,
-            next_part_number_marker: next,
-            is_truncated: Some(truncated),
-            owner: Some(owner()),
-            parts: Some(
-                parts
-                    .into_iter()
-                    .map(|p| Part {
-                        part_number: Some(p.number),
-                        size: Some(p.blob.size as i64),
-                        e_tag: Some(ETag::Strong(p.etag)),
-                        last_modified: Some(meta::timestamp(p.blob.modified_ms)),
-                        ..Part::default()
-                    })
-                    .collect(),
-            ),
-            ..ListPartsOutput::default()
         }))
     }
 

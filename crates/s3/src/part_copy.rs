@@ -99,7 +99,6 @@ impl Gateway {
         let (start, end) = copy_range(i.copy_source_range.as_deref(), src.size())?;
         let etag = self.md5_of(&src, start, end).await?;
         let path = part_path(&i.bucket, &i.upload_id, i.part_number);
-        let (blob, entry) = self.open_for_write(&path, false, OBJECTS_KEEP).await?;
         let source = Extent {
             blob: src.blob.clone(),
             version: src.obj.version.version,
@@ -114,13 +113,18 @@ impl Gateway {
             attrs: described.to_attrs(),
             expect_size: None,
         };
-        let info = match blob.compose(&[source], &options).await {
-            Ok(info) => info,
-            Err(e) => {
+        let written = async {
+            let (blob, entry) = self.open_for_write(&path, false, OBJECTS_KEEP).await?;
+            let composed = blob.compose(&[source], &options).await;
+            if composed.is_err() {
                 self.ns.abandon(&entry).await;
-                return Err(object_err(e));
             }
-        };
+            composed.map_err(object_err)
+        }
+        .await;
+        let info = self
+            .settle_part(&i.bucket, &i.key, &i.upload_id, &path, written)
+            .await?;
         Ok(S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(ETag::Strong(etag)),

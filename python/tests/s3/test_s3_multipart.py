@@ -167,6 +167,59 @@ def test_abort_removes_the_parts(gateway, s3, bucket) -> None:
     assert status(e) == 404
 
 
+def test_parts_racing_the_end_of_their_upload_leave_nothing_behind(gateway, s3, bucket) -> None:
+    """Parts still in flight when their upload is aborted (as a transfer manager does after
+    a failure) or completed either make it in before the end (and go with the upload) or
+    answer NoSuchUpload; none is left holding space where no listing shows it."""
+    source = b"s" * 1000
+    s3.put_object(Bucket=bucket, Key="source", Body=source)
+
+    def part(key: str, uid: str, n: int) -> str:
+        client = gateway.client()
+        try:
+            if n % 3 == 0:
+                client.upload_part_copy(
+                    Bucket=bucket,
+                    Key=key,
+                    UploadId=uid,
+                    PartNumber=n,
+                    CopySource={"Bucket": bucket, "Key": "source"},
+                )
+            else:
+                client.upload_part(
+                    Bucket=bucket, Key=key, UploadId=uid, PartNumber=n, Body=b"x" * 300_000
+                )
+            return "ok"
+        except ClientError as e:
+            return str(e.response["Error"]["Code"])
+
+    answers: set[str] = set()
+    for round in range(10):
+        key = f"raced-{round}"
+        uid = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        first = s3.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=1, Body=b"f")
+
+        with ThreadPoolExecutor(6) as pool:
+            racing = [pool.submit(part, key, uid, n) for n in range(2, 14)]
+            time.sleep(0.01 * round)
+            if round % 2:
+                s3.complete_multipart_upload(
+                    Bucket=bucket,
+                    Key=key,
+                    UploadId=uid,
+                    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": first["ETag"]}]},
+                )
+            else:
+                s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=uid)
+            answers.update(f.result() for f in racing)
+        if round % 2:
+            assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"f"
+    assert answers <= {"ok", "NoSuchUpload"}, answers
+    left = gateway.tomus("fs", "ls", "-r", f".tomus-uploads/{bucket}").decode()
+    assert left.strip() == "", left
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+
+
 def test_copy_of_a_1_gib_object_moves_no_data(gateway, s3, bucket, tmp_path) -> None:
     size = 1 << 30
     # Distinct MiBs (one random MiB, numbered), streamed from a file: neither the test nor
