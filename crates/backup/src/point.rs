@@ -4,7 +4,8 @@
 //! Order, and why:
 //! 1. The namespace is listed first, then the blob records: a file's versions are capped at
 //!    the latest version its namespace entry showed, so the point is the namespace at the
-//!    moment of its listing (a version published later is not in it).
+//!    moment of its listing (a version published later is not in it). The listing's pages
+//!    all read one snapshot of the tree, so a file moved meanwhile is in the point once.
 //! 2. The target's `chunks/` listing is the index of what is uploaded. Each version not yet
 //!    recorded at the target is resolved to chunk pieces; each chunk the index lacks (or has
 //!    a shorter prefix of) is read from a provider and uploaded, once. An interrupted point

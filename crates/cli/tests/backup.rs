@@ -419,3 +419,59 @@ async fn a_scheduled_point_waits_for_a_quiet_moment() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file renamed back and forth while points are taken is in every point exactly once:
+/// the namespace is read as of one moment even when its listing takes many pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_moved_during_a_point_is_in_it_exactly_once() {
+    let tc = TestCluster::start(2);
+    let addr = tc.addr();
+    let client = tc.client().await;
+    let ns = client.namespace();
+    let (dir, url) = target_dir(&tc);
+    // More entries than one page of the listing (1,000), between the file's two places.
+    let fill = futures::future::join_all((0..2_500).map(|i| {
+        let ns = client.namespace();
+        async move {
+            let (_, f) = ns.create(&format!("/m/{i:05}"), options()).await.unwrap();
+            f.replace(b"f").await.unwrap();
+        }
+    }));
+    fill.await;
+    let (_, moved) = ns.create("/a/moved", options()).await.unwrap();
+    moved.replace(b"moving").await.unwrap();
+    enable(&addr, &url, &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mover = tokio::spawn({
+        let stop = stop.clone();
+        let ns = client.namespace();
+        async move {
+            let mut at = "/a/moved";
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let to = if at == "/a/moved" {
+                    "/z/moved"
+                } else {
+                    "/a/moved"
+                };
+                ns.rename(at, to).await.unwrap();
+                at = to;
+            }
+        }
+    });
+    let ids: Vec<String> = (0..6).map(|_| point_now(&addr)).collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    mover.await.unwrap();
+    for id in ids {
+        let text = std::fs::read(dir.join(format!("points/{id}.json"))).unwrap();
+        let point: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        let paths: Vec<&str> = point["namespace"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect();
+        let found: Vec<&&str> = paths.iter().filter(|p| p.ends_with("/moved")).collect();
+        assert_eq!(found.len(), 1, "point {id}: {found:?}");
+        assert_eq!(paths.iter().filter(|p| p.starts_with("m/")).count(), 2_500);
+    }
+}

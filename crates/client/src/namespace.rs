@@ -4,17 +4,19 @@
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::manager::{
     FsAbandon, FsCreateIn, FsCreateRetained, FsDelete, FsGetRetention, FsList, FsListAttrs,
-    FsMkdir, FsObject, FsRename, FsSetRetention, FsStat,
+    FsListSnapshot, FsMkdir, FsObject, FsRename, FsSetRetention, FsStat,
 };
 use tomus_wire::{
-    Attrs, EntryKind, Error, ErrorKind, FsEntry, FsRetention, ObjectInfo, Result, Retention, Rpc,
-    StorageClass, VersionInfo, DEFAULT_CHUNK_SIZE,
+    Attrs, EntryKind, Error, ErrorKind, FsEntry, FsRetention, FsSnapshotPage, ObjectInfo, Result,
+    Retention, Rpc, StorageClass, VersionInfo, DEFAULT_CHUNK_SIZE,
 };
 
 use crate::{Blob, Client, CommitOptions, Extent};
 
 /// Entries fetched per listing call.
 const PAGE: u32 = 1000;
+/// Listings started again when the manager let their snapshot go before their last page.
+const SNAPSHOT_TRIES: u32 = 3;
 
 /// How `create` makes a new file.
 #[derive(Clone, Copy, Debug)]
@@ -345,19 +347,40 @@ impl Namespace {
     }
 
     async fn list_all(&self, path: &str, recursive: bool) -> Result<Vec<FsEntry>> {
+        let mut attempt = 1;
+        loop {
+            match self.list_snapshot(path, recursive).await {
+                // The manager let the snapshot go (idle, or pushed out by other listings):
+                // start again, on a new one.
+                Err(e) if e.kind == ErrorKind::PreconditionFailed && attempt < SNAPSHOT_TRIES => {
+                    attempt += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// Every page of a listing, all read from the snapshot of the tree its first page took.
+    async fn list_snapshot(&self, path: &str, recursive: bool) -> Result<Vec<FsEntry>> {
         let mut out: Vec<FsEntry> = Vec::new();
+        let mut snapshot = None;
         let mut after: Option<String> = None;
         loop {
-            // Pages as the manager cut them, so a page thinned by hidden names is not
-            // taken for the last one.
-            let page = self
-                .list_raw(path, recursive, after.as_deref(), PAGE)
-                .await?;
-            let full = page.len() == PAGE as usize;
-            after = page.last().map(|e| e.path.clone());
-            out.extend(page.into_iter().filter(|e| self.shows(path, e)));
-            if !full {
-                return Ok(out);
+            let req = FsListSnapshot {
+                path: path.into(),
+                recursive,
+                snapshot,
+                start_after: after.clone(),
+                limit: PAGE,
+            };
+            let page: FsSnapshotPage = self.call(req).await?;
+            after = page.entries.last().map(|e| e.path.clone());
+            // Filtered after the cut, so a page thinned by hidden names is not taken for the
+            // last one.
+            out.extend(page.entries.into_iter().filter(|e| self.shows(path, e)));
+            match page.snapshot {
+                Some(id) => snapshot = Some(id),
+                None => return Ok(out),
             }
         }
     }

@@ -265,6 +265,14 @@ impl ManagerService {
                 })
                 .await,
             ),
+            M::FsListSnapshot(r) => Reply::of::<FsListSnapshot>(
+                self.namespace(move |ns| {
+                    let limit = r.limit.min(MAX_LISTING);
+                    let after = r.start_after.as_deref();
+                    ns.list_snapshot(&r.path, r.recursive, r.snapshot, after, limit)
+                })
+                .await,
+            ),
             M::FsListAttrs(r) => Reply::of::<FsListAttrs>(
                 self.namespace(move |ns| {
                     let limit = r.limit.min(MAX_LISTING);
@@ -632,6 +640,7 @@ fn changes_state(req: &ManagerRequest) -> bool {
             | M::FsStat(_)
             | M::FsList(_)
             | M::FsListAttrs(_)
+            | M::FsListSnapshot(_)
             | M::FsObject(_)
             | M::FsGetRetention(_)
             | M::FsRegistered(_)

@@ -206,5 +206,20 @@ service! {
         /// the plan it stored.
         SetPlacementPlan { plan: Option<PlacementPlan> } -> Option<PlacementPlan>, once;
         GetPlacementPlan {} -> Option<PlacementPlan>;
+
+        // ---- consistent listings
+        /// [`FsList`] read from one snapshot of the tree, held for the pages of one listing:
+        /// the first page (`snapshot: None`) takes it and, unless it is also the last, answers
+        /// its id; each later page names it. A listing of many pages then shows the tree as
+        /// of one moment: a file moved meanwhile is listed once, at one of its paths. A
+        /// snapshot idle for a minute (or pushed out by newer ones) is dropped; naming it
+        /// then is `PreconditionFailed`, and the listing starts again.
+        FsListSnapshot {
+            path: String,
+            recursive: bool,
+            snapshot: Option<u64>,
+            start_after: Option<String>,
+            limit: u32,
+        } -> FsSnapshotPage;
     }
 }

@@ -251,6 +251,15 @@ pub struct FsEntry {
     pub blob: Option<BlobInfo>,
 }
 
+/// A page of a listing read from one snapshot of the tree (`FsListSnapshot`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsSnapshotPage {
+    /// The snapshot the next page must name; `None` when this page is the last (the manager
+    /// holds nothing for it).
+    pub snapshot: Option<u64>,
+    pub entries: Vec<FsEntry>,
+}
+
 /// A chunk a provider holds, as listed for repair and garbage collection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkEntry {

@@ -1,14 +1,17 @@
 //! Reading the tree: a directory's entries in path order, and a file with one of its versions.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
+use redb::ReadableTable;
 use tomus_metadata::{BlobId, Version};
-use tomus_wire::{Attrs, EntryKind, Error, ErrorKind, FsEntry, ObjectInfo, Result};
+use tomus_wire::{Attrs, EntryKind, Error, ErrorKind, FsEntry, FsSnapshotPage, ObjectInfo, Result};
 
 use super::records::{
     get, is_a_dir, normalize, not_a_dir, not_found, subtree_end, subtree_prefix, visible, Record,
     MAX_LIST, NAMESPACE,
 };
+use super::snapshots::Tree;
 use super::{registered, Namespace};
 use crate::store::{db_err, decode};
 
@@ -21,15 +24,56 @@ impl Namespace {
         start_after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<FsEntry>> {
+        let txn = self.store.read_unjournaled()?;
+        let table = txn.open_table(NAMESPACE).map_err(db_err)?;
+        self.list_in(&table, path, recursive, start_after, limit)
+    }
+
+    /// [`Namespace::list`] read from one snapshot of the tree for every page: the first page
+    /// (`snapshot: None`) takes it, and holds it unless that page is the last.
+    pub fn list_snapshot(
+        &self,
+        path: &str,
+        recursive: bool,
+        snapshot: Option<u64>,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<FsSnapshotPage> {
+        let tree: Tree = match snapshot {
+            Some(id) => self.snapshots.get(id)?,
+            None => {
+                let txn = self.store.read_unjournaled()?;
+                Arc::new(txn.open_table(NAMESPACE).map_err(db_err)?)
+            }
+        };
+        let entries = self.list_in(tree.as_ref(), path, recursive, start_after, limit)?;
+        let snapshot = match (snapshot, entries.len() < limit as usize) {
+            (Some(id), true) => {
+                self.snapshots.release(id);
+                None
+            }
+            (Some(id), false) => Some(id),
+            (None, true) => None,
+            (None, false) => Some(self.snapshots.hold(tree)),
+        };
+        Ok(FsSnapshotPage { snapshot, entries })
+    }
+
+    fn list_in(
+        &self,
+        table: &impl ReadableTable<&'static str, &'static [u8]>,
+        path: &str,
+        recursive: bool,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<FsEntry>> {
         let path = normalize(path)?;
         if limit == 0 || limit > MAX_LIST {
             return Err(Error::invalid(format!(
                 "list limit {limit} must be between 1 and {MAX_LIST}"
             )));
         }
-        let txn = self.store.read_unjournaled()?;
-        let table = txn.open_table(NAMESPACE).map_err(db_err)?;
-        match visible(get(&table, &path)?) {
+        match visible(get(table, &path)?) {
             Some(Record::Dir { .. }) => {}
             Some(_) => return Err(not_a_dir(&path)),
             None => return Err(not_found(&path)),

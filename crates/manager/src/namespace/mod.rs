@@ -54,6 +54,8 @@ pub(crate) mod registered;
 mod rename_delete;
 /// Directory retention policies: what files created below a directory keep.
 mod retention;
+/// Snapshots of the tree held for the pages of one listing.
+mod snapshots;
 
 /// Binds the pending file `path` to `blob` within `txn` (the transaction publishing the
 /// blob's first version), making its missing parent directories. Returns why it cannot
@@ -144,6 +146,8 @@ pub struct Namespace {
     /// Set when entries were removed or replaced: registered records may have lost their
     /// names (the copies collection looks then; see `registered.rs`).
     registered_unnamed: std::sync::atomic::AtomicBool,
+    /// Snapshots held for listings of many pages (`FsListSnapshot`).
+    snapshots: snapshots::Snapshots,
 }
 
 impl Namespace {
@@ -172,6 +176,7 @@ impl Namespace {
             writer: Mutex::new(()),
             creations: Creations::default(),
             registered_unnamed: std::sync::atomic::AtomicBool::new(true),
+            snapshots: snapshots::Snapshots::default(),
         })
     }
 
