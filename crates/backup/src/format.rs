@@ -86,6 +86,21 @@ pub struct PathEntry {
     pub path: String,
     pub kind: EntryKind,
     pub blob: Option<BlobId>,
+    /// The bytes of a registered file (points of earlier builds have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered: Option<RegisteredContent>,
+}
+
+/// A registered file's bytes at a point (see `registered.rs`): pieces of objects named like
+/// chunks, listed in the point's `chunks`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RegisteredContent {
+    pub size: u64,
+    pub crc32c: u32,
+    /// How many holders it had: the replication of the file a restore makes of it.
+    pub holders: u32,
+    /// Its bytes `[0, size)`, in order.
+    pub pieces: Vec<Piece>,
 }
 
 /// A complete backup point.

@@ -9,6 +9,8 @@ pub mod cloud;
 pub mod format;
 /// Taking one point, listing and pruning points.
 pub mod point;
+/// Registered files (workflows) in a point: their bytes read from a holder.
+mod registered;
 /// Restoring a point.
 pub mod restore;
 /// The background service in the manager process: schedule, requests, status.

@@ -25,6 +25,7 @@ use tomus_metadata::{BlobId, ChunkPiece, ProviderId, Segment, Version};
 use tomus_wire::{EntryKind, Error, ErrorKind, FsEntry, Result};
 
 use crate::format::{self, BlobEntry, PathEntry, Piece, PointManifest, VersionRecord};
+use crate::registered::{self, KnownFiles};
 use crate::target::Target;
 
 /// Top-level directory of the namespace where the backup service keeps its configuration
@@ -82,6 +83,7 @@ impl Needed {
 #[derive(Default)]
 pub struct Known {
     chunks_of: HashMap<String, Vec<String>>,
+    files: KnownFiles,
 }
 
 fn chunks_of(pieces: &[Piece]) -> Vec<String> {
@@ -310,14 +312,47 @@ pub async fn take_point(
         recorded.insert(key);
     }
 
-    let namespace = entries
-        .iter()
-        .map(|e| PathEntry {
+    // Registered files' bytes, read from their holders.
+    let mut namespace = Vec::with_capacity(entries.len());
+    for e in &entries {
+        let content = if e.kind == EntryKind::Registered {
+            let mut objects = Vec::new();
+            match registered::back_up(
+                client,
+                target,
+                &e.path,
+                &index,
+                &mut known.files,
+                &mut objects,
+            )
+            .await
+            {
+                Ok((content, uploaded)) => {
+                    progress
+                        .bytes_uploaded
+                        .fetch_add(uploaded, Ordering::Relaxed);
+                    logical += content.size;
+                    point_chunks.extend(objects);
+                    Some(content)
+                }
+                // Deleted (or persisted, so no longer registered) since the listing, maybe
+                // while its bytes were read.
+                Err(err) if gone(&err) => continue,
+                Err(err) => match client.registered(&e.path).await {
+                    Err(now) if gone(&now) => continue,
+                    _ => return Err(err),
+                },
+            }
+        } else {
+            None
+        };
+        namespace.push(PathEntry {
             path: e.path.clone(),
             kind: e.kind,
             blob: e.blob.as_ref().map(|b| b.id),
-        })
-        .collect();
+            registered: content,
+        });
+    }
     let mut manifest = PointManifest {
         format: format::FORMAT,
         id: format::point_id(taken_ms),
@@ -337,6 +372,11 @@ pub async fn take_point(
         .put(&format::point_key(&manifest.id), Bytes::from(body))
         .await?;
     Ok(manifest)
+}
+
+/// Whether `e` says a registered file is no longer one (deleted, or persisted).
+fn gone(e: &Error) -> bool {
+    matches!(e.kind, ErrorKind::NotFound | ErrorKind::InvalidArgument)
 }
 
 pub(crate) fn decode<T: for<'a> serde::Deserialize<'a>>(data: &[u8], name: &str) -> Result<T> {

@@ -14,6 +14,9 @@
 //! - every blob keeps all its versions while they are replayed, and gets its retention policy
 //!   (and directories theirs) at the end.
 //!
+//! Registered files (workflows) come back as ordinary files, written last (new blob ids),
+//! each with as many replicas as it had holders.
+//!
 //! What is not kept: publication times (restored versions are published now) and the
 //! cluster's providers (the restored cluster has the ones it was started with).
 
@@ -27,7 +30,7 @@ use tomus_wire::manager::{
 };
 use tomus_wire::{EntryKind, Error, Result, Retention, WriteOp};
 
-use crate::format::{Piece, PointManifest, VersionRecord};
+use crate::format::{Piece, PointManifest, RegisteredContent, VersionRecord};
 use crate::point::{list_points, read_point, version_record};
 use crate::target::Target;
 
@@ -187,7 +190,47 @@ pub async fn restore_cluster(client: &Client, target: &Target, id: &str) -> Resu
             })
             .await?;
     }
+    // Registered files last: their blobs are new (ids past the point's), and they get the
+    // policy of their directory as any new file.
+    for e in &point.namespace {
+        if let Some(content) = &e.registered {
+            restore_registered(client, target, &point, content, &e.path).await?;
+            done.files += 1;
+            done.blobs += 1;
+            done.versions += 1;
+            done.bytes += content.size;
+        }
+    }
     Ok(done)
+}
+
+/// Writes the registered file `content` of `point` as the new ordinary file `to`.
+async fn restore_registered(
+    client: &Client,
+    target: &Target,
+    point: &PointManifest,
+    content: &RegisteredContent,
+    to: &str,
+) -> Result<()> {
+    // As many replicas as it had holders, as far as the cluster has providers for them.
+    let providers = client
+        .providers()
+        .await?
+        .iter()
+        .filter(|p| p.alive && !p.draining)
+        .count() as u32;
+    let options = tomus_client::CreateOptions {
+        replication: content.holders.min(providers).max(1),
+        exclusive: true,
+        ..Default::default()
+    };
+    let (_, blob) = client.namespace().create(to, options).await?;
+    let mut writer = blob.writer();
+    copy_range(target, point, &content.pieces, 0, content.size, &mut writer).await?;
+    writer
+        .commit(Replace::default(), &CommitOptions::default())
+        .await?;
+    Ok(())
 }
 
 /// Restores the file at `path` in point `id` as the new file `to` of the running cluster
@@ -201,6 +244,21 @@ pub async fn restore_file(
 ) -> Result<Restored> {
     let point = read_point(target, id).await?;
     let path = path.trim_matches('/');
+    let registered = point
+        .namespace
+        .iter()
+        .find(|e| e.path == path)
+        .and_then(|e| e.registered.as_ref());
+    if let Some(content) = registered {
+        restore_registered(client, target, &point, content, to).await?;
+        return Ok(Restored {
+            point: id.to_string(),
+            files: 1,
+            blobs: 1,
+            versions: 1,
+            bytes: content.size,
+        });
+    }
     let entry = point
         .blobs
         .iter()
@@ -275,16 +333,16 @@ async fn give_up(client: &Client, blob: &Blob, v: Version) -> Result<()> {
         .await
 }
 
-/// Writes bytes `[start, end)` of the version `rec` records into `writer`, piece by piece.
+/// Writes bytes `[start, end)` of the content `pieces` tile into `writer`, piece by piece.
 async fn copy_range(
     target: &Target,
     point: &PointManifest,
-    rec: &VersionRecord,
+    pieces: &[Piece],
     start: u64,
     end: u64,
     writer: &mut tomus_client::BlobWriter,
 ) -> Result<()> {
-    for p in &rec.pieces {
+    for p in pieces {
         let (ps, pe) = (p.start(), p.start() + p.len());
         let (s, e) = (ps.max(start), pe.min(end));
         if s >= e {
@@ -335,7 +393,15 @@ async fn replay(
     let mut writer = blob.writer();
     let got: Option<Version> = match follows {
         Some(p) if info.append && p.info.size == info.span.offset && info.span.size > 0 => {
-            copy_range(target, point, rec, info.span.offset, span_end, &mut writer).await?;
+            copy_range(
+                target,
+                point,
+                &rec.pieces,
+                info.span.offset,
+                span_end,
+                &mut writer,
+            )
+            .await?;
             writer.commit(Append, &options).await?.map(|v| v.version)
         }
         Some(p)
@@ -344,7 +410,15 @@ async fn replay(
                 && info.span.size > 0
                 && !(info.span.offset == 0 && info.span.size >= p.info.size) =>
         {
-            copy_range(target, point, rec, info.span.offset, span_end, &mut writer).await?;
+            copy_range(
+                target,
+                point,
+                &rec.pieces,
+                info.span.offset,
+                span_end,
+                &mut writer,
+            )
+            .await?;
             let at = WriteAt {
                 offset: info.span.offset,
             };
@@ -354,7 +428,7 @@ async fn replay(
                 .map(|v| v.version)
         }
         _ => {
-            copy_range(target, point, rec, 0, info.size, &mut writer).await?;
+            copy_range(target, point, &rec.pieces, 0, info.size, &mut writer).await?;
             Some(writer.commit(Replace::default(), &options).await?.version)
         }
     };
