@@ -8,14 +8,12 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use tomus_client::registered::RegisteredPieces;
 use tomus_client::Client;
-use tomus_wire::{Error, Holder, Result};
+use tomus_wire::{Error, Result};
 
 use crate::format::{self, Piece, RegisteredContent};
 use crate::target::Target;
-
-/// Bytes read from a holder and uploaded at a time.
-const PIECE: u64 = 8 << 20;
 
 /// What a point knows of a registered file: immutable, so its content once backed up is
 /// found again by path, size and checksum (kept between points, like version records).
@@ -42,48 +40,35 @@ pub(crate) async fn back_up(
             return Ok((content.clone(), 0));
         }
     }
-    let mut holders: Vec<Holder> = file
-        .holders
-        .iter()
-        .filter(|h| !h.addr.is_empty())
-        .cloned()
-        .collect();
-    holders.sort_by_key(|h| !h.alive);
-    if holders.is_empty() {
-        return Err(Error::unavailable(format!(
-            "/{}: registered file with no holder left to read it from",
-            file.path
-        )));
-    }
-    // A copy that does not match the checksum: the next holder, from the start.
+    // A copy that does not match the checksum: again, from the next holder on.
     let mut failures = Vec::new();
-    for first in 0..holders.len() {
-        let mut order = holders.clone();
-        order.rotate_left(first);
-        match upload_pieces(client, target, file.size, &order, index).await {
-            Ok((pieces, got, names, uploaded)) if got == crc => {
+    let mut first = 0;
+    loop {
+        let mut reader = RegisteredPieces::new(client, &file, first)?;
+        match upload_pieces(target, &mut reader, index).await {
+            Ok((pieces, names, uploaded)) if reader.crc() == crc => {
                 let content = RegisteredContent {
                     size: file.size,
                     crc32c: crc,
-                    holders: holders.len() as u32,
+                    holders: file.holders.len() as u32,
                     pieces,
                 };
                 objects.extend(names);
                 known.insert(key, content.clone());
                 return Ok((content, uploaded));
             }
-            Ok((_, got, _, _)) => failures.push(format!(
-                "read from {} first: checksum {got:08x}, expected {crc:08x}",
-                order[0].addr
-            )),
-            Err(e) => failures.push(format!("read from {} first: {e}", order[0].addr)),
+            Ok(_) => failures.push(format!("checksum {:08x}, expected {crc:08x}", reader.crc())),
+            Err(e) => failures.push(e.to_string()),
+        }
+        first += 1;
+        if first >= reader.holders() {
+            return Err(Error::unavailable(format!(
+                "/{}: no holder gave its bytes intact ({})",
+                file.path,
+                failures.join("; ")
+            )));
         }
     }
-    Err(Error::unavailable(format!(
-        "/{}: no holder gave its bytes intact ({})",
-        file.path,
-        failures.join("; ")
-    )))
 }
 
 /// The object names of `pieces`, if `index` has all of them.
@@ -104,26 +89,18 @@ fn names_in(
         .collect()
 }
 
-/// Reads the file piece by piece (each piece from the first holder in `order` that answers)
-/// and uploads the pieces `index` lacks; returns the pieces, the CRC32C of the bytes read,
-/// the objects named and the bytes uploaded.
+/// Uploads the pieces `reader` reads that `index` lacks; returns the pieces, the objects
+/// named and the bytes uploaded.
 async fn upload_pieces(
-    client: &Client,
     target: &Target,
-    size: u64,
-    order: &[Holder],
+    reader: &mut RegisteredPieces,
     index: &HashMap<String, (u64, String)>,
-) -> Result<(Vec<Piece>, u32, Vec<(String, String)>, u64)> {
+) -> Result<(Vec<Piece>, Vec<(String, String)>, u64)> {
     let mut pieces = Vec::new();
     let mut names = Vec::new();
-    let mut crc = 0u32;
     let mut uploaded = 0u64;
-    let mut start = 0u64;
-    while start < size {
-        let len = PIECE.min(size - start);
-        let mut data = vec![0u8; len as usize];
-        read_from_any(client, order, start, &mut data).await?;
-        crc = crc32c::crc32c_append(crc, &data);
+    while let Some((start, data)) = reader.next().await? {
+        let len = data.len() as u64;
         let sha = format::sha256_hex(&data);
         let id = sha[..32].to_string();
         let name = match index.get(&id) {
@@ -142,23 +119,6 @@ async fn upload_pieces(
             chunk: id,
             chunk_offset: 0,
         });
-        start += len;
     }
-    Ok((pieces, crc, names, uploaded))
-}
-
-async fn read_from_any(
-    client: &Client,
-    order: &[Holder],
-    offset: u64,
-    out: &mut [u8],
-) -> Result<()> {
-    let mut last = None;
-    for h in order {
-        match client.read_registered(&h.addr, &h.name, offset, out).await {
-            Ok(_) => return Ok(()),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| Error::unavailable("no holder to read from")))
+    Ok((pieces, names, uploaded))
 }

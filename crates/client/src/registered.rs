@@ -434,3 +434,86 @@ async fn open_dest(dest: PathBuf, size: u64) -> Result<Arc<std::fs::File>> {
     .await
     .map_err(|e| Error::internal(e.to_string()))?
 }
+
+/// The bytes of a registered file in order, a piece at a time, each from the first holder
+/// that serves it, for callers that store them elsewhere as they come (backup points,
+/// geo-replication). The caller checks [`RegisteredPieces::crc`] against the file's
+/// checksum once the last piece is read; on a mismatch it may read again starting from
+/// another holder ([`RegisteredPieces::new`]'s `first`).
+pub struct RegisteredPieces {
+    client: Client,
+    holders: Vec<Holder>,
+    size: u64,
+    at: u64,
+    crc: u32,
+}
+
+impl RegisteredPieces {
+    /// Reads `file` trying its holders (those with an address, live ones first) from the
+    /// `first`-th on, wrapping around. Fails if it has no holder.
+    pub fn new(client: &Client, file: &RegisteredFile, first: usize) -> Result<Self> {
+        let mut holders: Vec<Holder> = file
+            .holders
+            .iter()
+            .filter(|h| !h.addr.is_empty())
+            .cloned()
+            .collect();
+        holders.sort_by_key(|h| !h.alive);
+        if holders.is_empty() {
+            return Err(Error::unavailable(format!(
+                "/{}: registered file with no holder left to read it from",
+                file.path
+            )));
+        }
+        let n = first % holders.len();
+        holders.rotate_left(n);
+        Ok(RegisteredPieces {
+            client: client.clone(),
+            holders,
+            size: file.size,
+            at: 0,
+            crc: 0,
+        })
+    }
+
+    /// How many holders it may read from.
+    pub fn holders(&self) -> usize {
+        self.holders.len()
+    }
+
+    /// The next piece (at most [`PIECE`] bytes) and its offset; `None` after the last.
+    pub async fn next(&mut self) -> Result<Option<(u64, Vec<u8>)>> {
+        if self.at >= self.size {
+            return Ok(None);
+        }
+        let len = PIECE.min(self.size - self.at);
+        let mut data = vec![0u8; len as usize];
+        let mut last = None;
+        for h in &self.holders {
+            match self
+                .client
+                .read_registered(&h.addr, &h.name, self.at, &mut data)
+                .await
+            {
+                Ok(crc) => {
+                    self.crc = crc32c_combine(self.crc, crc, data.len());
+                    let at = self.at;
+                    self.at += len;
+                    return Ok(Some((at, data)));
+                }
+                Err(e) => last = Some(format!("{}: {e}", h.addr)),
+            }
+        }
+        Err(Error::unavailable(format!(
+            "no holder served bytes {}..{} ({})",
+            self.at,
+            self.at + len,
+            last.unwrap_or_default()
+        )))
+    }
+
+    /// The CRC32C of the bytes read so far.
+    pub fn crc(&self) -> u32 {
+        self.crc
+    }
+}
