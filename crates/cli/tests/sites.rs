@@ -424,6 +424,82 @@ async fn paths_that_change_kind_and_removed_directories_are_followed() {
     assert_eq!(dirs, [format!("{ROOT}/f")]);
 }
 
+/// The bytes of every file under ROOT on `c` (ordinary files only).
+async fn file_bytes(c: &Client) -> BTreeMap<String, Vec<u8>> {
+    tree(c).await.0
+}
+
+/// Registered files (workflow outputs kept in place on their holders) under a replicated
+/// subtree reach the site as ordinary files with their bytes; one deleted at the source goes
+/// from the site, one persisted keeps its bytes there, and one registered again at the same
+/// path with other bytes replaces the site's copy. (Before, they were skipped silently.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn registered_files_are_replicated_as_ordinary_files() {
+    let a = TestCluster::start(1);
+    let b = TestCluster::start(1);
+    let (ca, cb) = (a.client().await, b.client().await);
+    let work = a.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let register = |name: &str, bytes: &[u8]| {
+        let local = work.join(name.replace('/', "_") + &format!(".{}", bytes.len()));
+        std::fs::write(&local, bytes).unwrap();
+        let path = format!("/{ROOT}/{name}");
+        ok(tomus(
+            &a.addr(),
+            &["fs", "register", local.to_str().unwrap(), &path],
+        ));
+    };
+    let big: Vec<u8> = (0..(17 << 20) + 3).map(|i: u32| (i % 251) as u8).collect();
+    register("wf/big", &big);
+    register("wf/one", b"1");
+    register("wf/empty", b"");
+    register("wf/gone", b"soon gone");
+    put(&ca, "plain", b"p").await;
+    ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
+    ok(tomus(
+        &a.addr(),
+        &["sites", "replicate", "/data", "--to", "b"],
+    ));
+    let wait = ["sites", "status", "--wait", "--timeout", "60"];
+    ok(tomus(&a.addr(), &wait));
+    let site = file_bytes(&cb).await;
+    let expect = |entries: &[(&str, &[u8])]| -> BTreeMap<String, Vec<u8>> {
+        entries
+            .iter()
+            .map(|(p, b)| (format!("{ROOT}/{p}"), b.to_vec()))
+            .collect()
+    };
+    let want = expect(&[
+        ("plain", b"p"),
+        ("wf/big", &big),
+        ("wf/empty", b""),
+        ("wf/gone", b"soon gone"),
+        ("wf/one", b"1"),
+    ]);
+    assert!(site == want, "site: {:?}", site.keys().collect::<Vec<_>>());
+
+    // Deleted, persisted, registered again with other bytes.
+    ok(tomus(&a.addr(), &["fs", "rm", &format!("/{ROOT}/wf/gone")]));
+    ok(tomus(
+        &a.addr(),
+        &["fs", "persist", &format!("/{ROOT}/wf/one")],
+    ));
+    ok(tomus(
+        &a.addr(),
+        &["fs", "rm", &format!("/{ROOT}/wf/empty")],
+    ));
+    register("wf/empty", b"not empty now");
+    ok(tomus(&a.addr(), &wait));
+    let site = file_bytes(&cb).await;
+    let want = expect(&[
+        ("plain", b"p"),
+        ("wf/big", &big),
+        ("wf/empty", b"not empty now"),
+        ("wf/one", b"1"),
+    ]);
+    assert!(site == want, "site: {:?}", site.keys().collect::<Vec<_>>());
+}
+
 /// A pass that stops early gives up the site files it made and did not publish: left
 /// pending, the file `c` held its path on the site for the GC grace (an hour by default), and
 /// the source's new `c/x` could not be replayed meanwhile ("/data/c is a file").

@@ -14,6 +14,8 @@
 pub mod config;
 /// Files gone from the source, removed from the site (and the directories that empties).
 mod deletions;
+/// Registered files (workflows), copied to the site as ordinary files.
+mod registered;
 /// The engine: replaying a scan's versions on the site in order.
 pub mod replay;
 /// Scanning a subtree of the source for the versions the site lacks.

@@ -33,7 +33,8 @@ use tomus_metadata::{BlobId, Version};
 use tomus_wire::{Attrs, BlobInfo, Error, ErrorKind, FsEntry, Result, VersionInfo};
 
 use crate::deletions::{delete_on_site, in_the_way};
-pub use crate::scan::{scan, Item, Scan};
+use crate::registered::copy_registered;
+pub use crate::scan::{scan, Item, RegisteredItem, Scan};
 
 /// The version attribute naming the source version a site's version replays
 /// (`BLOB:VERSION`).
@@ -50,7 +51,10 @@ const IN_FLIGHT_POLL: Duration = Duration::from_millis(500);
 /// What the site holds of one source file, as far as the service knows.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileCursor {
+    /// The source file's blob; 0 for a registered file (which has none).
     pub src_blob: BlobId,
+    /// The last version replayed; for a registered file, its creation time (Unix ms): it is
+    /// immutable, so that names the copy made.
     pub src_version: Version,
     /// The site's blob at the path (a deletion at the source deletes it only if it is still
     /// this one).
@@ -317,7 +321,9 @@ async fn apply_planned(
     // Deletions go last, except those in the way of this pass's versions (see
     // `deletions.rs`).
     let gone = std::mem::take(&mut scan.gone);
-    let (first, later) = in_the_way(gone, scan.items.iter().map(|i| i.path.as_str()));
+    let written = scan.items.iter().map(|i| i.path.as_str());
+    let copied = scan.registered.iter().map(|r| r.path.as_str());
+    let (first, later) = in_the_way(gone, written.chain(copied));
     for path in first {
         delete_on_site(source, target, &scan.root, &path, cursor, progress).await?;
     }
@@ -375,6 +381,32 @@ async fn apply_planned(
             .store(tomus_wire::now_ms(), Ordering::Relaxed);
         progress.versions_done.fetch_add(1, Ordering::Relaxed);
         if n < total && started.elapsed() > budget {
+            return Ok(false);
+        }
+    }
+    let registered = std::mem::take(&mut scan.registered);
+    let copies = registered.len();
+    for (i, r) in registered.into_iter().enumerate() {
+        if let Some(dst_blob) =
+            copy_registered(source, target, &r, throttle, progress, created).await?
+        {
+            cursor.files.insert(
+                r.path,
+                FileCursor {
+                    src_blob: 0,
+                    src_version: r.created_ms,
+                    dst_blob,
+                },
+            );
+            progress.versions_done.fetch_add(1, Ordering::Relaxed);
+            progress
+                .last_done_ms
+                .store(tomus_wire::now_ms(), Ordering::Relaxed);
+        }
+        progress
+            .versions_behind
+            .store((copies - i - 1) as u64, Ordering::Relaxed);
+        if i + 1 < copies && started.elapsed() > budget {
             return Ok(false);
         }
     }

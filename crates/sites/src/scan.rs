@@ -23,12 +23,21 @@ pub struct Item {
     pub attrs: Attrs,
 }
 
-/// What a scan found: versions to replay (in order) and files gone from the source.
+/// A registered file (workflows: kept in place on its holders, with no blob) the site
+/// lacks: copied whole, as an ordinary file (`registered.rs`).
+pub struct RegisteredItem {
+    pub path: String,
+    pub created_ms: u64,
+}
+
+/// What a scan found: versions to replay (in order), registered files to copy, and files
+/// gone from the source.
 #[derive(Default)]
 pub struct Scan {
     /// The replicated subtree.
     pub root: String,
     pub items: Vec<Item>,
+    pub registered: Vec<RegisteredItem>,
     /// Paths in the cursor no longer in the subtree (or now another blob's).
     pub gone: Vec<String>,
     /// Aborted version ranges of each blob with items.
@@ -47,7 +56,7 @@ pub async fn scan(source: &Client, root: &str, cursor: &Cursor) -> Result<Scan> 
         ns.walk("").await?
     } else {
         match ns.stat(root).await {
-            Ok(e) if e.kind == EntryKind::File => vec![e],
+            Ok(e) if matches!(e.kind, EntryKind::File | EntryKind::Registered) => vec![e],
             Ok(_) => ns.walk(root).await?,
             Err(e) if e.kind == ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e),
@@ -59,12 +68,28 @@ pub async fn scan(source: &Client, root: &str, cursor: &Cursor) -> Result<Scan> 
     };
     let mut present = HashSet::new();
     for e in entries {
-        let (EntryKind::File, Some(info)) = (e.kind, e.blob) else {
-            continue;
-        };
         if !in_subtree(root, &e.path) {
             continue;
         }
+        let info = match (e.kind, e.blob) {
+            (EntryKind::File, Some(info)) => info,
+            (EntryKind::Registered, _) => {
+                present.insert(e.path.clone());
+                // Immutable: the copy the cursor records is this file if made after it.
+                let copied = cursor
+                    .files
+                    .get(&e.path)
+                    .is_some_and(|c| c.src_blob == 0 && c.src_version == e.created_ms);
+                if !copied {
+                    out.registered.push(RegisteredItem {
+                        path: e.path,
+                        created_ms: e.created_ms,
+                    });
+                }
+                continue;
+            }
+            _ => continue,
+        };
         let done = match cursor.files.get(&e.path) {
             Some(c) if c.src_blob == info.id => c.src_version,
             _ => 0,
@@ -105,14 +130,15 @@ pub async fn scan(source: &Client, root: &str, cursor: &Cursor) -> Result<Scan> 
 
 impl Scan {
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty() && self.gone.is_empty()
+        self.items.is_empty() && self.registered.is_empty() && self.gone.is_empty()
     }
 
     /// Publishes the scan's backlog in `progress`.
     pub fn publish(&self, progress: &Progress) {
-        progress
-            .versions_behind
-            .store(self.items.len() as u64, Ordering::Relaxed);
+        progress.versions_behind.store(
+            (self.items.len() + self.registered.len()) as u64,
+            Ordering::Relaxed,
+        );
         let oldest = self.items.first().map_or(0, |i| i.version.published_ms);
         progress.oldest_pending_ms.store(oldest, Ordering::Relaxed);
     }
