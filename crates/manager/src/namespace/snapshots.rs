@@ -24,16 +24,20 @@ struct Held {
     used: Instant,
 }
 
+type HeldMap = HashMap<u64, Held>;
+
 #[derive(Default)]
 pub(super) struct Snapshots {
-    held: Mutex<HashMap<u64, Held>>,
+    /// With whether a sweeper thread is running for it (changed under the same lock).
+    held: Arc<Mutex<(HeldMap, bool)>>,
 }
 
 impl Snapshots {
     /// Holds `tree` for later pages; returns its id. Ids are random, so an id held by a
     /// client from before a restart names nothing rather than another snapshot.
     pub(super) fn hold(&self, tree: Tree) -> u64 {
-        let mut held = self.lock();
+        let mut guard = lock(&self.held);
+        let (held, sweeping) = &mut *guard;
         let now = Instant::now();
         held.retain(|_, h| now.duration_since(h.used) < IDLE);
         if held.len() >= MAX_HELD {
@@ -46,12 +50,27 @@ impl Snapshots {
             id = rand::random::<u64>();
         }
         held.insert(id, Held { tree, used: now });
+        // A listing whose client went away never names its snapshot again: swept once idle,
+        // or the manager's writes would grow its database behind it for as long as no other
+        // listing came.
+        if !*sweeping {
+            *sweeping = true;
+            let weak = Arc::downgrade(&self.held);
+            let started = std::thread::Builder::new()
+                .name("listing-snapshots".into())
+                .spawn(move || sweep(weak));
+            if let Err(e) = started {
+                *sweeping = false;
+                tracing::warn!("listing snapshots: no sweeper thread ({e})");
+            }
+        }
         id
     }
 
     /// The snapshot `id`, still held.
     pub(super) fn get(&self, id: u64) -> Result<Tree> {
-        let mut held = self.lock();
+        let mut guard = lock(&self.held);
+        let held = &mut guard.0;
         let now = Instant::now();
         match held.get_mut(&id) {
             Some(h) if now.duration_since(h.used) < IDLE => {
@@ -74,11 +93,28 @@ impl Snapshots {
 
     /// The listing of snapshot `id` reached its end: nothing more will name it.
     pub(super) fn release(&self, id: u64) {
-        self.lock().remove(&id);
+        lock(&self.held).0.remove(&id);
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Held>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
+fn lock(held: &Mutex<(HeldMap, bool)>) -> std::sync::MutexGuard<'_, (HeldMap, bool)> {
+    held.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Drops idle snapshots every quarter of [`IDLE`] until none is held (or the namespace is
+/// gone).
+fn sweep(held: std::sync::Weak<Mutex<(HeldMap, bool)>>) {
+    loop {
+        std::thread::sleep(IDLE / 4);
+        let Some(held) = held.upgrade() else { return };
+        let mut guard = lock(&held);
+        let (map, sweeping) = &mut *guard;
+        let now = Instant::now();
+        map.retain(|_, h| now.duration_since(h.used) < IDLE);
+        if map.is_empty() {
+            *sweeping = false;
+            return;
+        }
     }
 }
 
@@ -110,6 +146,6 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::PreconditionFailed);
         snapshots.release(newest);
         assert!(snapshots.get(newest).is_err());
-        assert_eq!(snapshots.lock().len(), MAX_HELD - 1);
+        assert_eq!(lock(&snapshots.held).0.len(), MAX_HELD - 1);
     }
 }
