@@ -12,6 +12,10 @@ and ``locations(path)`` tells schedulers which providers hold which bytes.
 
 A new file appears only when its first version is published (create-on-commit): a write that
 fails, is discarded or leaves its ``with`` block with an exception leaves nothing visible.
+
+Registered files (workflow outputs kept in place on their holders) read like the others:
+``cat``, ``open``, ``head``, ``cat_ranges`` and ``get`` fetch one whole from its holders,
+checksum verified, and serve ranges from that copy.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, BinaryIO, Literal, TypedDict, cast
 from urllib.parse import parse_qs
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
@@ -353,6 +357,19 @@ class TomusFileSystem(AbstractFileSystem):
         lo, hi = _clamp(start, end, stat.size)
         return blob.read(lo, hi - lo, stat.version)
 
+    def _open_registered(self, path: str) -> BinaryIO:
+        """A registered file opened for reading: fetched whole from its holders (checksum
+        verified, as ``cat`` does) into an unnamed temporary file, which reads (seeks, ranges)
+        then come from and which goes when it is closed. Its checksum covers the whole file
+        only, so a range read straight from a holder could not be checked."""
+        fd, tmp = tempfile.mkstemp(prefix="tomus-registered-")
+        try:
+            os.close(fd)
+            _native.fetch_registered(self.client, "/" + path, tmp)
+            return open(tmp, "rb")
+        finally:
+            os.unlink(tmp)
+
     def _cat_registered(self, path: str, start: int | None, end: int | None) -> bytes:
         """A registered file, fetched from its holders (checksum verified) through a
         temporary file."""
@@ -379,13 +396,19 @@ class TomusFileSystem(AbstractFileSystem):
         ends_l = list(ends) if isinstance(ends, Iterable) else [ends] * n
         if len(starts_l) != n or len(ends_l) != n:
             raise ValueError("paths, starts and ends must have the same length")
-        # Each file's blob and version record, or why it could not be opened.
-        pinned: dict[str, tuple[Blob, VersionInfo] | Exception] = {}
+        # Each file's blob and version record (a registered file's whole bytes), or why it
+        # could not be opened.
+        pinned: dict[str, tuple[Blob, VersionInfo] | bytes | Exception] = {}
         for p in set(paths):
             try:
                 bare, version = _split_version(self._strip_protocol(p))
-                _, blob, stat = self.ns.open_version(bare, version)
-                pinned[p] = (blob, stat)
+                try:
+                    _, blob, stat = self.ns.open_version(bare, version)
+                    pinned[p] = (blob, stat)
+                except InvalidArgument:
+                    if version is not None or not self.ns.stat(bare).get("registered"):
+                        raise
+                    pinned[p] = self._cat_registered(bare, None, None)
             except Exception as e:
                 if on_error != "return":
                     raise
@@ -395,6 +418,9 @@ class TomusFileSystem(AbstractFileSystem):
             opened = pinned[paths[i]]
             if isinstance(opened, Exception):
                 return opened
+            if isinstance(opened, bytes):
+                lo, hi = _clamp(starts_l[i], ends_l[i], len(opened))
+                return opened[lo:hi]
             blob, stat = opened
             try:
                 lo, hi = _clamp(starts_l[i], ends_l[i], stat.size)
@@ -419,14 +445,19 @@ class TomusFileSystem(AbstractFileSystem):
         replication: int | None = None,
         storage: str | None = None,
         **kwargs: Any,
-    ) -> TomusFile:
+    ) -> TomusFile | BinaryIO:
         path, query_version = _split_version(self._strip_protocol(path))
         version = version if version is not None else query_version
         new = False
         if "r" in mode:
             # The version's record comes with the path: the file's reads, pinned to it,
             # never ask the manager.
-            _, blob, stat = self.ns.open_version(path, version)
+            try:
+                _, blob, stat = self.ns.open_version(path, version)
+            except InvalidArgument:
+                if version is not None or not self.ns.stat(path).get("registered"):
+                    raise
+                return self._open_registered(path)
             version = stat.version
         else:
             if version is not None:

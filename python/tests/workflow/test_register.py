@@ -4,6 +4,7 @@ immutable afterwards; reading it back from its holders."""
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -145,3 +146,20 @@ def test_fsspec_lists_and_reads_registered_files(client: tomus.Client, tmp_path:
     assert entry["size"] == 3000
     assert fs.cat("/t/fsspec/r.bin") == data
     assert fs.cat_file("/t/fsspec/r.bin", start=10, end=20) == data[10:20]
+    # Opened (as pandas or pyarrow would), by range, by head, and copied out: fetched whole
+    # and verified, then read locally.
+    with fs.open("/t/fsspec/r.bin", "rb") as f:
+        assert f.read(5) == data[:5]
+        f.seek(2990)
+        assert f.read() == data[2990:]
+    with fs.open("tomus:///t/fsspec/r.bin", "r", encoding="latin-1", newline="") as t:
+        assert t.read() == data.decode("latin-1")
+    assert fs.head("/t/fsspec/r.bin", 7) == data[:7]
+    assert fs.cat_ranges(["/t/fsspec/r.bin", "/t/fsspec/r.bin"], [0, -4], [3, None]) == [
+        data[:3],
+        data[-4:],
+    ]
+    fs.get("/t/fsspec/r.bin", str(tmp_path / "got"))
+    assert (tmp_path / "got").read_bytes() == data
+    # The temporary copies are gone once the files are closed.
+    assert not list(Path(tempfile.gettempdir()).glob("tomus-registered-*"))
