@@ -174,11 +174,15 @@ impl Gateway {
                 .await
             {
                 Ok((entry, blob)) => return Ok((blob, entry)),
-                Err(e) if e.kind == ErrorKind::AlreadyExists => {
+                Err(e) if e.kind == ErrorKind::AlreadyExists && exclusive => {
                     return Err(s3_err(
                         S3ErrorCode::PreconditionFailed,
                         "the object exists (If-None-Match: *)",
                     ))
+                }
+                // Only a registered file (a workflow output, immutable) refuses a plain write.
+                Err(e) if e.kind == ErrorKind::AlreadyExists => {
+                    return Err(path_conflict(e.message))
                 }
                 Err(e) if e.kind == ErrorKind::IsADirectory => {
                     match self.ns.delete(path, false).await {

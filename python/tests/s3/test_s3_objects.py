@@ -191,6 +191,34 @@ def test_files_are_objects_and_back(gateway, s3, bucket, tmp_path) -> None:
     assert listed == ["fs/file.bin", "s3/obj.txt"]
 
 
+def test_a_registered_file_is_not_an_object_and_refuses_writes_clearly(
+    gateway, s3, bucket, tmp_path
+) -> None:
+    """A workflow output registered in place in a bucket's tree is not served over S3 (its
+    checksum covers the whole file, held on its holders' disks): not listed, GET says why,
+    a plain PUT over it is a 409 naming it (it was a 412 "If-None-Match" the client never
+    sent), and DELETE removes it."""
+    local = tmp_path / "registered.bin"
+    local.write_bytes(b"r" * 100)
+    gateway.tomus("fs", "register", str(local), f"/{bucket}/out/r.bin")
+    s3.put_object(Bucket=bucket, Key="plain", Body=b"p")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["plain"]
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="out/r.bin")
+    assert (error_code(e), status(e)) == ("InvalidArgument", 400)
+    assert "registered file" in e.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="out/r.bin", Body=b"new")
+    assert (error_code(e), status(e)) == ("PathConflict", 409)
+    assert "immutable" in e.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="out/r.bin", Body=b"new", IfNoneMatch="*")
+    assert (error_code(e), status(e)) == ("PreconditionFailed", 412)
+    s3.delete_object(Bucket=bucket, Key="out/r.bin")
+    s3.put_object(Bucket=bucket, Key="out/r.bin", Body=b"new")
+    assert s3.get_object(Bucket=bucket, Key="out/r.bin")["Body"].read() == b"new"
+
+
 def test_listing_2500_keys_paginates_exactly(s3, bucket) -> None:
     keys = [f"dir{i % 5}/sub{i % 3}/key-{i:05d}" for i in range(2500)] + ["top-level"]
     with ThreadPoolExecutor(16) as pool:
