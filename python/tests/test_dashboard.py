@@ -161,6 +161,22 @@ def test_missing_pages_are_404(servers: Cluster) -> None:
     assert headers["content-type"].startswith("text/javascript")
 
 
+def test_a_registered_file_is_listed_as_one(servers: Cluster, tmp_path: Path) -> None:
+    """A workflow output registered in place is a row of its own (size, holders), not a
+    "directory" whose link led to an error."""
+    from tomus import workflow
+
+    local = tmp_path / "out.bin"
+    local.write_bytes(b"x" * 3000)
+    workflow.register(tomus.connect(servers.addr), local, "/wfdash/out.bin")
+    status, body, _ = http_get(f"http://{servers.http}/fs?path=wfdash")
+    assert status == 200
+    row = body.split(b'<tr class="registered">', 1)[1].split(b"</tr>", 1)[0]
+    assert b"<td>out.bin</td><td>registered on 1 holder(s)</td>" in row
+    assert b"2.9 KiB" in row
+    assert b"out.bin/" not in body
+
+
 def test_download_any_version_and_see_where_its_chunks_are(
     servers: Cluster, browser: object
 ) -> None:

@@ -200,8 +200,23 @@ async fn blocking(op: impl FnOnce() -> Result<String> + Send + 'static) -> Resul
 
 fn browse(service: &ManagerService, dir: &str) -> Result<String> {
     let entries = service.namespace.list(dir, false, None, DIRECTORY_PAGE)?;
+    // Registered files' sizes and holders are in their records, not their entries.
+    let mut registered = std::collections::HashMap::new();
+    for e in entries.iter().filter(|e| e.kind == EntryKind::Registered) {
+        match service.namespace.registered(&e.path) {
+            Ok((_, stored)) => {
+                registered.insert(e.path.clone(), (stored.size, stored.holders.len()));
+            }
+            // Deleted since the listing: shown without its record.
+            Err(err) if err.kind == ErrorKind::NotFound => {}
+            Err(err) => return Err(err),
+        }
+    }
     let title = format!("/{}", dir.trim_matches('/'));
-    Ok(pages::page(&title, &pages::directory(dir, &entries)))
+    Ok(pages::page(
+        &title,
+        &pages::directory(dir, &entries, &registered),
+    ))
 }
 
 fn file(service: &ManagerService, path: &str) -> Result<String> {

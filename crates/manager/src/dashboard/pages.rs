@@ -181,8 +181,13 @@ fn maintenance_table(m: &MaintenanceStatus, reported_ms: u64) -> String {
     b
 }
 
-/// A directory's entries, with links to subdirectories and files.
-pub(super) fn directory(path: &str, entries: &[FsEntry]) -> String {
+/// A directory's entries, with links to subdirectories and files; `registered`: the size
+/// and holder count of each registered file among them.
+pub(super) fn directory(
+    path: &str,
+    entries: &[FsEntry],
+    registered: &std::collections::HashMap<String, (u64, usize)>,
+) -> String {
     let mut b = crumbs(path);
     b.push_str(
         "<table id=\"entries\"><tr><th>name</th><th>kind</th><th>size</th>\
@@ -201,6 +206,20 @@ pub(super) fn directory(path: &str, entries: &[FsEntry]) -> String {
                     size(blob.size),
                     blob.latest,
                     time(blob.modified_ms)
+                );
+            }
+            // A workflow output kept in place on its holders: no blob, no versions.
+            (EntryKind::Registered, _) => {
+                let (bytes, holders) = match registered.get(&e.path) {
+                    Some((bytes, holders)) => (size(*bytes), format!(" on {holders} holder(s)")),
+                    None => (String::new(), String::new()),
+                };
+                let _ = write!(
+                    b,
+                    "<tr class=\"registered\"><td>{}</td><td>registered{holders}</td>\
+                     <td class=\"num\">{bytes}</td><td></td><td>{}</td></tr>",
+                    esc(name),
+                    time(e.created_ms)
                 );
             }
             _ => {
