@@ -424,6 +424,52 @@ async fn paths_that_change_kind_and_removed_directories_are_followed() {
     assert_eq!(dirs, [format!("{ROOT}/f")]);
 }
 
+/// A pass whose task goes away in the middle (its rule changed or removed aborts it) gives up
+/// the site files it made too: they no longer hold their paths on the site until the GC grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pass_that_goes_away_leaves_no_pending_file_on_the_site() {
+    use tomus_sites::replay::{apply, scan, Cursor, Progress};
+    let a = TestCluster::start(1);
+    let b = TestCluster::start(1);
+    let (ca, cb) = (a.client().await, b.client().await);
+    put(&ca, "a", &vec![7u8; 4 << 20]).await;
+    put(&ca, "c", b"c1").await;
+    let mut cursor = Cursor::default();
+    let found = scan(&ca, ROOT, &cursor).await.unwrap();
+    // 256 KiB/s: the pass is still reading a's bytes when it is dropped, both site files made.
+    let throttle = std::sync::Arc::new(tomus_maintenance::throttle::Throttle::new(256 << 10));
+    let progress = Progress::default();
+    let pass = apply(
+        &ca,
+        &cb,
+        found,
+        &mut cursor,
+        &throttle,
+        &progress,
+        Duration::MAX,
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), pass)
+            .await
+            .is_err(),
+        "the pass should still be running"
+    );
+    assert!(cursor.files.is_empty(), "{cursor:?}");
+    // Both paths are free on the site again (a pending file refuses a directory there).
+    let site = cb.namespace();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for name in ["a", "c"] {
+        let dir = format!("{ROOT}/{name}");
+        loop {
+            match site.mkdir(&dir, true).await {
+                Ok(_) => break,
+                Err(e) => assert!(Instant::now() < deadline, "/{dir} still held: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// The bytes of every file under ROOT on `c` (ordinary files only).
 async fn file_bytes(c: &Client) -> BTreeMap<String, Vec<u8>> {
     tree(c).await.0

@@ -14,6 +14,8 @@
 pub mod config;
 /// Files gone from the source, removed from the site (and the directories that empties).
 mod deletions;
+/// The site files a pass creates, given up unless published however the pass ends.
+mod pending;
 /// Registered files (workflows), copied to the site as ordinary files.
 mod registered;
 /// The engine: replaying a scan's versions on the site in order.

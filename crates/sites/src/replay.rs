@@ -33,6 +33,7 @@ use tomus_metadata::{BlobId, Version};
 use tomus_wire::{Attrs, BlobInfo, Error, ErrorKind, FsEntry, Result, VersionInfo};
 
 use crate::deletions::{delete_on_site, in_the_way};
+use crate::pending::Created;
 use crate::registered::copy_registered;
 pub use crate::scan::{scan, Item, RegisteredItem, Scan};
 
@@ -276,7 +277,7 @@ pub async fn apply(
     progress: &Progress,
     budget: Duration,
 ) -> Result<bool> {
-    let mut created = Vec::new();
+    let mut created = Created::new(target);
     let outcome = apply_planned(
         source,
         target,
@@ -285,23 +286,10 @@ pub async fn apply(
         throttle,
         progress,
         budget,
-        &mut created,
+        &mut created.entries,
     )
     .await;
-    // New site files this pass made and did not publish (it stopped early or failed): given
-    // up. Left pending, such a name holds its path on the site until the site's collector
-    // drops it (the GC grace, an hour by default), and a later scan may need the path for a
-    // directory: the source's file may be gone by then.
-    let ns = target.namespace();
-    for entry in created {
-        let published = cursor
-            .files
-            .get(&entry.path)
-            .is_some_and(|c| entry.blob.as_ref().is_some_and(|b| b.id == c.dst_blob));
-        if !published {
-            ns.abandon(&entry).await;
-        }
-    }
+    created.settle(cursor).await;
     outcome
 }
 
