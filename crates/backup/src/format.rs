@@ -125,6 +125,9 @@ pub struct PointManifest {
     pub uploaded_bytes: u64,
     /// Bytes of the retained versions the point holds (what a restore writes).
     pub logical_bytes: u64,
+    /// Registered files left out because no holder could give their bytes (path: why).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
 }
 
 /// The name of a chunk object.

@@ -84,6 +84,8 @@ impl Needed {
 pub struct Known {
     chunks_of: HashMap<String, Vec<String>>,
     files: KnownFiles,
+    /// Whether `files` was filled from the newest point at the target yet.
+    files_seeded: bool,
 }
 
 fn chunks_of(pieces: &[Piece]) -> Vec<String> {
@@ -312,7 +314,16 @@ pub async fn take_point(
         recorded.insert(key);
     }
 
-    // Registered files' bytes, read from their holders.
+    // Registered files' bytes, read from their holders. A file an earlier point holds (they
+    // are immutable) is named again without reading it: after a restart, from the newest
+    // point at the target.
+    if !known.files_seeded {
+        known.files_seeded = true;
+        if let Some(newest) = list_points(target).await?.last() {
+            registered::remember(&mut known.files, &read_point(target, newest).await?);
+        }
+    }
+    let mut unreadable = Vec::new();
     let mut namespace = Vec::with_capacity(entries.len());
     for e in &entries {
         let content = if e.kind == EntryKind::Registered {
@@ -340,6 +351,14 @@ pub async fn take_point(
                 Err(err) if gone(&err) => continue,
                 Err(err) => match client.registered(&e.path).await {
                     Err(now) if gone(&now) => continue,
+                    // No holder can give its bytes now (down, or damaged copies): left out
+                    // of this point, said in it and in the status, rather than failing every
+                    // point until the holders come back.
+                    _ if err.kind == ErrorKind::Unavailable => {
+                        tracing::warn!("backup: /{} left out of this point: {err}", e.path);
+                        unreadable.push(format!("/{}: {}", e.path, err.message));
+                        continue;
+                    }
                     _ => return Err(err),
                 },
             }
@@ -365,6 +384,7 @@ pub async fn take_point(
         chunks: point_chunks,
         uploaded_bytes: progress.bytes_uploaded.load(Ordering::Relaxed),
         logical_bytes: logical,
+        unreadable,
     };
     manifest.completed_ms = now_ms();
     let body = serde_json::to_vec(&manifest).map_err(|e| Error::internal(e.to_string()))?;

@@ -12,12 +12,22 @@ use tomus_client::registered::RegisteredPieces;
 use tomus_client::Client;
 use tomus_wire::{Error, Result};
 
-use crate::format::{self, Piece, RegisteredContent};
+use crate::format::{self, Piece, PointManifest, RegisteredContent};
 use crate::target::Target;
 
 /// What a point knows of a registered file: immutable, so its content once backed up is
 /// found again by path, size and checksum (kept between points, like version records).
 pub(crate) type KnownFiles = HashMap<(String, u64, u32), RegisteredContent>;
+
+/// Adds the registered files `point` holds to `known`.
+pub(crate) fn remember(known: &mut KnownFiles, point: &PointManifest) {
+    for e in &point.namespace {
+        if let Some(content) = &e.registered {
+            let key = (e.path.clone(), content.size, content.crc32c);
+            known.insert(key, content.clone());
+        }
+    }
+}
 
 /// The content of the registered file `path`, its pieces uploaded unless `index` (chunk id
 /// to its longest object: length, name) has them; adds the objects it names to `objects`

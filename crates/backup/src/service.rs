@@ -57,6 +57,9 @@ pub struct Status {
     pub requests_done: u64,
     /// The last failure, until a point completes.
     pub error: Option<String>,
+    /// What the last completed point left out (registered files no holder could give).
+    #[serde(default)]
+    pub warning: Option<String>,
     /// Failed attempts since the last completed point.
     pub attempts: u64,
     pub chunks_done: u64,
@@ -363,6 +366,14 @@ async fn run_point(
                 st.last_point = Some(m.id.clone());
                 st.last_point_ms = Some(m.taken_ms);
                 st.last_uploaded_bytes = m.uploaded_bytes;
+                st.warning = (!m.unreadable.is_empty()).then(|| {
+                    format!(
+                        "point {} left out {} registered file(s) no holder could give: {}",
+                        m.id,
+                        m.unreadable.len(),
+                        m.unreadable.join("; ")
+                    )
+                });
                 st.chunks_done = progress.chunks_done.load(Ordering::Relaxed);
                 st.chunks_total = progress.chunks_total.load(Ordering::Relaxed);
                 st.bytes_uploaded = progress.bytes_uploaded.load(Ordering::Relaxed);

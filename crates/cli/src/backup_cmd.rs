@@ -256,6 +256,9 @@ pub async fn run(
                 if let Some(e) = &st.error {
                     outln!("error:       {e}")?;
                 }
+                if let Some(w) = &st.warning {
+                    outln!("warning:     {w}")?;
+                }
             }
         }
         BackupCommand::List(t) => {
@@ -267,7 +270,7 @@ pub async fn run(
                 rows.push(
                     json!({"point": m.id, "taken_ms": m.taken_ms, "blobs": m.blobs.len(),
                     "versions": versions, "logical_bytes": m.logical_bytes,
-                    "uploaded_bytes": m.uploaded_bytes}),
+                    "uploaded_bytes": m.uploaded_bytes, "unreadable": m.unreadable}),
                 );
             }
             if json_out {

@@ -571,3 +571,80 @@ async fn registered_files_are_backed_up_and_restored_as_ordinary_files() {
     // `verify` checks the pieces like chunks.
     common::ok(tomus(&addr, &["backup", "verify"]));
 }
+
+/// With no holder able to give its bytes intact (here: its only copy changed on disk), a
+/// registered file an earlier point holds is named again without being read (after a manager
+/// restart too: from the newest point), and one never backed up is left out of the point,
+/// said in it and in the status, instead of failing every point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_registered_file_no_holder_can_give_does_not_stop_points() {
+    let mut tc = TestCluster::start(2);
+    let addr = tc.addr();
+    let (dir, url) = target_dir(&tc);
+    let work = tc.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let p1 = tc.cluster.provider_addr(1).to_string();
+    let register = |addr: &str, name: &str, bytes: &[u8]| {
+        let local = work.join(name);
+        std::fs::write(&local, bytes).unwrap();
+        let path = format!("/wf/{name}");
+        common::ok(tomus(
+            addr,
+            &[
+                "fs",
+                "register",
+                local.to_str().unwrap(),
+                &path,
+                "--provider",
+                &p1,
+            ],
+        ));
+        // Its holder records its checksum in the background.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while json(tomus(addr, &["fs", "ls", &path, "--json"]))[0]["checksum"].is_null() {
+            assert!(Instant::now() < deadline, "no checksum for {path}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // Past the 15 MiB a holder keeps in memory, so it reads its copy from disk.
+    const SIZE: usize = (16 << 20) + 1;
+    register(&addr, "kept", &data(1, SIZE));
+    enable(&addr, &url, &[]);
+    let first = point_now(&addr);
+    register(&addr, "fresh", &data(2, SIZE));
+    // The holder's copies are hard links of these files: other bytes, the same sizes.
+    std::fs::write(work.join("kept"), data(3, SIZE)).unwrap();
+    std::fs::write(work.join("fresh"), data(4, SIZE)).unwrap();
+    tc.cluster.kill_manager();
+    tc.cluster.start_manager().unwrap();
+    let addr = tc.addr();
+    let second = point_now(&addr);
+    let manifest = |id: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(format!("points/{id}.json"))).unwrap())
+            .unwrap()
+    };
+    let entry = |m: &serde_json::Value, path: &str| {
+        m["namespace"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["path"] == path)
+            .cloned()
+    };
+    let (m1, m2) = (manifest(&first), manifest(&second));
+    assert_eq!(
+        entry(&m2, "wf/kept").unwrap()["registered"],
+        entry(&m1, "wf/kept").unwrap()["registered"]
+    );
+    assert!(
+        entry(&m2, "wf/fresh").is_none(),
+        "{:?}",
+        entry(&m2, "wf/fresh")
+    );
+    let unreadable = m2["unreadable"].as_array().unwrap();
+    assert_eq!(unreadable.len(), 1, "{unreadable:?}");
+    assert!(unreadable[0].as_str().unwrap().starts_with("/wf/fresh: "));
+    let st = json(tomus(&addr, &["backup", "status", "--json"]));
+    let warning = st["status"]["warning"].as_str().unwrap_or_default();
+    assert!(warning.contains("/wf/fresh"), "{st}");
+}
