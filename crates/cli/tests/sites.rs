@@ -470,6 +470,51 @@ async fn a_pass_that_goes_away_leaves_no_pending_file_on_the_site() {
     }
 }
 
+/// A registered file no holder can give intact fails its pass only after everything else
+/// in it is done, deletions included: the rule keeps following the rest of the subtree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_registered_file_no_holder_can_give_does_not_hold_up_the_rest() {
+    let a = TestCluster::start(1);
+    let b = TestCluster::start(1);
+    let (ca, cb) = (a.client().await, b.client().await);
+    let work = a.dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    // Past the 15 MiB a holder keeps in memory, so it reads its copy from disk.
+    let size = (16 << 20) + 1;
+    let local = work.join("bad");
+    std::fs::write(&local, vec![1u8; size]).unwrap();
+    let path = format!("/{ROOT}/bad");
+    ok(tomus(
+        &a.addr(),
+        &["fs", "register", local.to_str().unwrap(), &path],
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while json(tomus(&a.addr(), &["fs", "ls", &path, "--json"]))[0]["checksum"].is_null() {
+        assert!(Instant::now() < deadline, "no checksum for {path}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Its only copy is a hard link of this file: other bytes now.
+    std::fs::write(&local, vec![2u8; size]).unwrap();
+    put(&ca, "plain", b"p").await;
+    let mut cursor = tomus_sites::Cursor::default();
+    let e = tomus_sites::replicate_once(&ca, &cb, ROOT, &mut cursor)
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("/data/bad"), "{e}");
+    assert_eq!(
+        file_bytes(&cb).await.keys().collect::<Vec<_>>(),
+        ["data/plain"]
+    );
+    ca.namespace()
+        .delete(&format!("{ROOT}/plain"), false)
+        .await
+        .unwrap();
+    tomus_sites::replicate_once(&ca, &cb, ROOT, &mut cursor)
+        .await
+        .unwrap_err();
+    assert!(file_bytes(&cb).await.is_empty());
+}
+
 /// The bytes of every file under ROOT on `c` (ordinary files only).
 async fn file_bytes(c: &Client) -> BTreeMap<String, Vec<u8>> {
     tree(c).await.0

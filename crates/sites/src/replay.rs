@@ -374,10 +374,18 @@ async fn apply_planned(
     }
     let registered = std::mem::take(&mut scan.registered);
     let copies = registered.len();
+    // Files no holder can give now: the others, and the deletions, go on without them.
+    let mut unreadable = Vec::new();
     for (i, r) in registered.into_iter().enumerate() {
-        if let Some(dst_blob) =
-            copy_registered(source, target, &r, throttle, progress, created).await?
-        {
+        let copied = match copy_registered(source, target, &r, throttle, progress, created).await {
+            Ok(copied) => copied,
+            Err(e) if e.kind == ErrorKind::Unavailable => {
+                unreadable.push(format!("/{}: {}", r.path, e.message));
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(dst_blob) = copied {
             cursor.files.insert(
                 r.path,
                 FileCursor {
@@ -400,6 +408,14 @@ async fn apply_planned(
     }
     for path in std::mem::take(&mut scan.gone) {
         delete_on_site(source, target, &scan.root, &path, cursor, progress).await?;
+    }
+    if !unreadable.is_empty() {
+        // Retried by the next pass, as any failure.
+        return Err(Error::unavailable(format!(
+            "{} registered file(s) could not be copied: {}",
+            unreadable.len(),
+            unreadable.join("; ")
+        )));
     }
     Ok(true)
 }
