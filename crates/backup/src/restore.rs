@@ -213,12 +213,7 @@ async fn restore_registered(
     to: &str,
 ) -> Result<()> {
     // As many replicas as it had holders, as far as the cluster has providers for them.
-    let providers = client
-        .providers()
-        .await?
-        .iter()
-        .filter(|p| p.alive && !p.draining)
-        .count() as u32;
+    let providers = client.writable_providers().await?;
     let options = tomus_client::CreateOptions {
         replication: content.holders.min(providers).max(1),
         exclusive: true,

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use tomus_client::{Blob, Client, CreateOptions};
+use tomus_sites::replay::{apply, scan, Cursor, Progress};
 use tomus_sites::REPLICA_OF;
 use tomus_wire::{Retention, VersionState};
 
@@ -368,6 +369,22 @@ async fn tree(c: &Client) -> (BTreeMap<String, Vec<u8>>, Vec<String>) {
     (files, dirs)
 }
 
+/// One pass from `a` to `b` over what a scan of ROOT finds, throttled to `rate` bytes/s (0:
+/// not at all), stopping once `budget` is spent; whether it finished.
+async fn one_pass(
+    a: &Client,
+    b: &Client,
+    cursor: &mut Cursor,
+    rate: u64,
+    budget: Duration,
+) -> bool {
+    let found = scan(a, ROOT, cursor).await.unwrap();
+    let throttle = std::sync::Arc::new(tomus_maintenance::throttle::Throttle::new(rate));
+    apply(a, b, found, cursor, &throttle, &Progress::default(), budget)
+        .await
+        .unwrap()
+}
+
 /// The file ROOT/`path`, made of small chunks if new.
 async fn create(c: &Client, path: &str) -> Blob {
     let ns = c.namespace();
@@ -428,26 +445,14 @@ async fn paths_that_change_kind_and_removed_directories_are_followed() {
 /// the site files it made too: they no longer hold their paths on the site until the GC grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pass_that_goes_away_leaves_no_pending_file_on_the_site() {
-    use tomus_sites::replay::{apply, scan, Cursor, Progress};
     let a = TestCluster::start(1);
     let b = TestCluster::start(1);
     let (ca, cb) = (a.client().await, b.client().await);
     put(&ca, "a", &vec![7u8; 4 << 20]).await;
     put(&ca, "c", b"c1").await;
     let mut cursor = Cursor::default();
-    let found = scan(&ca, ROOT, &cursor).await.unwrap();
     // 256 KiB/s: the pass is still reading a's bytes when it is dropped, both site files made.
-    let throttle = std::sync::Arc::new(tomus_maintenance::throttle::Throttle::new(256 << 10));
-    let progress = Progress::default();
-    let pass = apply(
-        &ca,
-        &cb,
-        found,
-        &mut cursor,
-        &throttle,
-        &progress,
-        Duration::MAX,
-    );
+    let pass = one_pass(&ca, &cb, &mut cursor, 256 << 10, Duration::MAX);
     assert!(
         tokio::time::timeout(Duration::from_secs(2), pass)
             .await
@@ -496,7 +501,7 @@ async fn a_registered_file_no_holder_can_give_does_not_hold_up_the_rest() {
     // Its only copy is a hard link of this file: other bytes now.
     std::fs::write(&local, vec![2u8; size]).unwrap();
     put(&ca, "plain", b"p").await;
-    let mut cursor = tomus_sites::Cursor::default();
+    let mut cursor = Cursor::default();
     let e = tomus_sites::replicate_once(&ca, &cb, ROOT, &mut cursor)
         .await
         .unwrap_err();
@@ -596,7 +601,6 @@ async fn registered_files_are_replicated_as_ordinary_files() {
 /// the source's new `c/x` could not be replayed meanwhile ("/data/c is a file").
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pass_cut_short_leaves_no_pending_file_on_the_site() {
-    use tomus_sites::replay::{apply, scan, Cursor, Progress};
     let a = TestCluster::start(1);
     let b = TestCluster::start(1);
     let (ca, cb) = (a.client().await, b.client().await);
@@ -604,19 +608,8 @@ async fn a_pass_cut_short_leaves_no_pending_file_on_the_site() {
     put(&ca, "c", b"c1").await;
     // No time budget: the pass stops after its first version, d's, having made c on the site.
     let mut cursor = Cursor::default();
-    let found = scan(&ca, ROOT, &cursor).await.unwrap();
-    let throttle = std::sync::Arc::new(tomus_maintenance::throttle::Throttle::new(0));
-    let progress = Progress::default();
-    let pass = apply(
-        &ca,
-        &cb,
-        found,
-        &mut cursor,
-        &throttle,
-        &progress,
-        Duration::ZERO,
-    );
-    assert!(!pass.await.unwrap(), "the pass stops early");
+    let pass = one_pass(&ca, &cb, &mut cursor, 0, Duration::ZERO);
+    assert!(!pass.await, "the pass stops early");
     assert_eq!(cursor.files.len(), 1, "{cursor:?}");
     // c becomes a directory at the source.
     ca.namespace()

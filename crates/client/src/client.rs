@@ -215,6 +215,13 @@ impl Client {
         self.cluster.providers().await
     }
 
+    /// How many providers take new data now (alive, not draining): the most replicas a new
+    /// blob can get.
+    pub async fn writable_providers(&self) -> Result<u32> {
+        let providers = self.providers().await?;
+        Ok(providers.iter().filter(|p| p.alive && !p.draining).count() as u32)
+    }
+
     /// A handle on the blob described by `info` (e.g. from a namespace entry), without asking
     /// the manager.
     pub fn blob(&self, info: &BlobInfo) -> Blob {

@@ -51,12 +51,7 @@ pub(crate) async fn copy_registered(
                 // An empty directory gives way, as for any file (see `replay.rs`).
                 ns.delete(path, false).await.map_err(|_| e)?;
             }
-            let alive = target
-                .providers()
-                .await?
-                .iter()
-                .filter(|p| p.alive && !p.draining)
-                .count() as u32;
+            let alive = target.writable_providers().await?;
             let options = CreateOptions {
                 replication: (file.holders.len() as u32).min(alive).max(1),
                 ..CreateOptions::default()

@@ -133,12 +133,7 @@ async fn open_site_file(
         Err(e) => return Err(e),
     }
     // The site may have fewer providers than the source's replication.
-    let alive = target
-        .providers()
-        .await?
-        .iter()
-        .filter(|p| p.alive && !p.draining)
-        .count() as u32;
+    let alive = target.writable_providers().await?;
     let options = CreateOptions {
         chunk_size: info.chunk_size,
         replication: info.replication.min(alive.max(1)),
