@@ -372,6 +372,8 @@ pub async fn take_point(
             registered: content,
         });
     }
+    // Only what this point holds is worth remembering (deleted files would pile up).
+    registered::forget_all_but(&mut known.files, &namespace);
     let mut manifest = PointManifest {
         format: format::FORMAT,
         id: format::point_id(taken_ms),

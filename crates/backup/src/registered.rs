@@ -5,14 +5,14 @@
 //! verify and prune treat the pieces as they treat chunks. A restore brings such a file back
 //! as an ordinary file: the restored cluster has none of the holders.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 use tomus_client::registered::RegisteredPieces;
 use tomus_client::Client;
 use tomus_wire::{Error, Result};
 
-use crate::format::{self, Piece, PointManifest, RegisteredContent};
+use crate::format::{self, PathEntry, Piece, PointManifest, RegisteredContent};
 use crate::target::Target;
 
 /// What a point knows of a registered file: immutable, so its content once backed up is
@@ -27,6 +27,18 @@ pub(crate) fn remember(known: &mut KnownFiles, point: &PointManifest) {
             known.insert(key, content.clone());
         }
     }
+}
+
+/// Keeps in `known` only the registered files of `namespace` (a point's).
+pub(crate) fn forget_all_but(known: &mut KnownFiles, namespace: &[PathEntry]) {
+    let held: HashSet<(&str, u64, u32)> = namespace
+        .iter()
+        .filter_map(|e| {
+            let c = e.registered.as_ref()?;
+            Some((e.path.as_str(), c.size, c.crc32c))
+        })
+        .collect();
+    known.retain(|(path, size, crc), _| held.contains(&(path.as_str(), *size, *crc)));
 }
 
 /// The content of the registered file `path`, its pieces uploaded unless `index` (chunk id
