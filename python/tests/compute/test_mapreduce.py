@@ -41,6 +41,23 @@ def test_word_count_equals_counter(dask: Any, addr: str, corpus: tuple[list[int]
     assert sum(1 for t in res.timeline if t.kind == "map") > 6  # several splits per blob
 
 
+def test_registered_workflow_outputs_are_inputs_too(
+    dask: Any, addr: str, tc: tomus.Client, tmp_path: Path
+) -> None:
+    """A directory of a workflow's outputs, registered in place, next to an ordinary file:
+    word count reads the registered ones from their holders, split across lines."""
+    from tomus import workflow
+
+    texts = [make_text(seed, 400) for seed in (10, 11, 12)]
+    for i, t in enumerate(texts[:2]):
+        (tmp_path / f"out{i}.txt").write_bytes(t)
+        workflow.register(tc, tmp_path / f"out{i}.txt", f"/wfin/out{i}.txt")
+    tc.fs().pipe("/wfin/plain.txt", texts[2])
+    res = word_count("tomus://wfin/", dask, addr, partitions=2, split_size=4096)
+    assert res.value == reference_word_count(b"".join(texts))
+    assert sum(1 for t in res.timeline if t.kind == "map") > 6  # several splits per file
+
+
 def test_per_record_mapper_without_combiner(
     dask: Any, addr: str, corpus: tuple[list[int], bytes]
 ) -> None:

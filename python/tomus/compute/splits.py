@@ -5,6 +5,11 @@ task placed on one of those hosts reads them locally. Text is cut without regard
 reading is line-aware instead: a split owns the lines that *start* inside it. It skips the tail
 of a line begun in the previous split and reads past its end to finish its own last line. Every
 line is read by exactly one task whatever the split size, and no index of line offsets is needed.
+
+A registered file (a workflow's output kept in place on its holders, ``tomus.workflow``) is an
+input too: its splits are ranges read from its holders (the next holder when one fails), placed
+on the holders' hosts. Its checksum covers the whole file only, so those ranges are read as the
+holders' disks give them, as the task that wrote the file would read it.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import tomus
+from tomus import _native
 from tomus.compute.engine import count_read, host_of
 
 __all__ = [
     "Input",
+    "RegisteredInput",
     "Split",
     "hosts_by_range",
     "iter_lines",
@@ -43,10 +50,21 @@ class Split:
     end: int
     size: int
     hosts: tuple[str, ...] = ()  # storage hosts holding most of the split's bytes
+    #: A registered file's holders, ``(address, copy name)``: read from them (``blob`` is 0).
+    holders: tuple[tuple[str, str], ...] = ()
 
     @property
     def length(self) -> int:
         return self.end - self.start
+
+
+@dataclass(frozen=True)
+class RegisteredInput:
+    """A registered file as a job input: its size and holders, ``(address, copy name)``."""
+
+    path: str
+    size: int
+    holders: tuple[tuple[str, str], ...]
 
 
 def hosts_by_range(
@@ -78,29 +96,40 @@ def _strip(path: str | os.PathLike[str]) -> str:
     return text.strip("/")
 
 
+def _file_input(
+    client: tomus.Client, ns: tomus.Namespace, path: str, registered: bool
+) -> tomus.Blob | RegisteredInput:
+    """The file ``path`` as an input: its blob, or a registered file's record."""
+    if not registered:
+        return ns.open(path)[1]
+    record = _native.registered_file(client, "/" + path)
+    holders = tuple((str(h["addr"]), str(h["name"])) for h in record["holders"] if h["addr"])
+    return RegisteredInput(path, int(record["size"]), holders)
+
+
 def resolve_inputs(
     client: tomus.Client, inputs: Input | Iterable[Input]
-) -> list[int | tomus.Blob | Split]:
+) -> list[int | tomus.Blob | Split | RegisteredInput]:
     """``inputs`` with every namespace path replaced by the blobs of its files (a directory by
-    the files below it, recursively, in name order). One input may be given without a list."""
+    the files below it, recursively, in name order; a registered file by its record). One
+    input may be given without a list."""
     if isinstance(inputs, (int, str, os.PathLike, tomus.Blob, Split)):
         inputs = [inputs]
-    out: list[int | tomus.Blob | Split] = []
-    ns = None
+    out: list[int | tomus.Blob | Split | RegisteredInput] = []
+    ns = client.namespace()
     for item in inputs:
         if not isinstance(item, (str, os.PathLike)):
             out.append(item)
             continue
-        ns = ns or client.namespace()
         path = _strip(item)
         entry = ns.stat(path)
         if entry["type"] == "file":
-            out.append(ns.open(path)[1])
+            out.append(_file_input(client, ns, path, bool(entry.get("registered"))))
             continue
         files = sorted(
             (e for e in ns.list(path, True) if e["type"] == "file"), key=lambda e: e["name"]
         )
-        out.extend(ns.open(e["name"])[1] for e in files)
+        out.extend(_file_input(client, ns, e["name"], bool(e.get("registered"))) for e in files)
     return out
 
 
@@ -130,6 +159,13 @@ def plan_splits(
             continue
         out: list[Split] = []
         per_blob.append(out)
+        if isinstance(item, RegisteredInput):
+            step = split_size or DEFAULT_SPLIT
+            hosts = tuple(sorted({host_of(addr) for addr, _ in item.holders})) if locate else ()
+            for start in range(0, item.size, step):
+                end = min(item.size, start + step)
+                out.append(Split(0, 0, start, end, item.size, hosts, item.holders))
+            continue
         blob = item if isinstance(item, tomus.Blob) else client.open_blob(int(item))
         version = blob.latest()
         size = blob.size(version=version) if version else 0
@@ -148,10 +184,33 @@ def plan_splits(
     return given + interleaved
 
 
+class _Source:
+    """Where a split's bytes are read from: its blob at its version, or its holders."""
+
+    def __init__(self, client: tomus.Client, split: Split) -> None:
+        self.client = client
+        self.split = split
+        self.blob = None if split.holders else client.open_blob(split.blob)
+
+    def read(self, offset: int, length: int) -> bytes:
+        if self.blob is not None:
+            return self.blob.read(offset, length, version=self.split.version)
+        failures = []
+        for addr, name in self.split.holders:
+            try:
+                data, _ = _native.read_registered(self.client, addr, name, offset, length)
+                return data
+            except Exception as e:  # the next holder
+                failures.append(f"{addr}: {e}")
+        raise tomus.Unavailable(
+            f"no holder of a registered input served bytes {offset}..{offset + length}: "
+            + "; ".join(failures)
+        )
+
+
 def read_split(client: tomus.Client, split: Split) -> bytes:
     """The raw bytes of the split."""
-    blob = client.open_blob(split.blob)
-    data = bytes(blob.read(split.start, split.length, version=split.version))
+    data = _Source(client, split).read(split.start, split.length)
     count_read(len(data))
     return data
 
@@ -164,28 +223,28 @@ def read_text(client: tomus.Client, split: Split) -> bytes:
     reads around its two ends; the lines are then read in one piece, straight into the bytes
     returned, copied once. (Reading the whole split and then cutting and joining it copied every
     byte twice more.)"""
-    blob = client.open_blob(split.blob)
+    source = _Source(client, split)
     begin = split.start
     if split.start > 0:
         # A line starts at the split's first byte only if the byte before it ends a line.
-        nl = _find_newline(blob, split.version, split.start - 1, split.end)
+        nl = _find_newline(source, split.start - 1, split.end)
         if nl is None or nl + 1 >= split.end:
             return b""  # one line runs through the whole split; it belongs to an earlier one
         begin = nl + 1
     cut = split.end
     if cut < split.size:
         # The split's last line ends at the first newline from its last byte on.
-        nl = _find_newline(blob, split.version, split.end - 1, split.size)
+        nl = _find_newline(source, split.end - 1, split.size)
         cut = split.size if nl is None else nl + 1
     count_read(cut - begin)
-    return blob.read(begin, cut - begin, version=split.version)
+    return source.read(begin, cut - begin)
 
 
-def _find_newline(blob: tomus.Blob, version: int, pos: int, limit: int) -> int | None:
-    """Where the first newline in bytes ``[pos, limit)`` of ``blob`` is, if there is one."""
+def _find_newline(source: _Source, pos: int, limit: int) -> int | None:
+    """Where the first newline in bytes ``[pos, limit)`` of ``source`` is, if there is one."""
     window = _PROBE_WINDOW
     while pos < limit:
-        piece = blob.read(pos, min(window, limit - pos), version=version)
+        piece = source.read(pos, min(window, limit - pos))
         count_read(len(piece))
         nl = piece.find(b"\n")
         if nl >= 0:
