@@ -351,11 +351,16 @@ class TomusFileSystem(AbstractFileSystem):
         try:
             _, blob, stat = self.ns.open_version(path, version)
         except InvalidArgument:
-            if version is not None or not self.ns.stat(path).get("registered"):
+            if not self._registered(path, version):
                 raise
             return self._cat_registered(path, start, end)
         lo, hi = _clamp(start, end, stat.size)
         return blob.read(lo, hi - lo, stat.version)
+
+    def _registered(self, path: str, version: int | None) -> bool:
+        """Whether ``path``, which did not open as a blob, is a registered file to read whole
+        from its holders (it has no versions to ask for)."""
+        return version is None and bool(self.ns.stat(path).get("registered"))
 
     def _open_registered(self, path: str) -> BinaryIO:
         """A registered file opened for reading: fetched whole from its holders (checksum
@@ -406,7 +411,7 @@ class TomusFileSystem(AbstractFileSystem):
                     _, blob, stat = self.ns.open_version(bare, version)
                     pinned[p] = (blob, stat)
                 except InvalidArgument:
-                    if version is not None or not self.ns.stat(bare).get("registered"):
+                    if not self._registered(bare, version):
                         raise
                     pinned[p] = self._cat_registered(bare, None, None)
             except Exception as e:
@@ -455,7 +460,7 @@ class TomusFileSystem(AbstractFileSystem):
             try:
                 _, blob, stat = self.ns.open_version(path, version)
             except InvalidArgument:
-                if version is not None or not self.ns.stat(path).get("registered"):
+                if not self._registered(path, version):
                     raise
                 return self._open_registered(path)
             version = stat.version
