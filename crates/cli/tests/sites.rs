@@ -205,11 +205,7 @@ async fn replicates_through_outages_and_restarts() {
     // policy). Versions written before replication starts are replicated too.
     keep_all(&ca).await;
     workload(&ca, &mut rng, 6, false).await;
-    ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
-    ok(tomus(
-        &a.addr(),
-        &["sites", "replicate", "/data", "--to", "b"],
-    ));
+    replicate_to_b(&a, &b);
     workload(&ca, &mut rng, 12, false).await;
     let n = wait_synced(&ca, &cb, "first replication").await;
     assert_eq!(n, 19, "versions replicated");
@@ -339,11 +335,7 @@ async fn an_append_waits_out_a_dead_writers_version_on_the_site() {
     keep_all(&ca).await;
     let log = create(&ca, "log").await;
     log.append(&[1u8; 3000]).await.unwrap();
-    ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
-    ok(tomus(
-        &a.addr(),
-        &["sites", "replicate", "/data", "--to", "b"],
-    ));
+    replicate_to_b(&a, &b);
     wait_synced(&ca, &cb, "first replication").await;
 
     let replica = cb.namespace().stat(&format!("{ROOT}/log")).await.unwrap();
@@ -352,6 +344,18 @@ async fn an_append_waits_out_a_dead_writers_version_on_the_site() {
     log.append(&[2u8; 2000]).await.unwrap();
     // wait_synced fails on a version replayed whole: appends must stay appends.
     assert_eq!(wait_synced(&ca, &cb, "after the dead writer").await, 2);
+}
+
+/// `tomus sites status --wait`, for a minute at most.
+const WAIT: [&str; 5] = ["sites", "status", "--wait", "--timeout", "60"];
+
+/// Adds `b` as the site "b" of `a` and replicates ROOT there.
+fn replicate_to_b(a: &TestCluster, b: &TestCluster) {
+    ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
+    ok(tomus(
+        &a.addr(),
+        &["sites", "replicate", "/data", "--to", "b"],
+    ));
 }
 
 /// The tree under ROOT: files with their latest bytes, and the directories.
@@ -415,13 +419,8 @@ async fn paths_that_change_kind_and_removed_directories_are_followed() {
     put(&ca, "f", b"f1").await;
     put(&ca, "e/z", b"z1").await;
     put(&ca, "keep", b"k1").await;
-    ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
-    ok(tomus(
-        &a.addr(),
-        &["sites", "replicate", "/data", "--to", "b"],
-    ));
-    let wait = ["sites", "status", "--wait", "--timeout", "60"];
-    ok(tomus(&a.addr(), &wait));
+    replicate_to_b(&a, &b);
+    ok(tomus(&a.addr(), &WAIT));
     assert_eq!(tree(&cb).await, tree(&ca).await);
 
     ns.delete(&format!("{ROOT}/d"), true).await.unwrap();
@@ -435,7 +434,7 @@ async fn paths_that_change_kind_and_removed_directories_are_followed() {
         .await
         .unwrap();
     put(&ca, "g", b"g2").await;
-    ok(tomus(&a.addr(), &wait));
+    ok(tomus(&a.addr(), &WAIT));
     let (files, dirs) = tree(&cb).await;
     assert_eq!((files, dirs.clone()), tree(&ca).await);
     assert_eq!(dirs, [format!("{ROOT}/f")]);
@@ -551,13 +550,8 @@ async fn registered_files_are_replicated_as_ordinary_files() {
     register("wf/empty", b"");
     register("wf/gone", b"soon gone");
     put(&ca, "plain", b"p").await;
-    ok(tomus(&a.addr(), &["sites", "add", "b", &b.addr()]));
-    ok(tomus(
-        &a.addr(),
-        &["sites", "replicate", "/data", "--to", "b"],
-    ));
-    let wait = ["sites", "status", "--wait", "--timeout", "60"];
-    ok(tomus(&a.addr(), &wait));
+    replicate_to_b(&a, &b);
+    ok(tomus(&a.addr(), &WAIT));
     let site = file_bytes(&cb).await;
     let expect = |entries: &[(&str, &[u8])]| -> BTreeMap<String, Vec<u8>> {
         entries
@@ -585,7 +579,7 @@ async fn registered_files_are_replicated_as_ordinary_files() {
         &["fs", "rm", &format!("/{ROOT}/wf/empty")],
     ));
     register("wf/empty", b"not empty now");
-    ok(tomus(&a.addr(), &wait));
+    ok(tomus(&a.addr(), &WAIT));
     let site = file_bytes(&cb).await;
     let want = expect(&[
         ("plain", b"p"),
