@@ -67,7 +67,9 @@ pub(crate) async fn back_up(
     let mut first = 0;
     loop {
         let mut reader = RegisteredPieces::new(client, &file, first)?;
-        match upload_pieces(target, &mut reader, index).await {
+        // The target failing fails the point (retried); only the holders' failures are
+        // this file's.
+        match upload_pieces(target, &mut reader, index).await? {
             Ok((pieces, names, uploaded)) if reader.crc() == crc => {
                 let content = RegisteredContent {
                     size: file.size,
@@ -111,17 +113,25 @@ fn names_in(
         .collect()
 }
 
-/// Uploads the pieces `reader` reads that `index` lacks; returns the pieces, the objects
-/// named and the bytes uploaded.
+/// The pieces of a registered file, the objects they name and the bytes uploaded.
+type Uploaded = (Vec<Piece>, Vec<(String, String)>, u64);
+
+/// Uploads the pieces `reader` reads that `index` lacks. The outer error is the target's;
+/// the inner one says no holder could serve a piece.
 async fn upload_pieces(
     target: &Target,
     reader: &mut RegisteredPieces,
     index: &HashMap<String, (u64, String)>,
-) -> Result<(Vec<Piece>, Vec<(String, String)>, u64)> {
+) -> Result<Result<Uploaded>> {
     let mut pieces = Vec::new();
     let mut names = Vec::new();
     let mut uploaded = 0u64;
-    while let Some((start, data)) = reader.next().await? {
+    loop {
+        let (start, data) = match reader.next().await {
+            Ok(Some(piece)) => piece,
+            Ok(None) => break,
+            Err(e) => return Ok(Err(e)),
+        };
         let len = data.len() as u64;
         let sha = format::sha256_hex(&data);
         let id = sha[..32].to_string();
@@ -142,5 +152,5 @@ async fn upload_pieces(
             chunk_offset: 0,
         });
     }
-    Ok((pieces, names, uploaded))
+    Ok(Ok((pieces, names, uploaded)))
 }

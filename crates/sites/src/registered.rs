@@ -9,7 +9,7 @@ use tomus_client::registered::RegisteredPieces;
 use tomus_client::{Client, CommitOptions, CreateOptions, Replace};
 use tomus_maintenance::throttle::Throttle;
 use tomus_metadata::BlobId;
-use tomus_wire::{Attrs, Error, ErrorKind, FsEntry, Result};
+use tomus_wire::{Attrs, ErrorKind, FsEntry, Result};
 
 use crate::replay::{Progress, REPLICA_OF};
 use crate::scan::RegisteredItem;
@@ -19,9 +19,17 @@ fn marker(crc: u32, size: u64) -> String {
     format!("registered:{crc:08x}:{size}")
 }
 
-/// Copies the registered file `item` to the site; returns the site's blob at its path, or
-/// `None` when it is no longer a registered file at the source (the next scan sees what it
-/// is now). A new site file is added to `created`.
+/// What copying a registered file came to (the site's errors are errors).
+pub(crate) enum Copied {
+    /// On the site, as its blob at the path.
+    To(BlobId),
+    /// No longer a registered file at the source: the next scan sees what it is now.
+    Gone,
+    /// No holder could give its bytes intact; why.
+    Unreadable(String),
+}
+
+/// Copies the registered file `item` to the site. A new site file is added to `created`.
 pub(crate) async fn copy_registered(
     source: &Client,
     target: &Client,
@@ -29,13 +37,13 @@ pub(crate) async fn copy_registered(
     throttle: &Throttle,
     progress: &Progress,
     created: &mut Vec<FsEntry>,
-) -> Result<Option<BlobId>> {
+) -> Result<Copied> {
     let path = &item.path;
     let file = match source.registered_checked(path).await {
         Ok(f) => f,
         // Deleted, or persisted (so now an ordinary file), since the scan.
         Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::InvalidArgument) => {
-            return Ok(None)
+            return Ok(Copied::Gone)
         }
         Err(e) => return Err(e),
     };
@@ -43,7 +51,9 @@ pub(crate) async fn copy_registered(
     let marker = marker(crc, file.size);
     let ns = target.namespace();
     let blob = match ns.object(path, None).await {
-        Ok((o, blob)) if o.attrs.get(REPLICA_OF) == Some(&marker) => return Ok(Some(blob.id())),
+        Ok((o, blob)) if o.attrs.get(REPLICA_OF) == Some(&marker) => {
+            return Ok(Copied::To(blob.id()))
+        }
         // Another file there: the copy is its next version.
         Ok((_, blob)) => blob,
         Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::IsADirectory) => {
@@ -68,26 +78,27 @@ pub(crate) async fn copy_registered(
     let mut failures = Vec::new();
     let mut first = 0;
     loop {
-        let mut reader = RegisteredPieces::new(source, &file, first)?;
+        let mut reader = match RegisteredPieces::new(source, &file, first) {
+            Ok(r) => r,
+            Err(e) => return Ok(Copied::Unreadable(e.message)),
+        };
         let mut writer = blob.writer();
-        let mut copied = Ok(());
+        // The site failing fails the pass; only the holders' failures are this file's.
+        let mut read = Ok(());
         loop {
             match reader.next().await {
                 Ok(Some((_, data))) => {
                     throttle.take(data.len() as u64).await;
-                    if let Err(e) = writer.write(&data).await {
-                        copied = Err(e);
-                        break;
-                    }
+                    writer.write(&data).await?;
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    copied = Err(e);
+                    read = Err(e);
                     break;
                 }
             }
         }
-        match copied {
+        match read {
             Ok(()) if reader.crc() == crc => {
                 let mut attrs = Attrs::new();
                 attrs.insert(REPLICA_OF.into(), marker);
@@ -100,17 +111,15 @@ pub(crate) async fn copy_registered(
                     .bytes_done
                     .fetch_add(file.size, std::sync::atomic::Ordering::Relaxed);
                 tracing::debug!("sites: registered file /{path} copied to the site");
-                return Ok(Some(blob.id()));
+                return Ok(Copied::To(blob.id()));
             }
             Ok(()) => failures.push(format!("checksum {:08x}, expected {crc:08x}", reader.crc())),
-            // The site refused the write: not the holders' fault.
-            Err(e) if e.kind != ErrorKind::Unavailable => return Err(e),
             Err(e) => failures.push(e.to_string()),
         }
         first += 1;
         if first >= reader.holders() {
-            return Err(Error::unavailable(format!(
-                "/{path}: no holder gave its bytes intact ({})",
+            return Ok(Copied::Unreadable(format!(
+                "no holder gave its bytes intact ({})",
                 failures.join("; ")
             )));
         }

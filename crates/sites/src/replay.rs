@@ -34,7 +34,7 @@ use tomus_wire::{Attrs, BlobInfo, Error, ErrorKind, FsEntry, Result, VersionInfo
 
 use crate::deletions::{delete_on_site, in_the_way};
 use crate::pending::Created;
-use crate::registered::copy_registered;
+use crate::registered::{copy_registered, Copied};
 pub use crate::scan::{scan, Item, RegisteredItem, Scan};
 
 /// The version attribute naming the source version a site's version replays
@@ -372,15 +372,11 @@ async fn apply_planned(
     // Files no holder can give now: the others, and the deletions, go on without them.
     let mut unreadable = Vec::new();
     for (i, r) in registered.into_iter().enumerate() {
-        let copied = match copy_registered(source, target, &r, throttle, progress, created).await {
-            Ok(copied) => copied,
-            Err(e) if e.kind == ErrorKind::Unavailable => {
-                unreadable.push(format!("/{}: {}", r.path, e.message));
-                None
-            }
-            Err(e) => return Err(e),
-        };
-        if let Some(dst_blob) = copied {
+        let copied = copy_registered(source, target, &r, throttle, progress, created).await?;
+        if let Copied::Unreadable(why) = &copied {
+            unreadable.push(format!("/{}: {why}", r.path));
+        }
+        if let Copied::To(dst_blob) = copied {
             cursor.files.insert(
                 r.path,
                 FileCursor {
