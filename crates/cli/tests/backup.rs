@@ -25,10 +25,30 @@ fn options() -> CreateOptions {
     }
 }
 
-fn target_dir(tc: &TestCluster) -> (PathBuf, String) {
+/// A test's backup target, beside its cluster's directory. It outlives the cluster (a test
+/// restores from it once the cluster is gone) and is removed when the test ends well, kept
+/// with the cluster's for the post-mortem of a failed one.
+struct TargetDir(PathBuf);
+
+impl std::ops::Deref for TargetDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TargetDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn target_dir(tc: &TestCluster) -> (TargetDir, String) {
     let dir = tc.dir.with_extension("target");
     let url = format!("file://{}", dir.display());
-    (dir, url)
+    (TargetDir(dir), url)
 }
 
 /// Bytes of every file under `dir`, and of those under `dir/chunks`.
@@ -191,7 +211,6 @@ async fn every_point_restores_exactly_and_nothing_later_leaks() {
     assert!(text.contains(&name(&chunks[0])), "{report}");
     assert!(text.contains(&name(&chunks[1])), "{report}");
     assert!(stderr(&out).contains("corrupt"), "{}", stderr(&out));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -255,7 +274,6 @@ async fn a_second_point_uploads_only_what_changed() {
         row["logical_bytes"].as_u64().unwrap(),
         (64 << 20) + (64 << 20) + (1 << 20)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -316,7 +334,6 @@ async fn a_manager_killed_mid_point_resumes_it() {
     let restored = tomus_cli::scratch_dir("restored-kill");
     assert_eq!(restore_and_read(&url, &listed[0], &restored).await, want);
     let _ = std::fs::remove_dir_all(&restored);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn ok_enable_slow(addr: &str, url: &str) {
@@ -380,14 +397,13 @@ async fn old_points_go_and_one_file_restores_into_a_running_cluster() {
     let restored = tomus_cli::scratch_dir("restored-keep");
     assert_eq!(restore_and_read(&url, &last, &restored).await, want);
     let _ = std::fs::remove_dir_all(&restored);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_scheduled_point_waits_for_a_quiet_moment() {
     let tc = TestCluster::start(2);
     let addr = tc.addr();
-    let (dir, url) = target_dir(&tc);
+    let (_target, url) = target_dir(&tc);
     let client = tc.client().await;
     let (_, busy) = client.namespace().create("/busy", options()).await.unwrap();
     enable(&addr, &url, &["--interval", "3s"]);
@@ -417,7 +433,6 @@ async fn a_scheduled_point_waits_for_a_quiet_moment() {
         assert!(Instant::now() < deadline, "no scheduled point");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A file renamed back and forth while points are taken is in every point exactly once:
@@ -531,7 +546,9 @@ async fn registered_files_are_backed_up_and_restored_as_ordinary_files() {
     assert_eq!(big["registered"]["pieces"].as_array().unwrap().len(), 3);
 
     // Whole: a fresh cluster has them as ordinary files.
-    let held = restore_and_read(&url, &second, &tc.dir.with_extension("restored")).await;
+    let restored = tomus_cli::scratch_dir("restored-registered");
+    let held = restore_and_read(&url, &second, &restored).await;
+    let _ = std::fs::remove_dir_all(&restored);
     for (path, bytes) in &files {
         let (_, _, versions) = &held[&format!("file:{path}")];
         let want = {
