@@ -368,6 +368,14 @@ async fn copy_range(
     Ok(())
 }
 
+/// How a version is replayed: as the append or write it was (only the bytes it wrote), or
+/// as its whole content.
+enum Replayed {
+    Append,
+    Write,
+    Whole,
+}
+
 /// Replays the version `rec` on `blob`, whose latest version is `prev` (`None`: unknown, or
 /// not the version just before): as the same operation when it can be, else as its whole
 /// content. Checks the version number it gets.
@@ -386,18 +394,9 @@ async fn replay(
     let follows = prev.filter(|p| p.info.version + 1 == info.version);
     let span_end = info.span.offset + info.span.size;
     let mut writer = blob.writer();
-    let got: Option<Version> = match follows {
+    let replayed = match follows {
         Some(p) if info.append && p.info.size == info.span.offset && info.span.size > 0 => {
-            copy_range(
-                target,
-                point,
-                &rec.pieces,
-                info.span.offset,
-                span_end,
-                &mut writer,
-            )
-            .await?;
-            writer.commit(Append, &options).await?.map(|v| v.version)
+            Replayed::Append
         }
         Some(p)
             if !info.append
@@ -405,15 +404,18 @@ async fn replay(
                 && info.span.size > 0
                 && !(info.span.offset == 0 && info.span.size >= p.info.size) =>
         {
-            copy_range(
-                target,
-                point,
-                &rec.pieces,
-                info.span.offset,
-                span_end,
-                &mut writer,
-            )
-            .await?;
+            Replayed::Write
+        }
+        _ => Replayed::Whole,
+    };
+    let (from, to) = match replayed {
+        Replayed::Whole => (0, info.size),
+        Replayed::Append | Replayed::Write => (info.span.offset, span_end),
+    };
+    copy_range(target, point, &rec.pieces, from, to, &mut writer).await?;
+    let got: Option<Version> = match replayed {
+        Replayed::Append => writer.commit(Append, &options).await?.map(|v| v.version),
+        Replayed::Write => {
             let at = WriteAt {
                 offset: info.span.offset,
             };
@@ -422,10 +424,7 @@ async fn replay(
                 .await?
                 .map(|v| v.version)
         }
-        _ => {
-            copy_range(target, point, &rec.pieces, 0, info.size, &mut writer).await?;
-            Some(writer.commit(Replace::default(), &options).await?.version)
-        }
+        Replayed::Whole => Some(writer.commit(Replace::default(), &options).await?.version),
     };
     if got != Some(info.version) {
         return Err(Error::internal(format!(
