@@ -616,12 +616,7 @@ async fn a_registered_file_no_holder_can_give_does_not_stop_points() {
                 &p1,
             ],
         ));
-        // Its holder records its checksum in the background.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while json(tomus(addr, &["fs", "ls", &path, "--json"]))[0]["checksum"].is_null() {
-            assert!(Instant::now() < deadline, "no checksum for {path}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::row_with_checksum(addr, &path);
     };
     // Past the 15 MiB a holder keeps in memory, so it reads its copy from disk.
     const SIZE: usize = (16 << 20) + 1;

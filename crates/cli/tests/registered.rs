@@ -10,9 +10,8 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use common::{json, ok, stderr, tomus, TestCluster};
+use common::{json, ok, row_with_checksum, stderr, tomus, TestCluster};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -22,21 +21,6 @@ fn data(size: usize, seed: u8) -> Vec<u8> {
     (0..size)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
-}
-
-/// Waits until the registered file's checksum is recorded (its holder computes it after
-/// registering) and returns its `ls --json` row.
-fn row_with_checksum(addr: &str, path: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let rows = json(tomus(addr, &["fs", "ls", path, "--json"]));
-        let row = rows[0].clone();
-        if !row["checksum"].is_null() {
-            return row;
-        }
-        assert!(Instant::now() < deadline, "no checksum recorded: {row}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -492,11 +492,7 @@ async fn a_registered_file_no_holder_can_give_does_not_hold_up_the_rest() {
         &a.addr(),
         &["fs", "register", local.to_str().unwrap(), &path],
     ));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while json(tomus(&a.addr(), &["fs", "ls", &path, "--json"]))[0]["checksum"].is_null() {
-        assert!(Instant::now() < deadline, "no checksum for {path}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::row_with_checksum(&a.addr(), &path);
     // Its only copy is a hard link of this file: other bytes now.
     std::fs::write(&local, vec![2u8; size]).unwrap();
     put(&ca, "plain", b"p").await;

@@ -194,3 +194,21 @@ pub fn scrape_metrics(addr: &str) -> String {
     s.read_to_string(&mut out).unwrap();
     out
 }
+
+/// Waits until the registered file `path`'s checksum is recorded (its holder computes it after
+/// registering) and returns its `ls --json` row.
+pub fn row_with_checksum(addr: &str, path: &str) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let rows = json(tomus(addr, &["fs", "ls", path, "--json"]));
+        let row = rows[0].clone();
+        if !row["checksum"].is_null() {
+            return row;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checksum recorded: {row}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
