@@ -129,6 +129,16 @@ impl Reply {
     pub fn of<R: Rpc>(result: Result<R::Response>) -> Reply {
         let failure = result.as_ref().err().cloned();
         match encode(&result) {
+            // Refused here, where the peer can be told, rather than when the frame is
+            // written and the connection can only be dropped.
+            Ok(header) if header.len() > crate::frame::MAX_HEADER as usize => {
+                Reply::error(Error::invalid(format!(
+                    "the answer of {} bytes exceeds the {} byte limit of a message; ask for \
+                     less at a time",
+                    header.len(),
+                    crate::frame::MAX_HEADER
+                )))
+            }
             Ok(header) => Reply {
                 header,
                 payload: Payload::empty(),
@@ -205,3 +215,29 @@ macro_rules! service {
 }
 
 pub(crate) use service;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::AgentHello;
+
+    #[test]
+    fn an_answer_too_large_for_a_message_is_refused_with_an_error_the_peer_can_read() {
+        let fits = Reply::of::<AgentHello>(Ok("x".repeat(1 << 20)));
+        assert!(fits.failed().is_none());
+
+        let huge = crate::frame::MAX_HEADER as usize + 1;
+        let reply = Reply::of::<AgentHello>(Ok("x".repeat(huge)));
+        let err = reply.failed().cloned().expect("refused");
+        assert_eq!(err.kind, crate::ErrorKind::InvalidArgument);
+        assert!(
+            err.message.contains("exceeds the 67108864 byte limit"),
+            "{}",
+            err.message
+        );
+        // What is sent is that error, small, and it decodes as the answer to the request.
+        assert!(reply.header.len() < 1024);
+        let answer: Result<String> = decode(&reply.header).expect("decodes");
+        assert_eq!(answer.unwrap_err(), err);
+    }
+}
