@@ -1,8 +1,8 @@
 //! A handle on one blob, and what the manager says of its versions.
 
 use tomus_metadata::{BlobId, Version};
-use tomus_wire::manager::{GetVersion, ListVersions, VersionsAttrs};
-use tomus_wire::{Attrs, BlobInfo, Result, VersionInfo, VersionList};
+use tomus_wire::manager::{GetVersion, VersionsAttrs};
+use tomus_wire::{Attrs, BlobInfo, Result, VersionInfo, VersionList, VersionsFrom};
 
 use crate::cluster::Cluster;
 use crate::Client;
@@ -89,14 +89,26 @@ impl Blob {
         Ok(self.stat(version).await?.size)
     }
 
-    /// Every published version with its attributes.
+    /// Every retained published version with its attributes (see [`crate::listing`]).
     pub async fn versions_attrs(&self) -> Result<Vec<(VersionInfo, Attrs)>> {
-        self.cluster()
-            .manager(VersionsAttrs { blob: self.id })
-            .await
+        crate::listing::versions_attrs(self.cluster(), self.id).await
     }
 
+    /// One page of [`Blob::versions_attrs`]: the first `limit` (at most
+    /// [`tomus_wire::MAX_ATTRS_LISTING`]) retained published versions from `from` on, in its
+    /// order; fewer than `limit`, the last page.
+    pub async fn versions_attrs_page(
+        &self,
+        from: VersionsFrom,
+        limit: u32,
+    ) -> Result<Vec<(VersionInfo, Attrs)>> {
+        let blob = self.id;
+        let req = VersionsAttrs { blob, from, limit };
+        self.cluster().manager(req).await
+    }
+
+    /// Every retained published version and the aborted ranges (see [`crate::listing`]).
     pub async fn versions(&self) -> Result<VersionList> {
-        self.cluster().manager(ListVersions { blob: self.id }).await
+        crate::listing::versions(self.cluster(), self.id).await
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tomus_metadata::BlobId;
-use tomus_wire::manager::{BlobStorage, CreateBlob, CreateBlobIn, DeleteBlob, GetBlob, ListBlobs};
+use tomus_wire::manager::{BlobStorage, CreateBlob, CreateBlobIn, DeleteBlob, GetBlob};
 use tomus_wire::{
     BlobInfo, ClusterSecret, Error, ErrorKind, Ping, Placement, Pool, ProviderInfo, Result, Rpc,
     RpcConfig, StorageClass,
@@ -207,8 +207,9 @@ impl Client {
         self.cluster.manager(GetBlob { blob: id }).await
     }
 
+    /// Every blob, in id order (see [`crate::listing`]).
     pub async fn list_blobs(&self) -> Result<Vec<BlobInfo>> {
-        self.cluster.manager(ListBlobs {}).await
+        crate::listing::blobs(&self.cluster).await
     }
 
     pub async fn providers(&self) -> Result<Vec<ProviderInfo>> {

@@ -20,6 +20,8 @@ pub mod cluster;
 pub mod commit;
 /// The metadata DHT: replicated node puts, lookups, the node cache.
 pub mod dht;
+/// Whole listings of blobs and versions, page by page.
+pub mod listing;
 /// Short-circuit reads and writes: chunk files of providers on this host used directly.
 pub mod local;
 /// The file namespace.

@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use tomus_client::cluster::Cluster;
 use tomus_client::dht::DhtSource;
+use tomus_client::listing;
 use tomus_metadata::{BlobId, NodeRef, NodeSource, Span, Version};
 use tomus_wire::maintenance::{Changes, Fates, TrimChanges};
-use tomus_wire::manager::{ListBlobs, ListVersions};
 use tomus_wire::{now_ms, BlobInfo, Change, Error, ErrorKind, Fate, Result, VersionInfo};
 
 use crate::delta::{self, delta, KnownWrites};
@@ -305,7 +305,7 @@ async fn count(
 /// Rebuilds the ledger from the cluster's current state; returns the log position it
 /// reflects (`since`: the last entry logged before the rebuild began).
 async fn rebuild(cluster: &Cluster, ledger: &Arc<Ledger>, since: u64) -> Result<u64> {
-    let blobs = cluster.manager(ListBlobs {}).await?;
+    let blobs = listing::blobs(cluster).await?;
     let listed: HashMap<BlobId, &BlobInfo> = blobs.iter().map(|b| (b.id, b)).collect();
     // Tracked blobs the cluster no longer lists: deleted, if the manager says so.
     let tracked = on_ledger(ledger, |l| l.blobs()).await?;
@@ -338,7 +338,7 @@ async fn rebuild(cluster: &Cluster, ledger: &Arc<Ledger>, since: u64) -> Result<
 /// Rebuilds what the ledger tracks of one blob: its first retained tree whole, then its
 /// later retained versions in order.
 async fn rebuild_blob(cluster: &Cluster, ledger: &Arc<Ledger>, blob: &BlobInfo) -> Result<()> {
-    let versions = match cluster.manager(ListVersions { blob: blob.id }).await {
+    let versions = match listing::versions(cluster, blob.id).await {
         Ok(v) => v.versions,
         // Deleted meanwhile: its change follows.
         Err(e) if e.kind == ErrorKind::NotFound => return Ok(()),

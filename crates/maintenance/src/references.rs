@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tomus_client::cluster::Cluster;
 use tomus_client::dht::DhtSource;
+use tomus_client::listing;
 use tomus_metadata::{BlobId, ChunkId, Node, NodeKey, NodeRef, NodeSource, Version};
-use tomus_wire::manager::{ListBlobs, ListVersions};
 use tomus_wire::{BlobInfo, Fate, Result};
 
 /// Nodes fetched per request wave while walking a tree.
@@ -75,7 +75,7 @@ impl References {
 
 /// Walks every retained version of every blob.
 pub async fn scan(cluster: &Cluster, counted: &HashMap<BlobId, Version>) -> Result<References> {
-    let blobs = cluster.manager(ListBlobs {}).await?;
+    let blobs = listing::blobs(cluster).await?;
     let mut refs = References {
         tracked: counted.keys().copied().collect(),
         ..References::default()
@@ -99,7 +99,7 @@ async fn scan_blob(
     counted: Version,
     refs: &mut References,
 ) -> Result<()> {
-    let versions = match cluster.manager(ListVersions { blob: blob.id }).await {
+    let versions = match listing::versions(cluster, blob.id).await {
         Ok(v) => v.versions,
         // Deleted since it was listed: nothing of it to keep.
         Err(e) if e.kind == tomus_wire::ErrorKind::NotFound => return Ok(()),

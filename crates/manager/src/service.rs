@@ -6,9 +6,9 @@ use std::sync::Arc;
 use tomus_wire::maintenance::*;
 use tomus_wire::manager::*;
 use tomus_wire::{
-    check_count, wrong_service, ClusterSecret, ClusterStatus, Envelope, Error, ErrorKind, Handler,
-    Holder, Joined, Placement, RegisteredFile, Reply, Result, Retention, StorageClass,
-    MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ITEMS, MAX_LISTING,
+    check_count, check_page, wrong_service, ClusterSecret, ClusterStatus, Envelope, Error,
+    ErrorKind, Handler, Holder, Joined, Placement, RegisteredFile, Reply, Result, Retention,
+    StorageClass, MAX_ADDR_LEN, MAX_ALLOCATE, MAX_ATTRS_LISTING, MAX_ITEMS, MAX_LISTING,
 };
 
 use crate::disk_reserve::DiskReserve;
@@ -196,7 +196,10 @@ impl ManagerService {
             }
             M::GetPlacementPlan(_) => Reply::of::<GetPlacementPlan>(Ok(self.steward.plan())),
             M::GetBlob(r) => Reply::of::<GetBlob>(self.versions.blob_info(r.blob)),
-            M::ListBlobs(_) => Reply::of::<ListBlobs>(Ok(self.versions.list_blobs())),
+            M::ListBlobs(r) => Reply::of::<ListBlobs>(
+                check_page("blobs", r.limit, MAX_LISTING)
+                    .map(|limit| self.versions.list_blobs(r.after, limit)),
+            ),
             M::Allocate(r) => Reply::of::<Allocate>(self.allocate(r)),
             M::Assign(r) => Reply::of::<Assign>(
                 self.versions
@@ -212,8 +215,14 @@ impl ManagerService {
                 Reply::of::<AbortVersion>(blocking(abort).await)
             }
             M::GetVersion(r) => Reply::of::<GetVersion>(self.versions.version(r.blob, r.version)),
-            M::ListVersions(r) => Reply::of::<ListVersions>(self.versions.versions(r.blob)),
-            M::VersionsAttrs(r) => Reply::of::<VersionsAttrs>(self.versions.versions_attrs(r.blob)),
+            M::ListVersions(r) => Reply::of::<ListVersions>(
+                check_page("versions", r.limit, MAX_LISTING)
+                    .and_then(|limit| self.versions.versions(r.blob, r.after, limit)),
+            ),
+            M::VersionsAttrs(r) => Reply::of::<VersionsAttrs>(
+                check_page("versions with attributes", r.limit, MAX_ATTRS_LISTING)
+                    .and_then(|limit| self.versions.versions_attrs(r.blob, r.from, limit)),
+            ),
             M::SetRetention(r) => {
                 let versions = self.versions.clone();
                 let set = move || versions.set_retention(r.blob, r.retention);

@@ -76,7 +76,7 @@ fn in_redb(dir: &Path, blob: BlobId, version: Version) -> bool {
 
 fn check_published(store: &Store, blob: BlobId, upto: Version) {
     let listed: Vec<Version> = store
-        .versions(blob, 1)
+        .versions(blob, 1..=u64::MAX, usize::MAX, false)
         .unwrap()
         .iter()
         .map(|v| v.version)
@@ -212,7 +212,13 @@ fn publish_until_killed(dir: &Path) {
         let mut p = appended(&mut record, v);
         p.attrs[0].1.insert("pad".into(), "x".repeat(PAD));
         store.publish(&[p]).unwrap();
-        assert_eq!(store.versions(record.id, v).unwrap().len(), 1);
+        assert_eq!(
+            store
+                .versions(record.id, v..=u64::MAX, usize::MAX, false)
+                .unwrap()
+                .len(),
+            1
+        );
         println!("published {v}");
     }
 }
@@ -262,7 +268,9 @@ fn acknowledged_publications_survive_a_kill_with_reads_between_them() {
         "acknowledged up to {acked}, {} after the kill",
         record.published
     );
-    let versions = store.versions(blob, 1).unwrap();
+    let versions = store
+        .versions(blob, 1..=u64::MAX, usize::MAX, false)
+        .unwrap();
     let numbers: Vec<Version> = versions.iter().map(|v| v.version).collect();
     assert_eq!(numbers, (1..=record.published).collect::<Vec<_>>());
     let keys: Vec<_> = numbers.iter().map(|&v| (blob, v)).collect();

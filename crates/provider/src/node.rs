@@ -434,7 +434,10 @@ mod tests {
         let get = GetNodes { keys: vec![key] };
         assert_eq!(pool.call(&addr, get).await.unwrap(), vec![Some(node)]);
         pool.call(&addr, Ping).await.unwrap();
-        let err = pool.call(&addr, ListBlobs {}).await.unwrap_err();
+        let err = pool
+            .call(&addr, ListBlobs { after: 0, limit: 1 })
+            .await
+            .unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument);
 
         // Registration reported no chunks; only a heartbeat can carry the new one.

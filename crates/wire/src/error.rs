@@ -127,6 +127,17 @@ pub fn check_count(what: &str, count: usize, max: usize) -> Result<()> {
     Ok(())
 }
 
+/// The size of a page a listing request asks for: 1 to `max` entries. Refused rather than
+/// cut to `max`, since a page shorter than asked for tells the client the listing ended.
+pub fn check_page(what: &str, limit: u32, max: u32) -> Result<usize> {
+    if limit == 0 || limit > max {
+        return Err(Error::invalid(format!(
+            "a page of {what} holds 1 to {max} entries; this request asked for {limit}"
+        )));
+    }
+    Ok(limit as usize)
+}
+
 /// An I/O error with what was being done (`context`); keeps the kind [`Error::from`] derives
 /// (ENOSPC is `NoSpace`).
 pub fn io_error(context: impl std::fmt::Display, e: std::io::Error) -> Error {

@@ -44,7 +44,7 @@ pub mod types;
 pub mod zeroed_ahead;
 
 pub use auth::{check_bind, ClusterSecret, NOT_A_TOMUS_SERVER};
-pub use error::{check_count, io_error, Error, ErrorKind, Result};
+pub use error::{check_count, check_page, io_error, Error, ErrorKind, Result};
 pub use pool::{Pool, RpcConfig};
 pub use rpc::{Envelope, Ping, Reply, Rpc};
 pub use server::{

@@ -14,7 +14,9 @@ service! {
         CreateBlob { chunk_size: u64, replication: u32 } -> BlobInfo, once;
         /// A blob's record at its latest published version.
         GetBlob { blob: BlobId } -> BlobInfo;
-        ListBlobs {} -> Vec<BlobInfo>;
+        /// Blobs in id order, the first `limit` (at most [`MAX_LISTING`]) with ids above
+        /// `after`; fewer than `limit`: the last page.
+        ListBlobs { after: BlobId, limit: u32 } -> Vec<BlobInfo>;
         /// Chooses providers for `chunks` new chunks of `blob` (one replica set each).
         Allocate {
             blob: BlobId,
@@ -48,10 +50,18 @@ service! {
         AbortVersion { blob: BlobId, version: Version } -> ();
         /// A version's record (`None`: the latest published).
         GetVersion { blob: BlobId, version: Option<Version> } -> VersionInfo;
-        /// The retained published versions and the aborted ranges.
-        ListVersions { blob: BlobId } -> VersionList;
-        /// Every retained published version of a blob with its attributes.
-        VersionsAttrs { blob: BlobId } -> Vec<(VersionInfo, Attrs)>;
+        /// The retained published versions numbered above `after`, the first `limit` (at
+        /// most [`MAX_LISTING`]; fewer: the last page), with the aborted ranges that start
+        /// among the versions the page covers.
+        ListVersions { blob: BlobId, after: Version, limit: u32 } -> VersionList;
+        /// The retained published versions of a blob with their attributes, from `from` on
+        /// in its order, the first `limit` (at most [`MAX_ATTRS_LISTING`]; fewer: the last
+        /// page).
+        VersionsAttrs {
+            blob: BlobId,
+            from: VersionsFrom,
+            limit: u32,
+        } -> Vec<(VersionInfo, Attrs)>;
         /// Sets a blob's retention policy.
         SetRetention { blob: BlobId, retention: Retention } -> BlobInfo;
 

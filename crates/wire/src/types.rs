@@ -17,6 +17,9 @@ pub const MAX_ALLOCATE: u32 = 1 << 16;
 pub const MAX_ITEMS: usize = 100_000;
 /// Most entries one listing returns.
 pub const MAX_LISTING: u32 = 10_000;
+/// Most versions one listing with attributes returns: [`MAX_ATTRS_BYTES`] each keeps a page
+/// within 16 MiB, well below a frame's header limit.
+pub const MAX_ATTRS_LISTING: u32 = 1_000;
 /// Longest provider address a registration may carry.
 pub const MAX_ADDR_LEN: usize = 256;
 /// Longest a client uses its list of providers (and placements taken from it) before asking
@@ -133,6 +136,16 @@ pub struct ObjectInfo {
 pub struct VersionList {
     pub versions: Vec<VersionInfo>,
     pub aborted: Vec<(Version, Version)>,
+}
+
+/// Where a page of a blob's versions starts, and in which order it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VersionsFrom {
+    /// Oldest first, from the first version numbered above this (0: the oldest).
+    After(Version),
+    /// Newest first, from the first version numbered below this (`Version::MAX`: the
+    /// newest).
+    Before(Version),
 }
 
 /// What a writer gets with its version number.

@@ -183,11 +183,16 @@ pub fn free_port() -> u16 {
 
 /// The Prometheus text a server's HTTP endpoint at `addr` serves on `/metrics`.
 pub fn scrape_metrics(addr: &str) -> String {
+    http_get(addr, "/metrics")
+}
+
+/// The whole HTTP/1.1 response (status line, headers, body) to a GET of `target`.
+pub fn http_get(addr: &str, target: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(
         s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();

@@ -227,10 +227,15 @@ fn file(service: &ManagerService, path: &str) -> Result<String> {
     else {
         return browse(service, path);
     };
-    let versions = service.versions.versions(blob.id)?;
+    // One more than shown tells whether older versions exist.
+    let mut versions = service
+        .versions
+        .newest_versions(blob.id, pages::VERSIONS_SHOWN + 1)?;
+    let older = versions.versions.len() > pages::VERSIONS_SHOWN;
+    versions.versions.truncate(pages::VERSIONS_SHOWN);
     Ok(pages::page(
         &format!("/{}", entry.path),
-        &pages::file(&entry, &versions),
+        &pages::file(&entry, &versions, older),
     ))
 }
 

@@ -241,8 +241,12 @@ pub(super) fn directory(
     b
 }
 
-/// A file's blob and every version of it.
-pub(super) fn file(entry: &FsEntry, versions: &VersionList) -> String {
+/// Most versions a file's page lists (a blob may have millions).
+pub(super) const VERSIONS_SHOWN: usize = 1000;
+
+/// A file's blob and its newest versions (`versions` newest first; `older`: the blob
+/// retains older ones than those).
+pub(super) fn file(entry: &FsEntry, versions: &VersionList, older: bool) -> String {
     let mut b = crumbs(&entry.path);
     if let Some(blob) = &entry.blob {
         let _ = write!(
@@ -259,7 +263,7 @@ pub(super) fn file(entry: &FsEntry, versions: &VersionList) -> String {
         "<table id=\"versions\"><tr><th>version</th><th>size</th><th>wrote</th>\
          <th>kind</th><th>state</th><th>published</th><th>data</th></tr>",
     );
-    for v in versions.versions.iter().rev() {
+    for v in &versions.versions {
         // Only a published version can be read.
         let links = if v.state == VersionState::Published {
             let q = format!("path={}&amp;version={}", url(&entry.path), v.version);
@@ -284,6 +288,14 @@ pub(super) fn file(entry: &FsEntry, versions: &VersionList) -> String {
         );
     }
     b.push_str("</table>");
+    if older {
+        let _ = write!(
+            b,
+            "<p id=\"older\">The newest {VERSIONS_SHOWN} versions are shown; <code>tomus blob \
+             versions {}</code> lists the older ones.</p>",
+            entry.blob.as_ref().map_or(0, |blob| blob.id)
+        );
+    }
     if !versions.aborted.is_empty() {
         let ranges: Vec<String> = versions
             .aborted

@@ -87,10 +87,20 @@ impl Store {
     }
 
     pub fn aborted_ranges(&self, blob: BlobId) -> Result<Vec<(Version, Version)>> {
+        self.aborted_ranges_starting(blob, 0, u64::MAX)
+    }
+
+    /// The aborted ranges of `blob` that start in `first..=last`.
+    pub fn aborted_ranges_starting(
+        &self,
+        blob: BlobId,
+        first: Version,
+        last: Version,
+    ) -> Result<Vec<(Version, Version)>> {
         let txn = self.read()?;
         let t = txn.open_table(ABORTED).map_err(db_err)?;
         let mut out = Vec::new();
-        for row in t.range((blob, 0)..=(blob, u64::MAX)).map_err(db_err)? {
+        for row in t.range((blob, first)..=(blob, last)).map_err(db_err)? {
             let (k, v) = row.map_err(db_err)?;
             out.push((k.value().1, v.value()));
         }
@@ -207,16 +217,28 @@ impl Store {
             .collect()
     }
 
-    /// Published versions of `blob` from `from` on.
-    pub fn versions(&self, blob: BlobId, from: Version) -> Result<Vec<VersionInfo>> {
+    /// Published versions of `blob` numbered in `numbers`: the first `limit`, or with
+    /// `newest`, the last `limit` (newest first).
+    pub fn versions(
+        &self,
+        blob: BlobId,
+        numbers: std::ops::RangeInclusive<Version>,
+        limit: usize,
+        newest: bool,
+    ) -> Result<Vec<VersionInfo>> {
         let txn = self.read()?;
         let t = txn.open_table(VERSIONS).map_err(db_err)?;
-        let mut out = Vec::new();
-        for row in t.range((blob, from)..=(blob, u64::MAX)).map_err(db_err)? {
-            let (_, v) = row.map_err(db_err)?;
-            out.push(decode(v.value())?);
+        let (first, last) = numbers.into_inner();
+        let rows = t.range((blob, first)..=(blob, last)).map_err(db_err)?;
+        let decode_row = |row: std::result::Result<_, redb::StorageError>| {
+            let (_, v): (_, redb::AccessGuard<'_, &[u8]>) = row.map_err(db_err)?;
+            decode(v.value())
+        };
+        if newest {
+            rows.rev().take(limit).map(decode_row).collect()
+        } else {
+            rows.take(limit).map(decode_row).collect()
         }
-        Ok(out)
     }
 }
 

@@ -8,7 +8,7 @@
 //! It also applies retention policies (older published versions are removed, the latest is
 //! always kept) and forgets blobs whose files were deleted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tomus_metadata::{capacity_for, BlobId, Span, Version};
 use tomus_wire::{
     Assignment, Attrs, BlobInfo, Cutoffs, DataAge, Error, ErrorKind, Fate, Result, Retention,
-    VersionInfo, VersionList, VersionState, WriteOp, MAX_ATTRS_BYTES, MAX_CHUNK_SIZE,
+    VersionInfo, VersionList, VersionState, VersionsFrom, WriteOp, MAX_ATTRS_BYTES, MAX_CHUNK_SIZE,
     MIN_CHUNK_SIZE,
 };
 
@@ -196,7 +196,7 @@ impl BlobSlot {
 
 pub struct VersionManager {
     store: Arc<Store>,
-    blobs: RwLock<HashMap<BlobId, Arc<BlobSlot>>>,
+    blobs: RwLock<BTreeMap<BlobId, Arc<BlobSlot>>>,
     commits: mpsc::UnboundedSender<Publication>,
     /// Serializes policy changes and expiry, so versions are never removed under a policy
     /// that was just replaced.
@@ -280,7 +280,7 @@ impl VersionManager {
     /// Loads every blob from the store. Versions assigned but unpublished before a restart are
     /// recorded as aborted and numbering continues after the reserved block.
     pub fn open(store: Arc<Store>, workers: &Workers) -> Result<Arc<Self>> {
-        let mut blobs = HashMap::new();
+        let mut blobs = BTreeMap::new();
         for record in store.blobs()? {
             let reserved = store.reserved(record.id)?.unwrap_or(record.published + 1);
             let next_version = reserved.max(record.published + 1);
@@ -344,11 +344,6 @@ impl VersionManager {
 
     /// Every blob's slot, taken out from under the map's lock (the callers lock each slot in
     /// turn, which must not hold up creations and deletions).
-    fn slots(&self) -> Vec<(BlobId, Arc<BlobSlot>)> {
-        let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
-        blobs.iter().map(|(id, s)| (*id, s.clone())).collect()
-    }
-
     fn slot(&self, blob: BlobId) -> Result<Arc<BlobSlot>> {
         let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
         blobs
@@ -427,14 +422,18 @@ impl VersionManager {
         Ok(blob_info(&self.slot(blob)?.lock()))
     }
 
-    pub fn list_blobs(&self) -> Vec<BlobInfo> {
-        let mut out: Vec<BlobInfo> = self
-            .slots()
-            .iter()
-            .map(|(_, s)| blob_info(&s.lock()))
-            .collect();
-        out.sort_by_key(|b| b.id);
-        out
+    /// The first `limit` blobs with ids above `after`, in id order.
+    pub fn list_blobs(&self, after: BlobId, limit: usize) -> Vec<BlobInfo> {
+        let page: Vec<Arc<BlobSlot>> = {
+            let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
+            let above = (std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded);
+            blobs
+                .range(above)
+                .take(limit)
+                .map(|(_, s)| s.clone())
+                .collect()
+        };
+        page.iter().map(|s| blob_info(&s.lock())).collect()
     }
 
     /// A blob's chunk size and replication, for placing its chunks (a sign of life of the
@@ -564,19 +563,63 @@ impl VersionManager {
     }
 
     /// Every published version of `blob` with its attributes.
-    pub fn versions_attrs(&self, blob: BlobId) -> Result<Vec<(VersionInfo, Attrs)>> {
-        let versions = self.versions(blob)?.versions;
+    /// The first `limit` retained published versions of `blob` from `from` on, in its
+    /// order, with their attributes.
+    pub fn versions_attrs(
+        &self,
+        blob: BlobId,
+        from: VersionsFrom,
+        limit: usize,
+    ) -> Result<Vec<(VersionInfo, Attrs)>> {
+        let retained_from = self.slot(blob)?.lock().retained_from;
+        let versions = match from {
+            VersionsFrom::After(after) => {
+                let first = retained_from.max(after.saturating_add(1));
+                self.store.versions(blob, first..=u64::MAX, limit, false)?
+            }
+            VersionsFrom::Before(0) => Vec::new(),
+            VersionsFrom::Before(before) => {
+                self.store
+                    .versions(blob, retained_from..=before - 1, limit, true)?
+            }
+        };
         let keys: Vec<_> = versions.iter().map(|v| (blob, v.version)).collect();
         let attrs = self.store.attrs(&keys)?;
         Ok(versions.into_iter().zip(attrs).collect())
     }
 
-    /// The retained published versions of `blob` and its aborted ranges.
-    pub fn versions(&self, blob: BlobId) -> Result<VersionList> {
-        let from = self.slot(blob)?.lock().retained_from;
+    /// The first `limit` retained published versions of `blob` numbered above `after`, with
+    /// the aborted ranges that start among the versions the page covers: up to its last
+    /// version, or to the end when the page is the last one.
+    pub fn versions(&self, blob: BlobId, after: Version, limit: usize) -> Result<VersionList> {
+        let first = after.saturating_add(1);
+        let from = self.slot(blob)?.lock().retained_from.max(first);
+        let versions = self.store.versions(blob, from..=u64::MAX, limit, false)?;
+        let covered_to = match versions.last() {
+            Some(last) if versions.len() == limit => last.version,
+            _ => u64::MAX,
+        };
         Ok(VersionList {
-            versions: self.store.versions(blob, from)?,
-            aborted: self.store.aborted_ranges(blob)?,
+            aborted: self
+                .store
+                .aborted_ranges_starting(blob, first, covered_to)?,
+            versions,
+        })
+    }
+
+    /// The newest `limit` retained published versions of `blob`, newest first, with the
+    /// aborted ranges that start after the oldest of them (all of them when the page holds
+    /// every retained version): for pages that show a blob's recent history.
+    pub fn newest_versions(&self, blob: BlobId, limit: usize) -> Result<VersionList> {
+        let from = self.slot(blob)?.lock().retained_from;
+        let versions = self.store.versions(blob, from..=u64::MAX, limit, true)?;
+        let first = match versions.last() {
+            Some(oldest) if versions.len() == limit => oldest.version,
+            _ => 0,
+        };
+        Ok(VersionList {
+            aborted: self.store.aborted_ranges_starting(blob, first, u64::MAX)?,
+            versions,
         })
     }
 

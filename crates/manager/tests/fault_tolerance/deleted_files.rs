@@ -54,12 +54,18 @@ async fn removing_files_deletes_their_blobs() {
     for blob in [file, x, y, dst] {
         assert_gone(&m, blob).await;
     }
-    let blobs: Vec<BlobId> = call(&m, ListBlobs {})
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|b| b.id)
-        .collect();
+    let blobs: Vec<BlobId> = call(
+        &m,
+        ListBlobs {
+            after: 0,
+            limit: MAX_LISTING,
+        },
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|b| b.id)
+    .collect();
     assert_eq!(blobs, [src, kept]);
 }
 
@@ -185,18 +191,40 @@ async fn a_deleted_blobs_version_rows_go_in_batches_across_a_restart() {
     call(&m, DeleteBlob { blob: gone }).await.unwrap();
     let e = version(&m, gone, Some(1)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
-    assert_eq!(m.store.versions(gone, 0).unwrap().len(), 10);
+    assert_eq!(
+        m.store
+            .versions(gone, 0..=u64::MAX, usize::MAX, false)
+            .unwrap()
+            .len(),
+        10
+    );
 
     assert_eq!(m.store.purge_rows(4).unwrap(), 4);
     close(m).await;
     let m = open(dir.path(), TIMEOUT);
     let e = version(&m, gone, Some(9)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
-    assert_eq!(m.store.versions(gone, 0).unwrap().len(), 6);
+    assert_eq!(
+        m.store
+            .versions(gone, 0..=u64::MAX, usize::MAX, false)
+            .unwrap()
+            .len(),
+        6
+    );
     assert_eq!(m.store.purge_rows(4).unwrap(), 4);
     assert_eq!(m.store.purge_rows(4).unwrap(), 2);
     assert_eq!(m.store.purge_rows(4).unwrap(), 0);
-    assert!(m.store.versions(gone, 0).unwrap().is_empty());
+    assert!(m
+        .store
+        .versions(gone, 0..=u64::MAX, usize::MAX, false)
+        .unwrap()
+        .is_empty());
     assert_eq!(listed(&m, kept).await, vec![1, 2, 3]);
-    assert_eq!(m.store.versions(kept, 0).unwrap().len(), 3);
+    assert_eq!(
+        m.store
+            .versions(kept, 0..=u64::MAX, usize::MAX, false)
+            .unwrap()
+            .len(),
+        3
+    );
 }

@@ -2,8 +2,8 @@
 //! temporary directory and reopens it to check what is durable. This file holds what the tests
 //! share (a manager on a directory, one helper per request); the tests live by subject:
 //! `providers` (draining, removing, the replica overlay, status), `retention`,
-//! `deleted_files`, `new_files`, `gc` (fates, cutoffs, rounds, the change log) and
-//! `durability` (a slow disk, older and newer state formats).
+//! `deleted_files`, `new_files`, `pages` (listings a page at a time), `gc` (fates, cutoffs,
+//! rounds, the change log) and `durability` (a slow disk, older and newer state formats).
 
 #![allow(clippy::unwrap_used, reason = "a test stops at its first error")]
 
@@ -14,6 +14,7 @@ mod deleted_files;
 mod durability;
 mod gc;
 mod new_files;
+mod pages;
 mod providers;
 mod retention;
 
@@ -32,8 +33,8 @@ use tomus_wire::maintenance::{
 use tomus_wire::manager::*;
 use tomus_wire::{
     call_handler, BlobInfo, Change, Cutoffs, DataAge, ErrorKind, Fate, MaintenanceStatus,
-    Placement, ProviderInfo, ProviderReport, Result, Retention, Rpc, VersionInfo, VersionState,
-    WriteOp,
+    Placement, ProviderInfo, ProviderReport, Result, Retention, Rpc, VersionInfo, VersionList,
+    VersionState, VersionsFrom, WriteOp, MAX_ATTRS_LISTING, MAX_LISTING,
 };
 
 use common::TempDir;
@@ -151,19 +152,33 @@ async fn version(m: &ManagerService, blob: BlobId, v: Option<Version>) -> Result
 
 /// Numbers of the listed versions, from `ListVersions` and `VersionsAttrs` (which must agree).
 async fn listed(m: &ManagerService, blob: BlobId) -> Vec<Version> {
-    let plain: Vec<Version> = call(m, ListVersions { blob })
-        .await
-        .unwrap()
-        .versions
-        .iter()
-        .map(|v| v.version)
-        .collect();
-    let with_attrs: Vec<Version> = call(m, VersionsAttrs { blob })
-        .await
-        .unwrap()
-        .iter()
-        .map(|(v, _)| v.version)
-        .collect();
+    let plain: Vec<Version> = call(
+        m,
+        ListVersions {
+            blob,
+            after: 0,
+            limit: MAX_LISTING,
+        },
+    )
+    .await
+    .unwrap()
+    .versions
+    .iter()
+    .map(|v| v.version)
+    .collect();
+    let with_attrs: Vec<Version> = call(
+        m,
+        VersionsAttrs {
+            blob,
+            from: VersionsFrom::After(0),
+            limit: MAX_ATTRS_LISTING,
+        },
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|(v, _)| v.version)
+    .collect();
     assert_eq!(plain, with_attrs);
     plain
 }
@@ -238,7 +253,16 @@ async fn assert_gone(m: &ManagerService, blob: BlobId) {
         blob_info(m, blob).await.unwrap_err().kind,
         ErrorKind::NotFound
     );
-    let e = call(m, ListVersions { blob }).await.unwrap_err();
+    let e = call(
+        m,
+        ListVersions {
+            blob,
+            after: 0,
+            limit: MAX_LISTING,
+        },
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
     let e = set_retention(m, blob, Retention::KeepLast(1))
         .await

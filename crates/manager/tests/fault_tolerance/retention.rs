@@ -212,7 +212,14 @@ async fn expired_versions_rows_wait_for_the_purge_unseen() {
         .await
         .unwrap();
     assert_eq!(listed(&m, blob).await, [5, 6]);
-    assert_eq!(m.store.versions(blob, 0).unwrap().len(), 6, "rows wait");
+    assert_eq!(
+        m.store
+            .versions(blob, 0..=u64::MAX, usize::MAX, false)
+            .unwrap()
+            .len(),
+        6,
+        "rows wait"
+    );
     let now = tomus_manager::versions::now_ms;
     assert_eq!(
         m.versions.enforce_retention(now()),
@@ -229,7 +236,7 @@ async fn expired_versions_rows_wait_for_the_purge_unseen() {
     assert_eq!(m.store.purge_rows(100).unwrap(), 0);
     let stored: Vec<Version> = m
         .store
-        .versions(blob, 0)
+        .versions(blob, 0..=u64::MAX, usize::MAX, false)
         .unwrap()
         .iter()
         .map(|v| v.version)

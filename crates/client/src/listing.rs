@@ -1,0 +1,80 @@
+//! Whole listings of blobs and of a blob's versions, asked for page by page: a blob appended
+//! to for an hour holds millions of versions, far more than one answer may carry.
+//!
+//! Pages follow ids and version numbers, so a listing shows each blob or version that
+//! existed throughout it once; one created meanwhile may be listed, one removed meanwhile
+//! (deleted, or expired by retention) may be missing or still listed. A blob deleted during
+//! its version listing ends it with `NotFound`.
+
+use tomus_metadata::{BlobId, Version};
+use tomus_wire::manager::{ListBlobs, ListVersions, VersionsAttrs};
+use tomus_wire::{Attrs, BlobInfo, Result, VersionInfo, VersionList, VersionsFrom};
+use tomus_wire::{MAX_ATTRS_LISTING, MAX_LISTING};
+
+use crate::cluster::Cluster;
+
+/// Every blob, in id order.
+pub async fn blobs(cluster: &Cluster) -> Result<Vec<BlobInfo>> {
+    let mut all: Vec<BlobInfo> = Vec::new();
+    loop {
+        let after = all.last().map_or(0, |b| b.id);
+        let page = cluster
+            .manager(ListBlobs {
+                after,
+                limit: MAX_LISTING,
+            })
+            .await?;
+        let last = page.len() < MAX_LISTING as usize;
+        all.extend(page);
+        if last {
+            return Ok(all);
+        }
+    }
+}
+
+/// Every retained published version of `blob` and its aborted ranges.
+pub async fn versions(cluster: &Cluster, blob: BlobId) -> Result<VersionList> {
+    let mut all = VersionList {
+        versions: Vec::new(),
+        aborted: Vec::new(),
+    };
+    loop {
+        let page = cluster
+            .manager(ListVersions {
+                blob,
+                after: last_version(&all.versions),
+                limit: MAX_LISTING,
+            })
+            .await?;
+        let last = page.versions.len() < MAX_LISTING as usize;
+        all.versions.extend(page.versions);
+        all.aborted.extend(page.aborted);
+        if last {
+            return Ok(all);
+        }
+    }
+}
+
+/// Every retained published version of `blob` with its attributes.
+pub async fn versions_attrs(cluster: &Cluster, blob: BlobId) -> Result<Vec<(VersionInfo, Attrs)>> {
+    let mut all: Vec<(VersionInfo, Attrs)> = Vec::new();
+    loop {
+        let after = all.last().map_or(0, |(v, _)| v.version);
+        let page = cluster
+            .manager(VersionsAttrs {
+                blob,
+                from: VersionsFrom::After(after),
+                limit: MAX_ATTRS_LISTING,
+            })
+            .await?;
+        let last = page.len() < MAX_ATTRS_LISTING as usize;
+        all.extend(page);
+        if last {
+            return Ok(all);
+        }
+    }
+}
+
+fn last_version(versions: &[VersionInfo]) -> Version {
+    versions.last().map_or(0, |v| v.version)
+}
