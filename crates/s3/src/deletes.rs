@@ -4,7 +4,7 @@
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use tomus_client::{CommitOptions, Extent, Replace};
-use tomus_wire::ErrorKind;
+use tomus_wire::{ErrorKind, VersionsFrom};
 
 use crate::conditional::Expect;
 use crate::errors::{object_err, s3_err};
@@ -130,11 +130,18 @@ impl Gateway {
         if hidden.contains(&v) {
             return Ok(false);
         }
-        let history = blob.versions_attrs().await.map_err(object_err)?;
-        let Some((_, attrs)) = history.iter().find(|(info, _)| info.version == v) else {
+        // Version `v` with its attributes: the first version above `v - 1`, if it is `v`.
+        let found = blob
+            .versions_attrs_page(VersionsFrom::After(v.saturating_sub(1)), 1)
+            .await;
+        let Some((_, attrs)) = found
+            .map_err(object_err)?
+            .into_iter()
+            .find(|(info, _)| info.version == v)
+        else {
             return Ok(false);
         };
-        let was_marker = ObjectMeta::from_attrs(attrs).delete_marker;
+        let was_marker = ObjectMeta::from_attrs(&attrs).delete_marker;
         let current = latest.version.version;
         // The current version is `v`, or the copy of `v` an earlier delete made current.
         let copy_of_v = current != v && meta::restored_from(&latest.attrs) == Some(v);
@@ -144,14 +151,11 @@ impl Gateway {
         }
         // As in S3, the version below becomes current, even a delete marker (the key then
         // stays deleted). Every version between it and a copy of it is already hidden.
-        let previous = history
-            .iter()
-            .rev()
-            .find(|(info, _)| info.version < v && !hidden.contains(&info.version));
+        let previous = self.visible_newest(&blob, &hidden, v, 1).await?.pop();
         match previous {
             Some((info, attrs)) => {
                 let options = CommitOptions {
-                    attrs: meta::restored_copy(attrs, info.version),
+                    attrs: meta::restored_copy(&attrs, info.version),
                     expect_size: None,
                 };
                 if info.size == 0 {

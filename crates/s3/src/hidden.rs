@@ -11,9 +11,9 @@
 
 use std::collections::BTreeSet;
 
-use tomus_client::{Append, CommitOptions};
+use tomus_client::{Append, Blob, CommitOptions};
 use tomus_metadata::{BlobId, Version};
-use tomus_wire::ErrorKind;
+use tomus_wire::{Attrs, ErrorKind, VersionInfo, VersionsFrom, MAX_ATTRS_LISTING};
 
 use crate::errors::object_err;
 use crate::paths;
@@ -65,6 +65,45 @@ impl Gateway {
             return Err(object_err(e));
         }
         Ok(())
+    }
+
+    /// Up to `count` versions of `blob` not in `hidden`, newest first, numbered below
+    /// `before`, read a page at a time as far as needed. None when the blob is gone (its key
+    /// was removed meanwhile).
+    pub(crate) async fn visible_newest(
+        &self,
+        blob: &Blob,
+        hidden: &BTreeSet<Version>,
+        before: Version,
+        count: usize,
+    ) -> S3Result<Vec<(VersionInfo, Attrs)>> {
+        let mut out = Vec::new();
+        let mut cursor = before;
+        while out.len() < count {
+            // Hidden versions are skipped, so a page may need another request.
+            let limit = (count - out.len()).min(MAX_ATTRS_LISTING as usize) as u32;
+            let page = match blob
+                .versions_attrs_page(VersionsFrom::Before(cursor), limit)
+                .await
+            {
+                Ok(p) => p,
+                Err(e) if e.kind == ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(object_err(e)),
+            };
+            let last_page = page.len() < limit as usize;
+            if let Some((v, _)) = page.last() {
+                cursor = v.version;
+            }
+            out.extend(
+                page.into_iter()
+                    .filter(|(v, _)| !hidden.contains(&v.version)),
+            );
+            if last_page {
+                break;
+            }
+        }
+        out.truncate(count);
+        Ok(out)
     }
 
     /// Drops the log of a blob whose file is gone (best effort: a stale log names versions

@@ -159,6 +159,11 @@ impl Query {
         }
     }
 
+    /// Whether `key` is listed folded into one of this query's common prefixes.
+    pub(crate) fn folds(&self, key: &str) -> bool {
+        self.common_prefix(key).is_some()
+    }
+
     /// The common prefix `key` folds into, if any.
     fn common_prefix<'k>(&self, key: &'k str) -> Option<&'k str> {
         let d = self.delimiter.as_deref().filter(|d| !d.is_empty())?;
