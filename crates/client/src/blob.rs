@@ -91,7 +91,12 @@ impl Blob {
 
     /// Every retained published version with its attributes (see [`crate::listing`]).
     pub async fn versions_attrs(&self) -> Result<Vec<(VersionInfo, Attrs)>> {
-        crate::listing::versions_attrs(self.cluster(), self.id).await
+        self.versions_attrs_after(0).await
+    }
+
+    /// [`Blob::versions_attrs`] of the versions numbered above `after`.
+    pub async fn versions_attrs_after(&self, after: Version) -> Result<Vec<(VersionInfo, Attrs)>> {
+        crate::listing::versions_attrs(self.cluster(), self.id, after).await
     }
 
     /// One page of [`Blob::versions_attrs`]: the first `limit` (at most
@@ -109,6 +114,12 @@ impl Blob {
 
     /// Every retained published version and the aborted ranges (see [`crate::listing`]).
     pub async fn versions(&self) -> Result<VersionList> {
-        crate::listing::versions(self.cluster(), self.id).await
+        self.versions_after(0).await
+    }
+
+    /// [`Blob::versions`] of the versions numbered above `after`, with the aborted ranges
+    /// that start above it.
+    pub async fn versions_after(&self, after: Version) -> Result<VersionList> {
+        crate::listing::versions(self.cluster(), self.id, after).await
     }
 }

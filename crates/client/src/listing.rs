@@ -32,8 +32,9 @@ pub async fn blobs(cluster: &Cluster) -> Result<Vec<BlobInfo>> {
     }
 }
 
-/// Every retained published version of `blob` and its aborted ranges.
-pub async fn versions(cluster: &Cluster, blob: BlobId) -> Result<VersionList> {
+/// Every retained published version of `blob` numbered above `after` (0: all), and the
+/// aborted ranges that start above it.
+pub async fn versions(cluster: &Cluster, blob: BlobId, after: Version) -> Result<VersionList> {
     let mut all = VersionList {
         versions: Vec::new(),
         aborted: Vec::new(),
@@ -42,7 +43,7 @@ pub async fn versions(cluster: &Cluster, blob: BlobId) -> Result<VersionList> {
         let page = cluster
             .manager(ListVersions {
                 blob,
-                after: last_version(&all.versions),
+                after: all.versions.last().map_or(after, |v| v.version),
                 limit: MAX_LISTING,
             })
             .await?;
@@ -55,11 +56,16 @@ pub async fn versions(cluster: &Cluster, blob: BlobId) -> Result<VersionList> {
     }
 }
 
-/// Every retained published version of `blob` with its attributes.
-pub async fn versions_attrs(cluster: &Cluster, blob: BlobId) -> Result<Vec<(VersionInfo, Attrs)>> {
+/// Every retained published version of `blob` numbered above `after` (0: all), with its
+/// attributes.
+pub async fn versions_attrs(
+    cluster: &Cluster,
+    blob: BlobId,
+    after: Version,
+) -> Result<Vec<(VersionInfo, Attrs)>> {
     let mut all: Vec<(VersionInfo, Attrs)> = Vec::new();
     loop {
-        let after = all.last().map_or(0, |(v, _)| v.version);
+        let after = all.last().map_or(after, |(v, _)| v.version);
         let page = cluster
             .manager(VersionsAttrs {
                 blob,
@@ -73,8 +79,4 @@ pub async fn versions_attrs(cluster: &Cluster, blob: BlobId) -> Result<Vec<(Vers
             return Ok(all);
         }
     }
-}
-
-fn last_version(versions: &[VersionInfo]) -> Version {
-    versions.last().map_or(0, |v| v.version)
 }

@@ -338,7 +338,7 @@ async fn rebuild(cluster: &Cluster, ledger: &Arc<Ledger>, since: u64) -> Result<
 /// Rebuilds what the ledger tracks of one blob: its first retained tree whole, then its
 /// later retained versions in order.
 async fn rebuild_blob(cluster: &Cluster, ledger: &Arc<Ledger>, blob: &BlobInfo) -> Result<()> {
-    let versions = match listing::versions(cluster, blob.id).await {
+    let versions = match listing::versions(cluster, blob.id, 0).await {
         Ok(v) => v.versions,
         // Deleted meanwhile: its change follows.
         Err(e) if e.kind == ErrorKind::NotFound => return Ok(()),

@@ -99,7 +99,7 @@ async fn scan_blob(
     counted: Version,
     refs: &mut References,
 ) -> Result<()> {
-    let versions = match listing::versions(cluster, blob.id).await {
+    let versions = match listing::versions(cluster, blob.id, 0).await {
         Ok(v) => v.versions,
         // Deleted since it was listed: nothing of it to keep.
         Err(e) if e.kind == tomus_wire::ErrorKind::NotFound => return Ok(()),

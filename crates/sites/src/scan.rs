@@ -99,7 +99,11 @@ pub async fn scan(source: &Client, root: &str, cursor: &Cursor) -> Result<Scan> 
             continue;
         }
         let blob = source.blob(&info);
-        let (listed, list) = match tokio::try_join!(blob.versions_attrs(), blob.versions()) {
+        // Only what the cursor has not recorded: an appended log has millions of versions.
+        // (An aborted range that starts at or below `done` and reaches above it is not
+        // listed; a version after it is then copied whole, not chained: see `replay.rs`.)
+        let listing = tokio::try_join!(blob.versions_attrs_after(done), blob.versions_after(done));
+        let (listed, list) = match listing {
             Ok(x) => x,
             // Deleted since the listing: the next scan sees it gone.
             Err(e) if e.kind == ErrorKind::NotFound => continue,
@@ -107,7 +111,7 @@ pub async fn scan(source: &Client, root: &str, cursor: &Cursor) -> Result<Scan> 
         };
         out.aborted.insert(info.id, list.aborted);
         for (v, attrs) in listed {
-            if v.version > done && v.version <= info.latest && v.state == VersionState::Published {
+            if v.version <= info.latest && v.state == VersionState::Published {
                 out.items.push(Item {
                     path: e.path.clone(),
                     blob: info.clone(),
