@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tomus_metadata::{BlobId, Version};
-use tomus_wire::{Attrs, BlobInfo, EntryKind, Retention, VersionInfo};
+use tomus_wire::{Attrs, BlobInfo, EntryKind, Retention, StorageClass, VersionInfo};
 
 /// Format of the manifests this build writes; newer ones are refused by restore.
 pub const FORMAT: u32 = 1;
@@ -78,6 +78,13 @@ pub struct BlobEntry {
     pub versions: Vec<Version>,
     /// The file backed by this blob (`None`: a blob of the blob API).
     pub path: Option<String>,
+    /// Where its chunks live (points of earlier builds have none: disk).
+    #[serde(default, skip_serializing_if = "on_disk")]
+    pub storage: StorageClass,
+}
+
+fn on_disk(class: &StorageClass) -> bool {
+    *class == StorageClass::Disk
 }
 
 /// A namespace entry at a point.

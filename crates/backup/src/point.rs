@@ -187,7 +187,8 @@ pub async fn take_point(
     let mut logical = 0u64;
     for (id, (info, path)) in &caps {
         let blob = client.blob(info);
-        let listed = match blob.versions_attrs().await {
+        let listed = tokio::try_join!(blob.versions_attrs(), client.storage_class(*id));
+        let (listed, storage) = match listed {
             Ok(v) => v,
             // Deleted since the listing: not in the point.
             Err(e) if e.kind == ErrorKind::NotFound => continue,
@@ -255,6 +256,7 @@ pub async fn take_point(
             info: info.clone(),
             versions,
             path: path.clone(),
+            storage,
         });
     }
 

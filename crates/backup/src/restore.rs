@@ -17,8 +17,12 @@
 //! Registered files (workflows) come back as ordinary files, written last (new blob ids),
 //! each with as many replicas as it had holders.
 //!
-//! What is not kept: publication times (restored versions are published now) and the
-//! cluster's providers (the restored cluster has the ones it was started with).
+//! One file restored into a running cluster comes back in the storage class it had (a
+//! memory-class one needs providers with memory-class room there, else `NoSpace`). A whole
+//! restore builds a data directory, and the memory class holds nothing once its providers
+//! restart: memory-class blobs come back on disk, and the restore counts them
+//! (`memory_on_disk`). What is not kept: publication times (restored versions are published
+//! now) and the cluster's providers (the restored cluster has the ones it was started with).
 
 use std::collections::BTreeMap;
 
@@ -28,7 +32,7 @@ use tomus_wire::manager::{
     AbortVersion, Assign, CreateBlob, DeleteBlob, FsCreateRetained, FsMkdir, FsSetRetention,
     SetRetention,
 };
-use tomus_wire::{EntryKind, Error, Result, Retention, WriteOp};
+use tomus_wire::{EntryKind, Error, Result, Retention, StorageClass, WriteOp};
 
 use crate::format::{Piece, PointManifest, RegisteredContent, VersionRecord};
 use crate::point::{list_points, read_point, version_record};
@@ -42,6 +46,9 @@ pub struct Restored {
     pub files: u64,
     pub versions: u64,
     pub bytes: u64,
+    /// Blobs of the memory storage class brought back on disk (a whole restore builds a
+    /// data directory; a memory class holds nothing once its providers restart).
+    pub memory_on_disk: u64,
 }
 
 /// The point `at` names: a point id, a time (Unix ms, or RFC 3339 such as
@@ -147,6 +154,9 @@ pub async fn restore_cluster(client: &Client, target: &Target, id: &str) -> Resu
             }
         };
         done.blobs += 1;
+        if entry.storage == StorageClass::Memory {
+            done.memory_on_disk += 1;
+        }
         let mut prev: Option<VersionRecord> = None;
         for v in 1..=info.latest {
             if !entry.versions.contains(&v) {
@@ -252,6 +262,7 @@ pub async fn restore_file(
             blobs: 1,
             versions: 1,
             bytes: content.size,
+            ..Restored::default()
         });
     }
     let entry = point
@@ -261,14 +272,15 @@ pub async fn restore_file(
         .ok_or_else(|| Error::not_found(format!("/{path} is not a file of point {id}")))?;
     let (_, blob) = client
         .namespace()
-        .create_retained(
+        .create_in(
             to,
             tomus_client::CreateOptions {
                 chunk_size: entry.info.chunk_size,
                 replication: entry.info.replication,
                 exclusive: true,
             },
-            Retention::KeepAll,
+            Some(Retention::KeepAll),
+            entry.storage,
         )
         .await?;
     let mut done = Restored {

@@ -349,6 +349,13 @@ pub async fn run(
                     done.versions,
                     format_size(done.bytes)
                 )?;
+                if done.memory_on_disk > 0 {
+                    outln!(
+                        "{} blobs of the memory storage class are on disk in the restored \
+                         cluster (a memory class holds nothing once its providers restart)",
+                        done.memory_on_disk
+                    )?;
+                }
             }
         }
     }

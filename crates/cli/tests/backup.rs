@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tomus_client::{CommitOptions, CreateOptions, Replace};
-use tomus_wire::Retention;
+use tomus_wire::{Retention, StorageClass};
 
-use common::backup::{enable, held, point_now, points, restore_and_read};
+use common::backup::{enable, held, on_disk, point_now, points, restore_and_read};
 use common::{json, stderr, tomus, TestCluster};
 
 const CHUNK: u64 = 256 << 10;
@@ -100,7 +100,19 @@ async fn every_point_restores_exactly_and_nothing_later_leaks() {
     b.replace(&data(2, 1000)).await.unwrap();
     let raw = client.create_blob(CHUNK, 1).await.unwrap();
     raw.append(&data(3, 300_000)).await.unwrap();
+    // And a file and a blob in the memory storage class: they come back in it.
+    let (_, in_memory) = ns
+        .create_in("/docs/hot", options(), None, StorageClass::Memory)
+        .await
+        .unwrap();
+    in_memory.replace(&data(11, 200_000)).await.unwrap();
+    let raw_in_memory = client
+        .create_blob_in(CHUNK, 1, StorageClass::Memory)
+        .await
+        .unwrap();
+    raw_in_memory.append(&data(12, 1000)).await.unwrap();
     let mut expected = vec![held(&client).await];
+    assert!(expected[0]["file:/docs/hot"].1.ends_with("in Memory"));
     let mut ids = vec![point_now(&addr)];
 
     // Point 2: an overwrite inside /docs/a, appends, a new file, a deleted file.
@@ -158,7 +170,7 @@ async fn every_point_restores_exactly_and_nothing_later_leaks() {
     for (i, (id, want)) in ids.iter().zip(&expected).enumerate() {
         let restored = tomus_cli::scratch_dir(&format!("restored-{i}"));
         let got = restore_and_read(&url, id, &restored).await;
-        assert_eq!(&got, want, "point {i} ({id}) restored differently");
+        assert_eq!(got, on_disk(want), "point {i} ({id}) restored differently");
         let _ = std::fs::remove_dir_all(&restored);
     }
 
@@ -360,7 +372,10 @@ async fn old_points_go_and_one_file_restores_into_a_running_cluster() {
     let first = point_now(&addr);
     let with_f = bytes_at(&dir).1;
     ns.delete("/f", false).await.unwrap();
-    let (_, g) = ns.create("/g", options()).await.unwrap();
+    let (_, g) = ns
+        .create_in("/g", options(), None, StorageClass::Memory)
+        .await
+        .unwrap();
     g.replace(&data(2, 1000)).await.unwrap();
     g.append(&data(3, 2000)).await.unwrap();
     point_now(&addr);
@@ -384,6 +399,9 @@ async fn old_points_go_and_one_file_restores_into_a_running_cluster() {
         ],
     ));
     let (_, g2) = ns.open("/g2").await.unwrap();
+    // Into a running cluster, a file comes back in its storage class.
+    let class = client.storage_class(g2.id()).await.unwrap();
+    assert_eq!(class, StorageClass::Memory);
     let (old, new) = (g.versions().await.unwrap(), g2.versions().await.unwrap());
     assert_eq!(old.versions.len(), new.versions.len());
     for (a, b) in old.versions.iter().zip(&new.versions) {
@@ -395,7 +413,10 @@ async fn old_points_go_and_one_file_restores_into_a_running_cluster() {
     drop(client);
     drop(tc);
     let restored = tomus_cli::scratch_dir("restored-keep");
-    assert_eq!(restore_and_read(&url, &last, &restored).await, want);
+    let got = restore_and_read(&url, &last, &restored).await;
+    assert_eq!(got, on_disk(&want));
+    assert!(want["file:/g"].1.ends_with("in Memory"));
+    assert!(got["file:/g"].1.ends_with("in Disk"));
     let _ = std::fs::remove_dir_all(&restored);
 }
 

@@ -23,7 +23,8 @@ fn digest(data: &[u8]) -> u64 {
 }
 
 /// Everything the cluster behind `client` holds that a user sees (the backup service's own
-/// files left out): `file:/path` and `blob:<id>` entries and `dir:/path` policies.
+/// files left out): `file:/path` and `blob:<id>` entries (id, retention policy and storage
+/// class, versions) and `dir:/path` policies.
 pub async fn held(client: &Client) -> Held {
     let mut out = Held::new();
     // Listed first: a new file gets its name with its first version, so a blob listed with a
@@ -67,7 +68,20 @@ pub async fn held(client: &Client) -> Held {
             versions.push((v.version, v.size, digest(&data)));
         }
         let info = client.blob_info(info.id).await.unwrap();
-        out.insert(key, (info.id, format!("{:?}", info.retention), versions));
+        let class = client.storage_class(info.id).await.unwrap();
+        let kept = format!("{:?} in {class:?}", info.retention);
+        out.insert(key, (info.id, kept, versions));
+    }
+    out
+}
+
+/// What a whole restore of a point taken of `held` gives back: memory-class blobs on disk
+/// (a restored data directory starts its providers afresh, and the memory class would hold
+/// nothing).
+pub fn on_disk(held: &Held) -> Held {
+    let mut out = held.clone();
+    for (_, kept, _) in out.values_mut() {
+        *kept = kept.replace("in Memory", "in Disk");
     }
     out
 }
