@@ -185,7 +185,9 @@ impl Gateway {
             truncated: false,
             next: None,
         };
-        if let (Some(key), Some(marker)) = (key_marker, version_marker) {
+        if q.max == 0 {
+            // MaxKeys=0 lists nothing, and says nothing of what follows.
+        } else if let (Some(key), Some(marker)) = (key_marker, version_marker) {
             if let Some((blob, below)) = self
                 .resume_inside(&i.bucket, &q, key, marker, naming)
                 .await?
@@ -198,7 +200,7 @@ impl Gateway {
                 page.add_key(key, blob, history, false, naming);
             }
         }
-        if !page.truncated {
+        if q.max > 0 && !page.truncated {
             self.list_keys(&i.bucket, q.clone(), naming, &mut page)
                 .await?;
         }

@@ -91,6 +91,8 @@ def test_a_page_that_ends_inside_a_key_says_where_it_goes_on(s3, bucket) -> None
     assert r["IsTruncated"] is True and r["NextKeyMarker"] == "k"
     r = s3.list_object_versions(Bucket=bucket, KeyMarker="k", VersionIdMarker=ids[0])
     assert [v["Key"] for v in r["Versions"]] == ["later"] and r["IsTruncated"] is False
+    r = s3.list_object_versions(Bucket=bucket, MaxKeys=0)
+    assert (r.get("Versions"), r["IsTruncated"]) == (None, False)
     # A key marker alone starts after the key.
     r = s3.list_object_versions(Bucket=bucket, KeyMarker="k")
     assert [v["Key"] for v in r["Versions"]] == ["later"]
