@@ -342,8 +342,6 @@ impl VersionManager {
         Ok(vm)
     }
 
-    /// Every blob's slot, taken out from under the map's lock (the callers lock each slot in
-    /// turn, which must not hold up creations and deletions).
     fn slot(&self, blob: BlobId) -> Result<Arc<BlobSlot>> {
         let blobs = self.blobs.read().unwrap_or_else(|p| p.into_inner());
         blobs
@@ -562,7 +560,6 @@ impl VersionManager {
         self.store.attrs(keys)
     }
 
-    /// Every published version of `blob` with its attributes.
     /// The first `limit` retained published versions of `blob` from `from` on, in its
     /// order, with their attributes.
     pub fn versions_attrs(
@@ -577,7 +574,8 @@ impl VersionManager {
                 let first = retained_from.max(after.saturating_add(1));
                 self.store.versions(blob, first..=u64::MAX, limit, false)?
             }
-            VersionsFrom::Before(0) => Vec::new(),
+            // Nothing retained below `before` (and no inverted range for the store).
+            VersionsFrom::Before(before) if before <= retained_from => Vec::new(),
             VersionsFrom::Before(before) => {
                 self.store
                     .versions(blob, retained_from..=before - 1, limit, true)?

@@ -108,6 +108,8 @@ async fn versions_are_listed_a_page_at_a_time_with_the_aborted_ranges_they_cover
     let after_expiry = versions_page(&m, blob, 3, 3).await.unwrap();
     assert_eq!(numbers(&after_expiry), [11, 12]);
     assert_eq!(newest(12, 4).await, [11]);
+    assert!(newest(11, 4).await.is_empty());
+    assert!(newest(5, 4).await.is_empty());
 
     let e = versions_page(&m, blob, 0, 0).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgument);
