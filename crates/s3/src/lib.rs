@@ -11,6 +11,8 @@ mod attributes;
 mod auth;
 mod buckets;
 mod checksums;
+/// How a completion and an abort of one multipart upload end it one way.
+mod claims;
 mod conditional;
 /// The gateway's connections: the cap, and letting idle ones go.
 mod connections;

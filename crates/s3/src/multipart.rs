@@ -3,6 +3,7 @@
 //! like any PUT); the upload's key and metadata are the attributes of its `upload` file.
 //! Completing composes the object's new version from the parts' chunks, so no data is copied.
 //! UploadPart and ListParts are in `parts.rs`, UploadPartCopy in `part_copy.rs`.
+//! A completion and an abort of one upload end it one way (see `claims.rs`).
 
 use md5_many::{Digest, Md5};
 use rand::Rng;
@@ -13,6 +14,7 @@ use tomus_wire::{Attrs, BlobInfo, EntryKind, ErrorKind};
 
 use crate::buckets::owner;
 use crate::checksums::Checksums;
+use crate::claims::{Claim, CLAIMED_FILE};
 use crate::conditional::Expect;
 use crate::errors::{from_store, object_err, s3_err, Missing};
 use crate::meta::{self, ObjectMeta};
@@ -25,9 +27,9 @@ use crate::writes::OBJECTS_KEEP;
 /// Smallest part but the last (S3's limit).
 pub const MIN_PART_SIZE: u64 = 5 << 20;
 const MAX_PART_NUMBER: i32 = 10_000;
-const UPLOAD_FILE: &str = "upload";
+pub(crate) const UPLOAD_FILE: &str = "upload";
 const PART_PREFIX: &str = "part-";
-const UPLOAD_KEY: &str = "s3:upload-key";
+pub(crate) const UPLOAD_KEY: &str = "s3:upload-key";
 
 fn part_name(n: i32) -> String {
     format!("{PART_PREFIX}{n:05}")
@@ -74,6 +76,11 @@ fn new_upload_id() -> String {
     format!("{now:016x}{:016x}", rand::thread_rng().gen::<u64>())
 }
 
+/// Whether `id` has the form of an upload id (so it names a directory of the namespace).
+pub(crate) fn well_formed(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 fn no_such_upload(id: &str) -> s3s::S3Error {
     s3_err(
         S3ErrorCode::NoSuchUpload,
@@ -115,7 +122,7 @@ impl Gateway {
     /// is no such upload (or it is for another key).
     pub(crate) async fn upload(&self, bucket: &str, key: &str, id: &str) -> S3Result<ObjectMeta> {
         self.bucket(bucket).await?;
-        if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !well_formed(id) {
             return Err(no_such_upload(id));
         }
         let file = format!("{}/{UPLOAD_FILE}", paths::upload_dir(bucket, id));
@@ -269,24 +276,6 @@ impl Gateway {
         }))
     }
 
-    pub(crate) async fn abort_multipart_upload_op(
-        &self,
-        req: S3Request<AbortMultipartUploadInput>,
-    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        let i = req.input;
-        self.upload(&i.bucket, &i.key, &i.upload_id).await?;
-        match self
-            .ns
-            .delete(&paths::upload_dir(&i.bucket, &i.upload_id), true)
-            .await
-        {
-            Ok(()) => {}
-            Err(e) if e.kind == ErrorKind::NotFound => return Err(no_such_upload(&i.upload_id)),
-            Err(e) => return Err(from_store(e, Missing::Upload)),
-        }
-        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
-    }
-
     pub(crate) async fn complete_multipart_upload_op(
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
@@ -308,14 +297,36 @@ impl Gateway {
                     "You must specify at least one part",
                 )
             })?;
-        let described = match self.upload(&i.bucket, &i.key, &i.upload_id).await {
-            Ok(d) => d,
-            // A retried completion (its first answer lost) finds the object it made.
+        loop {
+            if let Some(out) = self.complete_once(&i, &wanted).await? {
+                return Ok(S3Response::new(out));
+            }
+        }
+    }
+
+    /// One attempt at completing upload `i` with the parts `wanted`; `None` when another
+    /// request took the claim on the upload between this one's checks and its claim (the
+    /// upload is then ended, claimed, or open again: the caller tries again).
+    async fn complete_once(
+        &self,
+        i: &CompleteMultipartUploadInput,
+        wanted: &[CompletedPart],
+    ) -> S3Result<Option<CompleteMultipartUploadOutput>> {
+        let (described, held) = match self.upload(&i.bucket, &i.key, &i.upload_id).await {
+            Ok(d) => (d, false),
             Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
-                return match self.completed(&i, &wanted).await? {
-                    Some(out) => Ok(S3Response::new(out)),
-                    None => Err(e),
-                };
+                match self.await_claim(&i.bucket, &i.key, &i.upload_id).await? {
+                    Claim::Reopened => return Ok(None),
+                    // Its completion died: this one finishes it.
+                    Claim::Abandoned(d) => (*d, true),
+                    // A retried completion (its first answer lost) finds the object it made.
+                    Claim::Ended => {
+                        return match self.completed(i, wanted).await? {
+                            Some(out) => Ok(Some(out)),
+                            None => Err(e),
+                        }
+                    }
+                }
             }
             Err(e) => return Err(e),
         };
@@ -394,18 +405,41 @@ impl Gateway {
             .expect_current(&path, &i.key, &Expect::etag(i.if_match.as_ref()))
             .await?;
         let exclusive = matches!(&i.if_none_match, Some(ETagCondition::Any));
-        let (blob, entry) = self
-            .open_for_write(&path, exclusive, state.object_retention())
-            .await?;
         let options = CommitOptions {
             attrs: object.to_attrs(),
             expect_size,
         };
-        let info = match blob.compose(&sources, &options).await {
-            Ok(info) => info,
+        // The parts check out: the claim, then the object.
+        let open = format!("{dir}/{UPLOAD_FILE}");
+        let claimed = format!("{dir}/{CLAIMED_FILE}");
+        if !held {
+            match self.ns.rename(&open, &claimed).await {
+                Ok(()) => {}
+                Err(e) if e.kind == ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(from_store(e, Missing::Upload)),
+            }
+        }
+        let composed = async {
+            let (blob, entry) = self
+                .open_for_write(&path, exclusive, state.object_retention())
+                .await?;
+            match blob.compose(&sources, &options).await {
+                Ok(info) => Ok((blob, info)),
+                Err(e) => {
+                    self.ns.abandon(&entry).await;
+                    Err(object_err(e))
+                }
+            }
+        }
+        .await;
+        let (blob, info) = match composed {
+            Ok(done) => done,
             Err(e) => {
-                self.ns.abandon(&entry).await;
-                return Err(object_err(e));
+                // The upload stays open, as S3 leaves it after a failed completion.
+                if let Err(back) = self.ns.rename(&claimed, &open).await {
+                    tracing::warn!("giving back the claim on upload {}: {back}", i.upload_id);
+                }
+                return Err(e);
             }
         };
         // The parts' data now belongs to the object's version; drop the staging files.
@@ -413,7 +447,7 @@ impl Gateway {
             tracing::warn!("removing the parts of upload {}: {e}", i.upload_id);
         }
         let sums = object.checksums.dto();
-        Ok(S3Response::new(CompleteMultipartUploadOutput {
+        Ok(Some(CompleteMultipartUploadOutput {
             bucket: Some(i.bucket.clone()),
             key: Some(i.key.clone()),
             e_tag: Some(ETag::Strong(etag)),

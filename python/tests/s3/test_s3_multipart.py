@@ -6,6 +6,7 @@ import hashlib
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
 from botocore.exceptions import ClientError
@@ -411,3 +412,63 @@ def test_completing_a_completed_upload_again_answers_as_the_first_time(s3, bucke
             Bucket=bucket, Key="twice", UploadId=uid, MultipartUpload={"Parts": parts[:1]}
         )
     assert error_code(e) == "NoSuchUpload"
+
+
+def ending(call) -> str:
+    """What one request that ends an upload answered: "ok" or its error code."""
+    try:
+        call()
+        return "ok"
+    except ClientError as e:
+        return str(e.response["Error"]["Code"])
+
+
+def test_a_completion_racing_an_abort_ends_the_upload_one_way(gateway, s3, bucket) -> None:
+    """CompleteMultipartUpload and AbortMultipartUpload of one upload at once (a transfer
+    manager aborting after its completion timed out): one of them ends the upload, and the
+    other answers NoSuchUpload. An abort that succeeded leaves no object; a completion that
+    succeeded leaves its object."""
+    completer, aborter = gateway.client(), gateway.client()
+    whole = b"\x01" * (5 * MiB) + b"\x02" * (5 * MiB)
+    for round in range(24):
+        key = f"race-{round}"
+        uid = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        listed = [
+            {
+                "PartNumber": n,
+                "ETag": s3.upload_part(
+                    Bucket=bucket, Key=key, UploadId=uid, PartNumber=n, Body=bytes([n]) * (5 * MiB)
+                )["ETag"],
+            }
+            for n in (1, 2)
+        ]
+        complete = partial(
+            completer.complete_multipart_upload,
+            Bucket=bucket,
+            Key=key,
+            UploadId=uid,
+            MultipartUpload={"Parts": listed},
+        )
+        abort = partial(aborter.abort_multipart_upload, Bucket=bucket, Key=key, UploadId=uid)
+        with ThreadPoolExecutor(2) as pool:
+            # Each goes first in turn.
+            order = [complete, abort] if round % 2 else [abort, complete]
+            futures = [pool.submit(ending, call) for call in order]
+            answers = [f.result() for f in futures]
+        completed, aborted = answers if round % 2 else answers[::-1]
+        assert (completed, aborted) in {("ok", "NoSuchUpload"), ("NoSuchUpload", "ok")}, (
+            round,
+            completed,
+            aborted,
+        )
+        try:
+            body: bytes | None = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except ClientError as e:
+            assert e.response["Error"]["Code"] == "NoSuchKey"
+            body = None
+        if completed == "ok":
+            assert body == whole, round
+        else:
+            assert body is None, f"round {round}: aborted, yet the object exists"
+    left = gateway.tomus("fs", "ls", "-r", f".tomus-uploads/{bucket}").decode()
+    assert left.strip() == "", left
