@@ -34,9 +34,19 @@ fn gateway(manager: &str, listen: &str, extra: &[&str]) -> Command {
     cmd
 }
 
+/// A running `tomus s3`, stopped when dropped: a test that fails leaves no gateway behind.
+struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A gateway next to the cluster at `manager` with `extra` arguments: the process and the
 /// address it serves on.
-fn start_gateway(manager: &str, extra: &[&str]) -> (std::process::Child, String) {
+fn start_gateway(manager: &str, extra: &[&str]) -> (Served, String) {
     let mut child = gateway(manager, "127.0.0.1:0", extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -51,7 +61,7 @@ fn start_gateway(manager: &str, extra: &[&str]) -> (std::process::Child, String)
         .strip_prefix("tomus s3 listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
         .to_string();
-    (child, addr)
+    (Served(child), addr)
 }
 
 /// A request without a body on a connection closed after the answer.
@@ -64,7 +74,7 @@ fn request(addr: &str, method: &str, path: &str) -> String {
 #[test]
 fn the_gateway_serves_next_to_a_cluster() {
     let tc = TestCluster::start(1);
-    let (mut child, addr) = start_gateway(&tc.addr(), &["--anonymous"]);
+    let (_served, addr) = start_gateway(&tc.addr(), &["--anonymous"]);
     let req = |method: &str, path: &str| request(&addr, method, path);
     let (status, _) = http(&addr, &req("PUT", "/made-by-cli"));
     assert!(status.contains(" 200 "), "{status}");
@@ -81,8 +91,6 @@ fn the_gateway_serves_next_to_a_cluster() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&ls.stdout).contains("made-by-cli"));
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// A cluster out of space answers 507 with a code of its own, not the 503 S3 clients retry
@@ -92,15 +100,13 @@ fn a_full_cluster_answers_insufficient_storage() {
     let tc = TestCluster::start_with(1, |spec| {
         spec.manager_args = vec!["--min-free-space".into(), "16777215TiB".into()];
     });
-    let (mut child, addr) = start_gateway(&tc.addr(), &["--anonymous"]);
+    let (_served, addr) = start_gateway(&tc.addr(), &["--anonymous"]);
     let (status, body) = http(&addr, &request(&addr, "PUT", "/no-room"));
     assert!(status.contains(" 507 "), "{status}");
     assert!(body.contains("<Code>XTomusStorageFull</Code>"), "{body}");
     assert!(body.contains("--min-free-space"), "{body}");
     let (status, _) = http(&addr, &request(&addr, "GET", "/"));
     assert!(status.contains(" 200 "), "reads go on: {status}");
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
@@ -143,7 +149,7 @@ fn silent_connections_cannot_lock_clients_out() {
         "--idle-timeout-ms",
         "1500",
     ];
-    let (mut child, addr) = start_gateway(&tc.addr(), &limits);
+    let (_served, addr) = start_gateway(&tc.addr(), &limits);
     // Four times the cap, each silent after connecting.
     let mut silent: Vec<TcpStream> = (0..64)
         .map(|_| TcpStream::connect(&addr).unwrap())
@@ -219,8 +225,6 @@ fn silent_connections_cannot_lock_clients_out() {
             other => panic!("silent connection {i} was kept: {other:?}"),
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Sends an HTTP/1.1 request with `body`; waits up to a minute for the answer.
@@ -254,7 +258,7 @@ fn element<'x>(xml: &'x str, tag: &str) -> &'x str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_left_by_a_dead_completion_is_taken_over() {
     let tc = TestCluster::start(1);
-    let (mut child, addr) = start_gateway(&tc.addr(), &["--anonymous"]);
+    let (_served, addr) = start_gateway(&tc.addr(), &["--anonymous"]);
     let (status, _) = http(&addr, &request(&addr, "PUT", "/claims"));
     assert!(status.contains(" 200 "), "{status}");
     let internal = tc.client().await.internal_namespace();
@@ -316,6 +320,4 @@ async fn a_claim_left_by_a_dead_completion_is_taken_over() {
         "{status}"
     );
     assert!(internal.stat(&uploads[0].3).await.is_err());
-    let _ = child.kill();
-    let _ = child.wait();
 }
