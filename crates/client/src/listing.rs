@@ -6,6 +6,8 @@
 //! (deleted, or expired by retention) may be missing or still listed. A blob deleted during
 //! its version listing ends it with `NotFound`.
 
+use std::future::Future;
+
 use tomus_metadata::{BlobId, Version};
 use tomus_wire::manager::{ListBlobs, ListVersions, VersionsAttrs};
 use tomus_wire::{Attrs, BlobInfo, Result, VersionInfo, VersionList, VersionsFrom};
@@ -15,21 +17,14 @@ use crate::cluster::Cluster;
 
 /// Every blob, in id order.
 pub async fn blobs(cluster: &Cluster) -> Result<Vec<BlobInfo>> {
-    let mut all: Vec<BlobInfo> = Vec::new();
-    loop {
-        let after = all.last().map_or(0, |b| b.id);
-        let page = cluster
-            .manager(ListBlobs {
-                after,
-                limit: MAX_LISTING,
-            })
-            .await?;
-        let last = page.len() < MAX_LISTING as usize;
-        all.extend(page);
-        if last {
-            return Ok(all);
-        }
-    }
+    let limit = MAX_LISTING;
+    every_page(
+        0,
+        limit,
+        |b: &BlobInfo| b.id,
+        |after| cluster.manager(ListBlobs { after, limit }),
+    )
+    .await
 }
 
 /// Every retained published version of `blob` numbered above `after` (0: all), and the
@@ -63,18 +58,33 @@ pub async fn versions_attrs(
     blob: BlobId,
     after: Version,
 ) -> Result<Vec<(VersionInfo, Attrs)>> {
-    let mut all: Vec<(VersionInfo, Attrs)> = Vec::new();
+    let limit = MAX_ATTRS_LISTING;
+    let number = |(v, _): &(VersionInfo, Attrs)| v.version;
+    every_page(after, limit, number, |after| {
+        let from = VersionsFrom::After(after);
+        cluster.manager(VersionsAttrs { blob, from, limit })
+    })
+    .await
+}
+
+/// Every entry of a listing, asked for `limit` at a time: each page starts after the `key`
+/// of the last entry so far (`first` before the first page), and a page shorter than `limit`
+/// is the last.
+async fn every_page<T, Page>(
+    first: u64,
+    limit: u32,
+    key: impl Fn(&T) -> u64,
+    mut page: impl FnMut(u64) -> Page,
+) -> Result<Vec<T>>
+where
+    Page: Future<Output = Result<Vec<T>>>,
+{
+    let mut all: Vec<T> = Vec::new();
     loop {
-        let after = all.last().map_or(after, |(v, _)| v.version);
-        let page = cluster
-            .manager(VersionsAttrs {
-                blob,
-                from: VersionsFrom::After(after),
-                limit: MAX_ATTRS_LISTING,
-            })
-            .await?;
-        let last = page.len() < MAX_ATTRS_LISTING as usize;
-        all.extend(page);
+        let after = all.last().map_or(first, &key);
+        let got = page(after).await?;
+        let last = got.len() < limit as usize;
+        all.extend(got);
         if last {
             return Ok(all);
         }
