@@ -7,6 +7,8 @@
 //! versions are read from the manager newest first a page at a time, as far as the page
 //! needs: a key overwritten a million times costs a page what it shows, not its history.
 
+use std::collections::BTreeSet;
+
 use futures::StreamExt;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
@@ -107,16 +109,19 @@ impl Page {
 
 impl Gateway {
     /// Up to `count` versions of `blob` that were not deleted, newest first, numbered below
-    /// `before`; none when the blob is gone (its key was removed since it was listed).
+    /// `before` (none when the blob is gone: its key was removed since it was listed), with
+    /// the deleted versions, for reading on below them.
     async fn newest_versions(
         &self,
         blob: &BlobInfo,
         before: Version,
         count: usize,
-    ) -> S3Result<Vec<(VersionInfo, Attrs)>> {
+    ) -> S3Result<(BTreeSet<Version>, Vec<(VersionInfo, Attrs)>)> {
         let hidden = self.hidden_versions(blob.id).await?;
-        self.visible_newest(&self.client.blob(blob), &hidden, before, count)
-            .await
+        let history = self
+            .visible_newest(&self.client.blob(blob), &hidden, before, count)
+            .await?;
+        Ok((hidden, history))
     }
 
     /// The key a `KeyMarker` with a `VersionIdMarker` resumes inside, with its blob and the
@@ -196,7 +201,7 @@ impl Gateway {
                     Naming::Versioned => page.room + 1,
                     Naming::Null => 0,
                 };
-                let history = self.newest_versions(&blob, below, wanted).await?;
+                let (_, history) = self.newest_versions(&blob, below, wanted).await?;
                 page.add_key(key, blob, history, false, naming);
             }
         }
@@ -289,7 +294,8 @@ impl Gateway {
                 }
                 Listed::Key(key, entry) => {
                     let Some(blob) = entry.blob else { continue };
-                    let mut history = histories.next().await.transpose()?.unwrap_or_default();
+                    let (hidden, mut history) =
+                        histories.next().await.transpose()?.unwrap_or_default();
                     let wanted = page.room + 1;
                     if matches!(naming, Naming::Versioned)
                         && history.len() == first_look
@@ -297,7 +303,9 @@ impl Gateway {
                     {
                         let below = history.last().map_or(Version::MAX, |(v, _)| v.version);
                         let rest = wanted - history.len();
-                        history.extend(self.newest_versions(&blob, below, rest).await?);
+                        let handle = self.client.blob(&blob);
+                        let more = self.visible_newest(&handle, &hidden, below, rest).await?;
+                        history.extend(more);
                     }
                     if page.add_key(&key, blob, history, true, naming) {
                         return Ok(());

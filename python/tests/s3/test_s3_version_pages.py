@@ -118,3 +118,22 @@ def test_unversioned_buckets_page_by_key_with_null_ids(s3, bucket) -> None:
     assert walk(s3, bucket, 1) == whole
     r = s3.list_object_versions(Bucket=bucket, MaxKeys=1)
     assert (r["NextKeyMarker"], r["NextVersionIdMarker"]) == ("a", "null")
+
+
+def test_a_history_longer_than_the_first_look_is_read_on(s3, bucket) -> None:
+    """The gateway reads the newest 33 versions of each key at once, then reads on when the
+    page has room for more: the versions past the first look come too, deleted ones left out."""
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    ids = [s3.put_object(Bucket=bucket, Key="log", Body=b"%d" % i)["VersionId"] for i in range(45)]
+    s3.put_object(Bucket=bucket, Key="next", Body=b"n")
+    # Two deleted: one in the first look, one past it.
+    for gone in (ids[40], ids[3]):
+        s3.delete_object(Bucket=bucket, Key="log", VersionId=gone)
+    kept = [i for i in reversed(ids) if i not in (ids[40], ids[3])]
+    r = s3.list_object_versions(Bucket=bucket)
+    assert [v["VersionId"] for v in r["Versions"] if v["Key"] == "log"] == kept
+    assert [v["Key"] for v in r["Versions"]][-1] == "next"
+    # A page that ends past the first look, inside the history.
+    r = s3.list_object_versions(Bucket=bucket, MaxKeys=40)
+    assert [v["VersionId"] for v in r["Versions"]] == kept[:40]
+    assert (r["NextKeyMarker"], r["NextVersionIdMarker"]) == ("log", kept[39])
